@@ -1,0 +1,148 @@
+"""Wire message schemas: every message two peers exchange, as frozen attrs classes.
+
+These classes are pure data. Encoding, size caps and strict decoding live in
+`protocol.codec`; signing lives in `protocol.envelope`. Times are integer
+milliseconds since the Unix epoch so that no float clock ever crosses the wire.
+
+A question is *named*, never shipped: `QuestionRef(task, dataset_seed, index)` lets any
+peer regenerate the question and its reference answer, which is what makes
+verification of a peer's claimed rewards possible.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+PROTOCOL_VERSION = 1
+
+
+@attrs.frozen
+class QuestionRef:
+    """Names one reasoning-gym item: the dataset `task`, built with `dataset_seed`, item `index`."""
+
+    task: str
+    dataset_seed: int
+    index: int
+
+
+@attrs.frozen
+class Completion:
+    """One generated answer text and the reward its author claims for it."""
+
+    text: str
+    reward: float
+
+
+@attrs.frozen
+class QuestionGroup:
+    """The G completions one peer generated for one question (a GRPO group)."""
+
+    question: QuestionRef
+    completions: tuple[Completion, ...]
+
+
+@attrs.frozen
+class SwarmSchedule:
+    """The round clock of a chain-less swarm, fixed by its first peer and carried in hellos.
+
+    Round r starts at `genesis_ms + r * round_ms`; a round has `stage_count` equal stages.
+    """
+
+    swarm_id: str
+    genesis_ms: int
+    round_ms: int
+    stage_count: int
+    seed: int
+
+
+@attrs.frozen
+class Hello:
+    """First message on a connection and periodic presence beacon on the swarm topic."""
+
+    protocol_version: int
+    peer_id: str
+    schedule: SwarmSchedule
+    current_round: int
+    listen_addrs: tuple[str, ...]
+    model: str
+
+
+@attrs.frozen
+class RolloutAnnouncement:
+    """Small gossip message: "my batch for (round, stage) exists; fetch it from me"."""
+
+    swarm_id: str
+    round: int
+    stage: int
+    peer_id: str
+    batch_digest: bytes  # sha256 of the encoded, signed batch envelope
+    group_count: int
+    size_bytes: int
+
+
+@attrs.frozen
+class RolloutBatch:
+    """All question groups one peer generated in one (round, stage)."""
+
+    swarm_id: str
+    round: int
+    stage: int
+    peer_id: str
+    groups: tuple[QuestionGroup, ...]
+
+
+@attrs.frozen
+class FetchRequest:
+    """Ask a peer for its own batch of (round, stage) over a direct stream."""
+
+    swarm_id: str
+    round: int
+    stage: int
+    peer_id: str  # whose batch is wanted
+
+
+@attrs.frozen
+class FetchResponse:
+    """Answer to a FetchRequest: the signed batch envelope bytes, or found=False."""
+
+    found: bool
+    envelope: bytes
+
+
+@attrs.frozen
+class RewardReport:
+    """A peer's mean reward for one (round, stage), as reported to the coordinator or DHT."""
+
+    swarm_id: str
+    round: int
+    stage: int
+    peer_id: str
+    reward: float
+
+
+@attrs.frozen
+class WinnersVote:
+    """A peer's vote for the round's best peers (by verified reward)."""
+
+    swarm_id: str
+    round: int
+    peer_id: str
+    winners: tuple[str, ...]
+
+
+WireMessage = (
+    Hello | RolloutAnnouncement | RolloutBatch | FetchRequest | FetchResponse | RewardReport | WinnersVote
+)
+
+# The kind name written on the wire for each top-level message class. Changing one
+# of these breaks compatibility and must change PROTOCOL_VERSION.
+KIND_OF: dict[type, str] = {
+    Hello: "hello",
+    RolloutAnnouncement: "announce",
+    RolloutBatch: "batch",
+    FetchRequest: "fetch_req",
+    FetchResponse: "fetch_resp",
+    RewardReport: "reward",
+    WinnersVote: "winners",
+}
+CLASS_OF: dict[str, type] = {kind: cls for cls, kind in KIND_OF.items()}

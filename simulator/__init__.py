@@ -1,0 +1,1 @@
+"""Many virtual peers in one process over an in-memory network on trio's virtual clock."""

@@ -1,0 +1,121 @@
+"""The ports the node runtime talks through. Each has a real adapter and a simulated one.
+
+- NetworkPort: real = libp2p (swarmp2p/net/), sim = in-memory (simulator/network.py).
+- CoordinatorPort: real = the SwarmCoordinator contract over web3 (swarmp2p/chain/) or the
+  chain-less schedule (swarmp2p/schedule.py); sim = the same contract on one shared
+  in-process chain, or the schedule.
+- PolicyPort: real = trainer/ (torch + transformers), sim = simulator/policy.py.
+- Clock: real = wall clock; sim = trio's virtual clock.
+
+Payloads cross the network port as raw bytes: the node decodes them with `protocol.codec`
+so that every inbound message is validated and counted in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Protocol
+
+import attrs
+
+from protocol.messages import QuestionGroup, QuestionRef
+
+
+@attrs.frozen
+class InboundMessage:
+    """A message received on a topic. `transport_sender` is who the transport says sent it
+    (libp2p: the pubsub message's signed `from`; sim: the sending virtual peer)."""
+
+    topic: str
+    transport_sender: str
+    data: bytes
+
+
+RequestHandler = Callable[[str, bytes], Awaitable[bytes]]
+"""(requesting peer id, request bytes) -> response bytes, for the direct request/response protocol."""
+
+
+class NetworkPort(Protocol):
+    @property
+    def local_peer_id(self) -> str: ...
+
+    async def publish(self, topic: str, data: bytes) -> None:
+        """Best-effort gossip to every subscriber of `topic`."""
+        ...
+
+    async def subscribe(self, topic: str) -> Any:
+        """Returns a trio ReceiveChannel of InboundMessage for `topic`."""
+        ...
+
+    def set_request_handler(self, handler: RequestHandler) -> None:
+        """Serve direct requests from other peers (rollout batch fetches)."""
+        ...
+
+    async def request(self, peer_id: str, data: bytes, timeout_s: float) -> bytes:
+        """Send one request to `peer_id` over a direct stream and return its response.
+        Raises `NetworkError` on timeout, unknown peer, or transport failure."""
+        ...
+
+    async def dht_put(self, key: str, value: bytes) -> None: ...
+
+    async def dht_get(self, key: str) -> bytes | None: ...
+
+    def connected_peers(self) -> Sequence[str]: ...
+
+
+class NetworkError(Exception):
+    """A network operation failed (timeout, unreachable peer, closed stream)."""
+
+
+@attrs.frozen
+class RoundInfo:
+    """What the coordinator says now: the current round and stage and when the stage ends."""
+
+    round: int
+    stage: int
+    stage_count: int
+    stage_ends_ms: int
+
+
+class CoordinatorPort(Protocol):
+    async def current(self) -> RoundInfo: ...
+
+    async def register(self, peer_id: str) -> None:
+        """Claim `peer_id` for this node. Already registered by us is fine."""
+        ...
+
+    async def submit_reward(self, round: int, stage: int, reward: float, peer_id: str) -> None: ...
+
+    async def submit_winners(self, round: int, winners: Sequence[str], peer_id: str) -> None: ...
+
+
+class CoordinatorError(Exception):
+    """A coordinator call failed; `reason` says why (revert reason or transport error)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class PolicyPort(Protocol):
+    """The trainer as the node sees it. Synchronous: the node calls it from one worker thread."""
+
+    def generate(self, questions: Sequence[QuestionRef]) -> list[QuestionGroup]:
+        """G completions per question, each scored by the local task registry."""
+        ...
+
+    def train(self, groups: Sequence[QuestionGroup]) -> dict[str, float]:
+        """One GRPO update on local + external groups. Returns metrics (loss, reward, ...)."""
+        ...
+
+    def save(self) -> None: ...
+
+    def load(self) -> bool:
+        """Restore the newest valid checkpoint. Returns False when there is none."""
+        ...
+
+
+class Clock(Protocol):
+    def now_ms(self) -> int:
+        """Milliseconds since the Unix epoch (virtual in the simulator)."""
+        ...

@@ -1,0 +1,1 @@
+"""GRPO trainer on reasoning-gym tasks (torch + transformers). Synchronous API, no networking."""
