@@ -18,6 +18,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+
+
+@app.callback()
+def _root() -> None:
+    """Keeps `swarmp2p` a command group even when only one subcommand module is present."""
+
+
 # Order is the order shown in --help.
 _SUBCOMMAND_MODULES = (
     "swarmp2p.cli_node",

@@ -1,0 +1,378 @@
+"""msgpack encoding and strict decoding of wire messages.
+
+Wire format (version `PROTOCOL_VERSION`):
+
+    top level:  map {"v": PROTOCOL_VERSION, "k": kind, "b": body}      kind: messages.KIND_OF
+    body:       map {field name: value} for every field of the attrs class, in field order
+    nested:     attrs classes (SwarmSchedule, QuestionRef, Completion, QuestionGroup) are maps
+                the same way; tuples are msgpack arrays; str is msgpack str (UTF-8);
+                bytes is msgpack bin; floats are float64; ints are msgpack ints.
+
+Maps keep field names (not compact arrays): a few bytes per field buy self-describing
+captures and readable golden vectors, and extra/missing keys are detected by name.
+
+Decoding is strict and total: anything but a well-formed message of a known kind
+within every bound in `protocol.limits` raises `ProtocolError` (never another
+exception type). msgpack's own length limits are set from those bounds so a hostile
+length prefix cannot make the decoder allocate more than the input's size.
+
+Encoding checks the same schema, so a peer never sends what another would reject.
+For convenience it accepts an int where a float is expected and a list where a tuple
+is expected; decoding always yields floats and tuples.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import attrs
+import msgpack
+
+from protocol import limits
+from protocol.errors import ProtocolError
+from protocol.messages import (
+    CLASS_OF,
+    KIND_OF,
+    PROTOCOL_VERSION,
+    Completion,
+    FetchRequest,
+    FetchResponse,
+    Hello,
+    QuestionGroup,
+    QuestionRef,
+    RewardReport,
+    RolloutAnnouncement,
+    RolloutBatch,
+    SwarmSchedule,
+    WinnersVote,
+    WireMessage,
+)
+
+# ---- schema ---------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Str:
+    min_bytes: int
+    max_bytes: int
+
+
+@attrs.frozen
+class Int:
+    lo: int
+    hi: int
+
+
+@attrs.frozen
+class Float:
+    lo: float
+    hi: float
+
+
+@attrs.frozen
+class Bytes:
+    min_len: int
+    max_len: int
+
+
+@attrs.frozen
+class Bool:
+    pass
+
+
+@attrs.frozen
+class Seq:
+    item: Spec
+    max_items: int
+
+
+@attrs.frozen
+class Record:
+    cls: type
+    fields: dict[str, Spec]
+    # Cross-field rule, run after every field is valid; raises ProtocolError.
+    check: Callable[[Any], None] | None = None
+
+
+Spec = Str | Int | Float | Bytes | Bool | Seq | Record
+
+PEER_ID = Str(1, limits.MAX_PEER_ID_BYTES)
+SWARM_ID = Str(1, limits.MAX_SWARM_ID_BYTES)
+UINT = Int(0, limits.MAX_UINT63)
+ROUND = UINT
+STAGE = Int(0, limits.MAX_STAGES - 1)
+REWARD = Float(limits.MIN_REWARD, limits.MAX_REWARD)
+
+
+def _check_fetch_response(message: FetchResponse) -> None:
+    # A "not found" answer carrying bytes (or a found one carrying none) is a confused or
+    # hostile peer; rejecting it keeps callers from having to guess.
+    if message.found != bool(message.envelope):
+        raise ProtocolError(
+            "inconsistent", "fetch_resp: found must be true exactly when envelope is non-empty"
+        )
+
+
+QUESTION_REF = Record(
+    QuestionRef,
+    {"task": Str(1, limits.MAX_TASK_NAME_BYTES), "dataset_seed": UINT, "index": UINT},
+)
+COMPLETION = Record(Completion, {"text": Str(0, limits.MAX_COMPLETION_TEXT_BYTES), "reward": REWARD})
+QUESTION_GROUP = Record(
+    QuestionGroup,
+    {"question": QUESTION_REF, "completions": Seq(COMPLETION, limits.MAX_COMPLETIONS_PER_GROUP)},
+)
+SWARM_SCHEDULE = Record(
+    SwarmSchedule,
+    {
+        "swarm_id": SWARM_ID,
+        "genesis_ms": UINT,
+        "round_ms": Int(limits.MIN_ROUND_MS, limits.MAX_UINT63),
+        "stage_count": Int(1, limits.MAX_STAGES),
+        "seed": UINT,
+    },
+)
+
+SCHEMAS: dict[type, Record] = {
+    Hello: Record(
+        Hello,
+        {
+            "protocol_version": UINT,
+            "peer_id": PEER_ID,
+            "schedule": SWARM_SCHEDULE,
+            "current_round": Int(-1, limits.MAX_UINT63),  # -1: not in any round yet
+            "listen_addrs": Seq(Str(1, limits.MAX_LISTEN_ADDR_BYTES), limits.MAX_LISTEN_ADDRS),
+            "model": Str(0, limits.MAX_MODEL_NAME_BYTES),
+        },
+    ),
+    RolloutAnnouncement: Record(
+        RolloutAnnouncement,
+        {
+            "swarm_id": SWARM_ID,
+            "round": ROUND,
+            "stage": STAGE,
+            "peer_id": PEER_ID,
+            "batch_digest": Bytes(limits.DIGEST_BYTES, limits.DIGEST_BYTES),
+            "group_count": Int(0, limits.MAX_GROUPS_PER_BATCH),
+            "size_bytes": Int(0, limits.MAX_ENVELOPE_BYTES),
+        },
+    ),
+    RolloutBatch: Record(
+        RolloutBatch,
+        {
+            "swarm_id": SWARM_ID,
+            "round": ROUND,
+            "stage": STAGE,
+            "peer_id": PEER_ID,
+            "groups": Seq(QUESTION_GROUP, limits.MAX_GROUPS_PER_BATCH),
+        },
+    ),
+    FetchRequest: Record(
+        FetchRequest, {"swarm_id": SWARM_ID, "round": ROUND, "stage": STAGE, "peer_id": PEER_ID}
+    ),
+    FetchResponse: Record(
+        FetchResponse,
+        {"found": Bool(), "envelope": Bytes(0, limits.MAX_ENVELOPE_BYTES)},
+        check=_check_fetch_response,
+    ),
+    RewardReport: Record(
+        RewardReport,
+        {"swarm_id": SWARM_ID, "round": ROUND, "stage": STAGE, "peer_id": PEER_ID, "reward": REWARD},
+    ),
+    WinnersVote: Record(
+        WinnersVote,
+        {
+            "swarm_id": SWARM_ID,
+            "round": ROUND,
+            "peer_id": PEER_ID,
+            "winners": Seq(PEER_ID, limits.MAX_WINNERS),
+        },
+    ),
+}
+"""Schema of every top-level message. A test checks these match the attrs fields exactly."""
+
+# ---- validation (shared by encode and decode) -----------------------------------------------
+
+
+def _check(spec: Spec, value: Any, where: str, *, encoding: bool) -> Any:
+    """Validate `value` against `spec`; return the Python value (decode) or msgpack-ready value (encode)."""
+    if isinstance(spec, Str):
+        if not isinstance(value, str):
+            raise ProtocolError("bad_type", f"{where}: expected str, got {type(value).__name__}")
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise ProtocolError("bad_type", f"{where}: string is not encodable as UTF-8") from None
+        if size > spec.max_bytes:
+            raise ProtocolError("oversized", f"{where}: {size} bytes > {spec.max_bytes}")
+        if size < spec.min_bytes:
+            raise ProtocolError("out_of_range", f"{where}: {size} bytes < {spec.min_bytes}")
+        return value
+    if isinstance(spec, Int):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ProtocolError("bad_type", f"{where}: expected int, got {type(value).__name__}")
+        if not spec.lo <= value <= spec.hi:
+            raise ProtocolError("out_of_range", f"{where}: {value} not in [{spec.lo}, {spec.hi}]")
+        return value
+    if isinstance(spec, Float):
+        if encoding and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, float):
+            raise ProtocolError("bad_type", f"{where}: expected float, got {type(value).__name__}")
+        if not math.isfinite(value):
+            raise ProtocolError("non_finite", f"{where}: {value}")
+        if not spec.lo <= value <= spec.hi:
+            raise ProtocolError("out_of_range", f"{where}: {value} not in [{spec.lo}, {spec.hi}]")
+        return value
+    if isinstance(spec, Bytes):
+        if not isinstance(value, bytes):
+            raise ProtocolError("bad_type", f"{where}: expected bytes, got {type(value).__name__}")
+        if len(value) > spec.max_len:
+            raise ProtocolError("oversized", f"{where}: {len(value)} bytes > {spec.max_len}")
+        if len(value) < spec.min_len:
+            raise ProtocolError("out_of_range", f"{where}: {len(value)} bytes < {spec.min_len}")
+        return value
+    if isinstance(spec, Bool):
+        if not isinstance(value, bool):
+            raise ProtocolError("bad_type", f"{where}: expected bool, got {type(value).__name__}")
+        return value
+    if isinstance(spec, Seq):
+        if not (isinstance(value, tuple) or (encoding and isinstance(value, list))):
+            raise ProtocolError("bad_type", f"{where}: expected array, got {type(value).__name__}")
+        if len(value) > spec.max_items:
+            raise ProtocolError("oversized", f"{where}: {len(value)} items > {spec.max_items}")
+        items = [_check(spec.item, item, f"{where}[{i}]", encoding=encoding) for i, item in enumerate(value)]
+        return items if encoding else tuple(items)
+    return _check_record(spec, value, where, encoding=encoding)
+
+
+def _check_record(spec: Record, value: Any, where: str, *, encoding: bool) -> Any:
+    if encoding:
+        if type(value) is not spec.cls:
+            raise ProtocolError(
+                "bad_type", f"{where}: expected {spec.cls.__name__}, got {type(value).__name__}"
+            )
+        out = {}
+        for name, field_spec in spec.fields.items():
+            out[name] = _check(field_spec, getattr(value, name), f"{where}.{name}", encoding=True)
+        if spec.check is not None:
+            spec.check(value)
+        return out
+    if not isinstance(value, dict):
+        raise ProtocolError("bad_type", f"{where}: expected map, got {type(value).__name__}")
+    for key in value:
+        if key not in spec.fields:
+            raise ProtocolError("extra_key", f"{where}: unknown key {key!r}")
+    kwargs = {}
+    for name, field_spec in spec.fields.items():
+        if name not in value:
+            raise ProtocolError("missing_key", f"{where}: missing {name!r}")
+        kwargs[name] = _check(field_spec, value[name], f"{where}.{name}", encoding=False)
+    result = spec.cls(**kwargs)
+    if spec.check is not None:
+        spec.check(result)
+    return result
+
+
+# ---- msgpack framing ------------------------------------------------------------------------
+
+
+def _unique_keys_map(pairs: list[tuple[Any, Any]]) -> dict[Any, Any]:
+    # msgpack would silently keep the last of duplicate keys; two decoders could then
+    # disagree on what a signed message says, so duplicates are malformed.
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise ProtocolError("malformed", "duplicate map key")
+    return result
+
+
+def unpack_strict(
+    data: bytes, *, max_bin_len: int, max_str_len: int, max_array_len: int, max_map_len: int
+) -> Any:
+    """msgpack-decode one object with hostile-input limits; any failure is a ProtocolError."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise ProtocolError("bad_type", f"expected bytes, got {type(data).__name__}")
+    try:
+        return msgpack.unpackb(
+            data,
+            raw=False,
+            use_list=False,
+            strict_map_key=True,
+            object_pairs_hook=_unique_keys_map,
+            max_bin_len=max_bin_len,
+            max_str_len=max_str_len,
+            max_array_len=max_array_len,
+            max_map_len=max_map_len,
+            max_ext_len=0,  # no extension types (timestamps included) anywhere in the protocol
+        )
+    except ProtocolError:
+        raise
+    except msgpack.ExtraData:
+        raise ProtocolError("malformed", "trailing bytes after the message") from None
+    except UnicodeDecodeError:
+        raise ProtocolError("malformed", "string is not valid UTF-8") from None
+    except ValueError as error:
+        text = str(error)
+        if "exceeds max" in text:
+            raise ProtocolError("oversized", f"msgpack length {text}") from None
+        raise ProtocolError("malformed", f"invalid msgpack: {text}") from None
+    except Exception as error:
+        raise ProtocolError("malformed", f"invalid msgpack: {type(error).__name__}") from None
+
+
+_TOP_KEYS = frozenset({"v", "k", "b"})
+_MAX_MAP_KEYS = max(len(record.fields) for record in SCHEMAS.values())
+_MAX_ARRAY_ITEMS = max(limits.MAX_GROUPS_PER_BATCH, limits.MAX_COMPLETIONS_PER_GROUP, limits.MAX_WINNERS)
+_MAX_STR_BYTES = limits.MAX_COMPLETION_TEXT_BYTES
+
+
+def encode(message: WireMessage) -> bytes:
+    """Encode a message to its wire bytes. Raises ProtocolError if it breaks any bound."""
+    kind = KIND_OF.get(type(message))
+    if kind is None:
+        raise ProtocolError("unknown_kind", f"cannot encode {type(message).__name__}")
+    body = _check_record(SCHEMAS[type(message)], message, kind, encoding=True)
+    try:
+        data = msgpack.packb({"v": PROTOCOL_VERSION, "k": kind, "b": body}, use_bin_type=True)
+    except Exception as error:  # e.g. a str subclass msgpack refuses
+        raise ProtocolError("bad_type", f"{kind}: cannot pack: {type(error).__name__}") from None
+    cap = limits.MAX_MESSAGE_BYTES[kind]
+    if len(data) > cap:
+        raise ProtocolError("oversized", f"{kind}: {len(data)} bytes > {cap}")
+    return data
+
+
+def decode(data: bytes) -> WireMessage:
+    """Decode wire bytes to a message. Raises ProtocolError (and only that) on any bad input."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise ProtocolError("bad_type", f"expected bytes, got {type(data).__name__}")
+    size = len(data)
+    if size > limits.MAX_ANY_MESSAGE_BYTES:
+        raise ProtocolError("oversized", f"message: {size} bytes > {limits.MAX_ANY_MESSAGE_BYTES}")
+    top = unpack_strict(
+        bytes(data),
+        max_bin_len=limits.MAX_ENVELOPE_BYTES,
+        max_str_len=_MAX_STR_BYTES,
+        max_array_len=_MAX_ARRAY_ITEMS,
+        max_map_len=2 * _MAX_MAP_KEYS,  # room to report an extra key by name
+    )
+    if not isinstance(top, dict):
+        raise ProtocolError("bad_type", f"message: expected map, got {type(top).__name__}")
+    for key in top:
+        if key not in _TOP_KEYS:
+            raise ProtocolError("extra_key", f"message: unknown key {key!r}")
+    for key in ("v", "k", "b"):
+        if key not in top:
+            raise ProtocolError("missing_key", f"message: missing {key!r}")
+    version = top["v"]
+    if isinstance(version, bool) or not isinstance(version, int) or version != PROTOCOL_VERSION:
+        raise ProtocolError("bad_version", f"message: version {version!r}, expected {PROTOCOL_VERSION}")
+    kind = top["k"]
+    if not isinstance(kind, str) or kind not in CLASS_OF:
+        raise ProtocolError("unknown_kind", f"message: kind {kind!r}")
+    cap = limits.MAX_MESSAGE_BYTES[kind]
+    if size > cap:
+        raise ProtocolError("oversized", f"{kind}: {size} bytes > {cap}")
+    return _check_record(SCHEMAS[CLASS_OF[kind]], top["b"], kind, encoding=False)

@@ -1,0 +1,164 @@
+"""Which questions a peer answers in a round: derived, never chosen.
+
+`questions_for(seed, round, stage, peer_id, tasks, count)` is a pure function of its
+inputs built on sha256 (never Python's `hash()`, which is salted per process), so every
+peer computes the same assignment for every other peer. That is what lets a receiver
+check that a batch answers questions its sender was actually assigned, instead of
+questions the sender picked because it already knows the answers.
+
+A question is `QuestionRef(task, dataset_seed, index)`:
+- `dataset_seed` depends only on (swarm seed, task), so one dataset per task per swarm;
+- training indices lie in [0, TRAIN_INDEX_LIMIT); evaluation indices lie in
+  [EVAL_INDEX_BASE, EVAL_INDEX_BASE + EVAL_INDEX_LIMIT), disjoint from training, so a
+  model is never evaluated on an item it could have trained on.
+
+Draws use the full 256-bit digest modulo the range, so the modulo bias is below 2**-200.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+
+import msgpack
+
+from protocol import limits
+from protocol.messages import QuestionRef
+
+TRAIN_INDEX_LIMIT = 1_000_000
+EVAL_INDEX_BASE = 10_000_000
+EVAL_INDEX_LIMIT = 1_000_000
+
+_DATASET_SEED_DOMAIN = "swarmp2p/dataset-seed/v1"
+_QUESTION_DOMAIN = "swarmp2p/questions/v1"
+_EVAL_DOMAIN = "swarmp2p/eval/v1"
+
+
+def _digest_int(*parts: object) -> int:
+    # msgpack of a list is an unambiguous, length-prefixed serialization of the parts.
+    return int.from_bytes(hashlib.sha256(msgpack.packb(list(parts), use_bin_type=True)).digest(), "big")
+
+
+def _check_uint(name: str, value: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= limits.MAX_UINT63:
+        raise ValueError(f"{name} must be an int in [0, 2**63-1], got {value!r}")
+
+
+def _check_tasks(tasks: Sequence[str]) -> None:
+    if isinstance(tasks, str):
+        raise ValueError("tasks must be a sequence of task names, not one string")
+    if not tasks:
+        raise ValueError("tasks must not be empty")
+    if len(set(tasks)) != len(tasks):
+        raise ValueError("tasks must not contain duplicates (it would skew the task mix)")
+    for task in tasks:
+        if not isinstance(task, str) or not 0 < len(task.encode("utf-8")) <= limits.MAX_TASK_NAME_BYTES:
+            raise ValueError(f"invalid task name {task!r}")
+
+
+def dataset_seed_for(seed: int, task: str) -> int:
+    """The dataset seed of `task` in the swarm with seed `seed` (in [0, 2**63-1])."""
+    _check_uint("seed", seed)
+    return _digest_int(_DATASET_SEED_DOMAIN, seed, task) % (limits.MAX_UINT63 + 1)
+
+
+def questions_for(
+    seed: int,
+    round: int,
+    stage: int,
+    peer_id: str,
+    tasks: Sequence[str],
+    count: int,
+    weights: Sequence[float] | None = None,
+) -> tuple[QuestionRef, ...]:
+    """The `count` distinct training questions `peer_id` must answer in (round, stage).
+
+    Tasks are drawn uniformly from `tasks`, or in proportion to `weights` when given. The
+    order of `tasks` matters (it is part of the swarm's configuration), so callers should
+    pass the registry's stable `task_names()`.
+    """
+    _check_uint("seed", seed)
+    _check_uint("round", round)
+    _check_uint("stage", stage)
+    if not isinstance(peer_id, str) or not peer_id:
+        raise ValueError("peer_id must be a non-empty string")
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= limits.MAX_GROUPS_PER_BATCH:
+        raise ValueError(f"count must be an int in [0, {limits.MAX_GROUPS_PER_BATCH}], got {count!r}")
+    _check_tasks(tasks)
+    cumulative = _cumulative_weights(tasks, weights)
+    seeds = {task: dataset_seed_for(seed, task) for task in tasks}
+
+    chosen: list[QuestionRef] = []
+    seen: set[QuestionRef] = set()
+    draw = 0
+    while len(chosen) < count:  # duplicates are astronomically rare; redraw on one
+        value = _digest_int(_QUESTION_DOMAIN, seed, round, stage, peer_id, draw)
+        draw += 1
+        task = _pick_task(tasks, cumulative, value >> 128)
+        ref = QuestionRef(
+            task=task, dataset_seed=seeds[task], index=(value & (2**128 - 1)) % TRAIN_INDEX_LIMIT
+        )
+        if ref not in seen:
+            seen.add(ref)
+            chosen.append(ref)
+    return tuple(chosen)
+
+
+def evaluation_questions(seed: int, tasks: Sequence[str], count_per_task: int) -> tuple[QuestionRef, ...]:
+    """A fixed held-out set: `count_per_task` distinct evaluation questions per task."""
+    _check_uint("seed", seed)
+    _check_tasks(tasks)
+    if isinstance(count_per_task, bool) or not isinstance(count_per_task, int) or count_per_task < 0:
+        raise ValueError("count_per_task must be a non-negative int")
+    if count_per_task > EVAL_INDEX_LIMIT:
+        raise ValueError(f"count_per_task must be at most {EVAL_INDEX_LIMIT}")
+    result: list[QuestionRef] = []
+    for task in tasks:
+        dataset_seed = dataset_seed_for(seed, task)
+        indices: list[int] = []
+        seen: set[int] = set()
+        draw = 0
+        while len(indices) < count_per_task:
+            index = EVAL_INDEX_BASE + _digest_int(_EVAL_DOMAIN, seed, task, draw) % EVAL_INDEX_LIMIT
+            draw += 1
+            if index not in seen:
+                seen.add(index)
+                indices.append(index)
+        result.extend(QuestionRef(task=task, dataset_seed=dataset_seed, index=i) for i in indices)
+    return tuple(result)
+
+
+def _cumulative_weights(
+    tasks: Sequence[str], weights: Sequence[float] | None
+) -> list[tuple[str, float]] | None:
+    """(task, upper bound of its slice of [0, 1)) for tasks of positive weight; None if uniform."""
+    if weights is None:
+        return None
+    if len(weights) != len(tasks):
+        raise ValueError(f"weights has {len(weights)} entries for {len(tasks)} tasks")
+    total = 0.0
+    cumulative: list[tuple[str, float]] = []
+    for task, weight in zip(tasks, weights, strict=True):
+        if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight):
+            raise ValueError(f"weights must be finite numbers, got {weight!r}")
+        if weight < 0:
+            raise ValueError(f"weights must be non-negative, got {weight!r}")
+        if weight > 0:
+            total += float(weight)
+            cumulative.append((task, total))
+    if total <= 0:
+        raise ValueError("weights must not all be zero")
+    return [(task, bound / total) for task, bound in cumulative]
+
+
+def _pick_task(tasks: Sequence[str], cumulative: list[tuple[str, float]] | None, value: int) -> str:
+    if cumulative is None:
+        return tasks[value % len(tasks)]
+    # 53 random bits -> a float in [0, 1), exactly as random.random() builds one.
+    point = (value >> (128 - 53)) / float(1 << 53)
+    for task, bound in cumulative:
+        if point < bound:
+            return task
+    # The last bound is 1.0 up to rounding; rounding can leave the point just above it.
+    return cumulative[-1][0]

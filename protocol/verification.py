@@ -1,0 +1,89 @@
+"""Checking a peer's rollout batch before anyone trains on it.
+
+A batch claims rewards for completions of named questions. Because every question is
+named by (task, dataset seed, index), the receiver regenerates it and re-scores every
+completion through its own task registry; a claimed reward that differs is a forgery.
+Before the (expensive) re-scoring, cheap shape checks run: group and completion counts,
+text sizes, questions the sender was actually assigned (from `questions_for` with the
+SENDER's peer id), no question twice, tasks the registry knows.
+
+Verdict reasons (counter keys):
+  too_few_groups, too_many_groups, bad_group_size, text_too_long, unknown_task,
+  unassigned_question, duplicate_question, forged_reward,
+  scoring_error   our own registry raised: NOT the sender's fault, do not penalize.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+
+import attrs
+
+from protocol import limits as wire_limits
+from protocol.messages import QuestionRef, RolloutBatch
+from protocol.tasks import TaskRegistry
+
+
+@attrs.frozen
+class VerificationLimits:
+    min_groups: int = 1
+    max_groups: int = wire_limits.MAX_GROUPS_PER_BATCH
+    min_completions: int = 2  # fewer cannot carry a GRPO advantage
+    max_completions: int = wire_limits.MAX_COMPLETIONS_PER_GROUP
+    max_text_bytes: int = wire_limits.MAX_COMPLETION_TEXT_BYTES
+
+
+@attrs.frozen
+class Verdict:
+    ok: bool
+    reason: str | None
+    groups_checked: int
+    """Groups fully re-scored before the verdict (all of them when ok)."""
+
+
+def _reject(reason: str, groups_checked: int = 0) -> Verdict:
+    return Verdict(ok=False, reason=reason, groups_checked=groups_checked)
+
+
+def verify_batch(
+    batch: RolloutBatch,
+    registry: TaskRegistry,
+    *,
+    expected_questions: Collection[QuestionRef] | None,
+    limits: VerificationLimits,
+    tolerance: float = 1e-6,
+) -> Verdict:
+    """Accept `batch` only if its shape is within `limits`, its questions are the sender's,
+    and every claimed reward matches the registry's score within `tolerance`."""
+    groups = batch.groups
+    if len(groups) < limits.min_groups:
+        return _reject("too_few_groups")
+    if len(groups) > limits.max_groups:
+        return _reject("too_many_groups")
+    known_tasks = set(registry.task_names())
+    expected = None if expected_questions is None else frozenset(expected_questions)
+    seen: set[QuestionRef] = set()
+    for group in groups:
+        if not limits.min_completions <= len(group.completions) <= limits.max_completions:
+            return _reject("bad_group_size")
+        for completion in group.completions:
+            if len(completion.text.encode("utf-8", errors="surrogatepass")) > limits.max_text_bytes:
+                return _reject("text_too_long")
+        if group.question.task not in known_tasks:
+            return _reject("unknown_task")
+        if expected is not None and group.question not in expected:
+            return _reject("unassigned_question")
+        if group.question in seen:
+            return _reject("duplicate_question")
+        seen.add(group.question)
+
+    for checked, group in enumerate(groups):
+        for completion in group.completions:
+            try:
+                actual = float(registry.score(group.question, completion.text))
+            except Exception:  # the registry promises not to raise; if it does, it is our bug
+                return _reject("scoring_error", checked)
+            # Written as "not <=" so that a NaN claim (or score) counts as a mismatch.
+            if not abs(completion.reward - actual) <= tolerance:
+                return _reject("forged_reward", checked)
+    return Verdict(ok=True, reason=None, groups_checked=len(groups))

@@ -1,0 +1,316 @@
+"""The in-memory network: NetworkPort for virtual peers, on trio's (virtual) clock.
+
+`SimWorld` is the medium all virtual peers share; `SimNetwork` is one peer's NetworkPort onto it.
+What it models, and why it is enough for the questions the simulator answers:
+
+- Latency: each link (pair of peers) has a fixed base latency drawn deterministically from the
+  pair's ids in [latency_min_ms, latency_max_ms], plus uniform jitter per message.
+- Bandwidth: each peer has an upload rate; its uploads are serialized (a peer serving 99 fetches
+  of its batch sends them one after the other), which is what makes big batches and slow peers
+  hurt. Download is not limited separately.
+- Loss: every gossip delivery and every direct request is lost with probability `loss`. A lost
+  request times out (the caller waits `timeout_s`), like a real dropped stream.
+- Partitions: during [start, heal) peers on different sides cannot reach each other at all
+  (gossip, requests and DHT reads of records written by the other side).
+- Churn: a peer that goes offline stops receiving; requests to it fail after a connect delay.
+- DHT: one shared table; a record is readable by peers that can reach its writer when they read
+  (a partitioned side does not see the other side's records). Oldest records are evicted.
+
+Deliveries go through ONE scheduler task and a heap, not a task per message: 100 peers publishing
+to 99 others each round would otherwise spawn a million tasks over a run.
+Everything random comes from one seeded `random.Random`, drawn in a deterministic order, so a
+seed reproduces a run exactly (together with seeding trio's scheduler; see simulator.runner).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import math
+import random
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from swarmp2p.ports import InboundMessage, NetworkError, RequestHandler
+
+
+@attrs.frozen
+class LinkModel:
+    latency_min_ms: float = 10.0
+    latency_max_ms: float = 80.0
+    jitter_ms: float = 5.0
+    loss: float = attrs.field(default=0.0, validator=[attrs.validators.ge(0.0), attrs.validators.lt(1.0)])
+    upload_bytes_per_s: float = 12_500_000.0  # 100 Mbit/s
+    connect_fail_ms: float = 200.0  # how long a dial to an offline peer takes to fail
+    subscription_buffer: int = 100_000
+    dht_max_records: int = 200_000
+
+
+@attrs.frozen
+class Partition:
+    """Peers in `side` cannot reach the others while start_ms <= now < heal_ms."""
+
+    start_ms: int
+    heal_ms: int
+    side: frozenset[str]
+
+
+@attrs.define
+class _Node:
+    peer_id: str
+    online: bool = True
+    handler: RequestHandler | None = None
+    subscriptions: dict[str, trio.MemorySendChannel[InboundMessage]] = attrs.Factory(dict)
+    upload_free_at: float = 0.0
+    upload_factor: float = 1.0  # < 1 for slow peers
+
+
+class SimWorld:
+    def __init__(
+        self,
+        model: LinkModel,
+        *,
+        seed: int,
+        now_ms: Callable[[], int],
+        round_of: Callable[[int], int],
+    ) -> None:
+        self.model = model
+        self.rng = random.Random(seed)
+        self.now_ms = now_ms
+        self.round_of = round_of
+        self.nodes: dict[str, _Node] = {}
+        self.partitions: list[Partition] = []
+        self.dht: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
+        self.stats: dict[int, Counter[str]] = {}
+        self._heap: list[tuple[float, int, str, InboundMessage]] = []
+        self._seq = 0
+        self._wakeup = trio.Event()
+        self._latency_cache: dict[tuple[str, str], float] = {}
+
+    # ---- membership ----------------------------------------------------------------------
+
+    def attach(self, peer_id: str, *, upload_factor: float = 1.0) -> SimNetwork:
+        """Bring `peer_id` online with a fresh port (a restart gets a new one, like a new process)."""
+        node = self.nodes.get(peer_id)
+        if node is None:
+            node = self.nodes[peer_id] = _Node(peer_id)
+        node.online = True
+        node.handler = None
+        node.subscriptions = {}
+        node.upload_factor = upload_factor
+        return SimNetwork(self, peer_id)
+
+    def detach(self, peer_id: str) -> None:
+        """Take `peer_id` offline (crash or leave): in-flight deliveries to it are dropped."""
+        node = self.nodes.get(peer_id)
+        if node is None:
+            return
+        node.online = False
+        node.handler = None
+        for channel in node.subscriptions.values():
+            channel.close()
+        node.subscriptions = {}
+
+    def is_online(self, peer_id: str) -> bool:
+        node = self.nodes.get(peer_id)
+        return node is not None and node.online
+
+    # ---- link model ----------------------------------------------------------------------
+
+    def reachable(self, a: str, b: str) -> bool:
+        now = self.now_ms()
+        for partition in self.partitions:
+            if partition.start_ms <= now < partition.heal_ms and (a in partition.side) != (
+                b in partition.side
+            ):
+                return False
+        return True
+
+    def _base_latency_s(self, a: str, b: str) -> float:
+        key = (a, b) if a < b else (b, a)
+        cached = self._latency_cache.get(key)
+        if cached is None:
+            digest = hashlib.blake2b(f"{key[0]}|{key[1]}".encode(), digest_size=8).digest()
+            fraction = int.from_bytes(digest, "big") / 2**64
+            model = self.model
+            cached = (model.latency_min_ms + fraction * (model.latency_max_ms - model.latency_min_ms)) / 1000
+            self._latency_cache[key] = cached
+        return cached
+
+    def latency_s(self, a: str, b: str) -> float:
+        return self._base_latency_s(a, b) + self.rng.random() * self.model.jitter_ms / 1000
+
+    def _lost(self) -> bool:
+        return self.model.loss > 0 and self.rng.random() < self.model.loss
+
+    def _count(self, **amounts: int) -> None:
+        stats = self.stats.setdefault(self.round_of(self.now_ms()), Counter())
+        for key, amount in amounts.items():
+            stats[key] += amount
+
+    def _upload_done_at(self, node: _Node, size: int) -> float:
+        """Serialize `size` bytes on `node`'s upload link; returns when the last byte leaves."""
+        now = trio.current_time()
+        start = max(now, node.upload_free_at)
+        node.upload_free_at = start + size / (self.model.upload_bytes_per_s * node.upload_factor)
+        return node.upload_free_at
+
+    # ---- gossip --------------------------------------------------------------------------
+
+    def publish(self, sender: str, topic: str, data: bytes) -> None:
+        node = self.nodes.get(sender)
+        if node is None or not node.online:
+            raise NetworkError("publishing peer is offline")
+        now = trio.current_time()
+        size = len(data)
+        # Gossip is relayed through the mesh: the sender uploads about one copy, not one per peer.
+        sent_at = self._upload_done_at(node, size) - now
+        delivered = lost = cut = 0
+        for receiver in self.nodes.values():
+            if receiver.peer_id == sender or not receiver.online or topic not in receiver.subscriptions:
+                continue
+            if not self.reachable(sender, receiver.peer_id):
+                cut += 1
+                continue
+            if self._lost():
+                lost += 1
+                continue
+            delivered += 1
+            at = now + sent_at + self.latency_s(sender, receiver.peer_id)
+            self._seq += 1
+            heapq.heappush(self._heap, (at, self._seq, receiver.peer_id, InboundMessage(topic, sender, data)))
+        self._count(
+            gossip_messages=delivered, gossip_bytes=delivered * size, dropped_loss=lost, dropped_partition=cut
+        )
+        self._wakeup.set()
+
+    async def run_deliveries(self) -> None:
+        """The one task that hands gossip to subscribers when its latency has passed."""
+        while True:
+            if not self._heap:
+                await self._wakeup.wait()
+                self._wakeup = trio.Event()
+                continue
+            at = self._heap[0][0]
+            if at > trio.current_time():
+                with trio.move_on_at(at):
+                    await self._wakeup.wait()
+                self._wakeup = trio.Event()
+                continue
+            _, _, receiver_id, message = heapq.heappop(self._heap)
+            receiver = self.nodes.get(receiver_id)
+            channel = receiver.subscriptions.get(message.topic) if receiver and receiver.online else None
+            if channel is None:
+                self._count(dropped_offline=1)
+                continue
+            try:
+                channel.send_nowait(message)
+            except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+                self._count(dropped_queue=1)
+
+    # ---- direct requests -----------------------------------------------------------------
+
+    async def request(self, requester: str, target: str, data: bytes, timeout_s: float) -> bytes:
+        started = trio.current_time()
+        deadline = started + timeout_s
+        self._count(requests=1, request_bytes=len(data))
+        node = self.nodes.get(target)
+        if node is None or not node.online or node.handler is None:
+            await trio.sleep(min(timeout_s, self.model.connect_fail_ms / 1000))
+            raise NetworkError(f"peer {target} is unreachable")
+        if not self.reachable(requester, target) or self._lost():
+            await trio.sleep_until(deadline)
+            self._count(request_timeouts=1)
+            raise NetworkError(f"request to {target} timed out")
+        await trio.sleep_until(min(deadline, started + self.latency_s(requester, target)))
+        if trio.current_time() >= deadline or not node.online or node.handler is None:
+            raise NetworkError(f"request to {target} failed")
+        response = await node.handler(requester, data)
+        arrives = self._upload_done_at(node, len(response)) + self.latency_s(target, requester)
+        if arrives > deadline:
+            await trio.sleep_until(deadline)
+            self._count(request_timeouts=1)
+            raise NetworkError(f"request to {target} timed out")
+        await trio.sleep_until(arrives)
+        if not self.is_online(requester):
+            raise NetworkError("requester went offline")
+        self._count(responses=1, response_bytes=len(response))
+        return response
+
+    # ---- DHT -----------------------------------------------------------------------------
+
+    async def dht_put(self, writer: str, key: str, value: bytes) -> None:
+        await trio.sleep(self.latency_s(writer, writer) * 2)
+        self.dht[key] = (writer, value)
+        self.dht.move_to_end(key)
+        while len(self.dht) > self.model.dht_max_records:
+            self.dht.popitem(last=False)
+        self._count(dht_puts=1, dht_bytes=len(value))
+
+    async def dht_get(self, reader: str, key: str) -> bytes | None:
+        await trio.sleep(self.latency_s(reader, reader) * 2)
+        self._count(dht_gets=1)
+        record = self.dht.get(key)
+        if record is None or not self.reachable(reader, record[0]):
+            return None
+        return record[1]
+
+    def online_peers(self) -> list[str]:
+        return [peer_id for peer_id, node in self.nodes.items() if node.online]
+
+
+class SimNetwork:
+    """One virtual peer's NetworkPort onto a SimWorld."""
+
+    def __init__(self, world: SimWorld, peer_id: str) -> None:
+        self._world = world
+        self._peer_id = peer_id
+
+    @property
+    def local_peer_id(self) -> str:
+        return self._peer_id
+
+    def _node(self) -> _Node:
+        node = self._world.nodes[self._peer_id]
+        if not node.online:
+            raise NetworkError("this peer is offline")
+        return node
+
+    async def publish(self, topic: str, data: bytes) -> None:
+        self._world.publish(self._peer_id, topic, data)
+        await trio.lowlevel.checkpoint()
+
+    async def subscribe(self, topic: str) -> Any:
+        node = self._node()
+        send, receive = trio.open_memory_channel[InboundMessage](self._world.model.subscription_buffer)
+        node.subscriptions[topic] = send
+        await trio.lowlevel.checkpoint()
+        return receive
+
+    def set_request_handler(self, handler: RequestHandler) -> None:
+        self._node().handler = handler
+
+    async def request(self, peer_id: str, data: bytes, timeout_s: float) -> bytes:
+        if not math.isfinite(timeout_s) or timeout_s <= 0:
+            raise NetworkError("timeout must be positive")
+        return await self._world.request(self._peer_id, peer_id, data, timeout_s)
+
+    async def dht_put(self, key: str, value: bytes) -> None:
+        self._node()
+        await self._world.dht_put(self._peer_id, key, value)
+
+    async def dht_get(self, key: str) -> bytes | None:
+        self._node()
+        return await self._world.dht_get(self._peer_id, key)
+
+    def connected_peers(self) -> Sequence[str]:
+        world = self._world
+        return [
+            peer
+            for peer in world.online_peers()
+            if peer != self._peer_id and world.reachable(self._peer_id, peer)
+        ]

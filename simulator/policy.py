@@ -1,0 +1,186 @@
+"""A cheap simulated learner implementing PolicyPort, so swarm dynamics can be studied without torch.
+
+The model: a policy has a per-task skill `s[t]` (probability that a formatted answer is correct)
+and a format skill `f` (probability that an answer is well formatted). Generation samples G
+completions per question from those probabilities with a deterministic RNG. Training is a
+GRPO-shaped update: for every group whose rewards differ, each completion's normalized advantage
+pulls the skill towards what that completion did:
+
+    s[t] += lr * mean_i( adv_i * (correct_i - s[t]) )      f += lr * mean_i( adv_i * (formatted_i - f) )
+
+so groups with signal teach, groups with equal rewards teach nothing, and external groups from
+peers that are better at a task teach it (the point of sharing rollouts). It is a caricature of
+learning, not of a transformer — enough to compare sampling splits, faults and attacks.
+
+Compute time is virtual: each call adds to `pending_cost_s`, which the simulator's offload turns
+into `trio.sleep` on the virtual clock (slow peers have a larger `slowdown`).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+
+import attrs
+
+from protocol.messages import Completion, QuestionGroup, QuestionRef
+from simulator.registry import FORMAT_REWARD, SimTaskRegistry, format_answer, reference_answer
+from swarmp2p.peer import derive_seed
+
+
+@attrs.frozen
+class SimPolicyParams:
+    group_size: int = 4
+    learning_rate: float = 0.08
+    initial_skill: tuple[float, float] = (0.02, 0.25)  # per-task skill drawn uniformly in this range
+    initial_format: tuple[float, float] = (0.2, 0.5)
+    generate_cost_s: float = 0.5  # virtual seconds per question
+    train_cost_s: float = 0.25  # virtual seconds per group
+
+
+@attrs.frozen
+class Checkpoint:
+    skills: tuple[tuple[str, float], ...]
+    format_skill: float
+    steps: int
+
+
+class CheckpointStore:
+    """Where simulated peers save their policies; survives a peer's crash (like a disk)."""
+
+    def __init__(self) -> None:
+        self._saved: dict[str, Checkpoint] = {}
+
+    def save(self, name: str, checkpoint: Checkpoint) -> None:
+        self._saved[name] = checkpoint
+
+    def load(self, name: str) -> Checkpoint | None:
+        return self._saved.get(name)
+
+
+class SimPolicy:
+    def __init__(
+        self,
+        name: str,
+        registry: SimTaskRegistry,
+        *,
+        seed: int,
+        params: SimPolicyParams = SimPolicyParams(),
+        store: CheckpointStore | None = None,
+        slowdown: float = 1.0,
+    ) -> None:
+        self.name = name
+        self.registry = registry
+        self.params = params
+        self.store = store
+        self.slowdown = slowdown
+        self.seed = seed
+        init = random.Random(derive_seed(seed, name, "init"))
+        self.skills = {task: init.uniform(*params.initial_skill) for task in registry.task_names()}
+        self.format_skill = init.uniform(*params.initial_format)
+        self.steps = 0
+        self.pending_cost_s = 0.0
+        self.trained_groups: list[QuestionGroup] = []  # what train() was given (oracle for tests)
+        self.keep_trained_groups = False
+
+    # ---- PolicyPort ----------------------------------------------------------------------
+
+    def generate(self, questions: Sequence[QuestionRef]) -> list[QuestionGroup]:
+        self.pending_cost_s += self.params.generate_cost_s * len(questions) * self.slowdown
+        return [self._group(question) for question in questions]
+
+    def train(self, groups: Sequence[QuestionGroup]) -> dict[str, float]:
+        self.pending_cost_s += self.params.train_cost_s * len(groups) * self.slowdown
+        if self.keep_trained_groups:
+            self.trained_groups.extend(groups)
+        lr = self.params.learning_rate
+        used = 0
+        for group in groups:
+            rewards = [completion.reward for completion in group.completions]
+            if len(rewards) < 2:
+                continue
+            mean = math.fsum(rewards) / len(rewards)
+            std = math.sqrt(math.fsum((r - mean) ** 2 for r in rewards) / len(rewards))
+            if std == 0.0:
+                continue
+            used += 1
+            task = group.question.task
+            skill = self.skills.get(task)
+            skill_push = format_push = 0.0
+            for reward in rewards:
+                advantage = (reward - mean) / std
+                formatted = reward >= FORMAT_REWARD
+                correct = reward >= 1.0
+                format_push += advantage * (float(formatted) - self.format_skill)
+                if skill is not None:
+                    skill_push += advantage * (float(correct) - skill)
+            n = len(rewards)
+            self.format_skill = _clamp(self.format_skill + lr * format_push / n)
+            if skill is not None:
+                self.skills[task] = _clamp(skill + lr * skill_push / n)
+        self.steps += 1
+        return {"groups": float(len(groups)), "groups_with_signal": float(used), "skill": self.mean_skill()}
+
+    def save(self) -> None:
+        if self.store is not None:
+            self.store.save(
+                self.name,
+                Checkpoint(tuple(sorted(self.skills.items())), self.format_skill, self.steps),
+            )
+
+    def load(self) -> bool:
+        checkpoint = self.store.load(self.name) if self.store is not None else None
+        if checkpoint is None:
+            return False
+        self.skills = dict(checkpoint.skills)
+        self.format_skill = checkpoint.format_skill
+        self.steps = checkpoint.steps
+        return True
+
+    # ---- helpers -------------------------------------------------------------------------
+
+    def mean_skill(self) -> float:
+        return math.fsum(self.skills.values()) / len(self.skills)
+
+    def take_cost(self) -> float:
+        cost, self.pending_cost_s = self.pending_cost_s, 0.0
+        return cost
+
+    def _group(self, question: QuestionRef) -> QuestionGroup:
+        rng = random.Random(
+            derive_seed(
+                self.seed, self.name, self.steps, question.task, question.dataset_seed, question.index
+            )
+        )
+        answer = reference_answer(question)
+        skill = self.skills.get(question.task, 0.0)
+        completions = []
+        for _ in range(self.params.group_size):
+            if rng.random() < self.format_skill:
+                if rng.random() < skill:
+                    text = format_answer(answer)
+                else:
+                    text = format_answer(str((int(answer) + 1 + rng.randrange(998)) % 1000))
+            else:
+                text = answer if rng.random() < 0.5 else "I think it is " + answer
+            completions.append(Completion(text=text, reward=self.registry.score(question, text)))
+        return QuestionGroup(question=question, completions=tuple(completions))
+
+
+class ForgingPolicy(SimPolicy):
+    """A byzantine learner: claims reward 1.0 for every completion, right or wrong."""
+
+    def generate(self, questions: Sequence[QuestionRef]) -> list[QuestionGroup]:
+        groups = super().generate(questions)
+        return [
+            QuestionGroup(
+                question=group.question,
+                completions=tuple(Completion(text=c.text, reward=1.0) for c in group.completions),
+            )
+            for group in groups
+        ]
+
+
+def _clamp(value: float) -> float:
+    return min(0.999, max(0.001, value))

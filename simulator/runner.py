@@ -1,0 +1,373 @@
+"""Run a whole swarm in one process on trio's virtual clock: the SAME `swarmp2p.peer.Peer` as a
+real node, over the in-memory network, a schedule coordinator and (by default) the cheap policy.
+
+Determinism: every random choice comes from generators seeded by the scenario seed, the clock is
+`trio.testing.MockClock(autojump_threshold=0)` (virtual time jumps as soon as every task waits),
+policy calls run inline (no threads), and trio's own scheduler shuffling is seeded too. So a seed
+reproduces a run exactly, and 100 peers x 100 rounds of virtual half-minute rounds take seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+import trio
+import trio.testing
+
+from protocol.envelope import peer_id_from_seed
+from protocol.messages import QuestionGroup, QuestionRef, SwarmSchedule
+from protocol.verification import VerificationLimits
+from simulator.adversary import Adversary
+from simulator.network import LinkModel, Partition, SimWorld
+from simulator.policy import CheckpointStore, ForgingPolicy, SimPolicy, SimPolicyParams
+from simulator.registry import DEFAULT_TASKS, SimTaskRegistry
+from simulator.scenario import Scenario
+from swarmp2p.peer import Peer, PeerSettings, RoundRecord, announce_topic, derive_seed
+from swarmp2p.peer_cache import VerifyCache
+from swarmp2p.schedule import ScheduleCoordinator, TrioClock
+
+EPOCH_MS = 1_700_000_000_000
+"""Virtual time 0 as epoch milliseconds: a fixed date, so no wall-clock time leaks into a run."""
+SWARM_ID = "sim"
+HONEST = "honest"
+
+
+@attrs.frozen
+class PeerPlan:
+    index: int
+    peer_id: str
+    seed: bytes
+    role: str  # "honest", or a byzantine kind
+    slow: bool
+    online: tuple[tuple[int, int], ...]  # [from_ms, until_ms) in virtual ms since genesis
+    events: tuple[str, ...]  # what happened to it, for the report ("late_join@r3", "crash@r7", ...)
+
+    @property
+    def honest(self) -> bool:
+        return self.role == HONEST
+
+    def present_for(self, round_number: int, round_ms: int) -> bool:
+        """Online for the whole of `round_number` (joined at or before it started, left after it ended)."""
+        start, end = round_number * round_ms, (round_number + 1) * round_ms
+        return any(a <= start and b >= end for a, b in self.online)
+
+
+@attrs.define
+class SimulationResult:
+    scenario: Scenario
+    plans: list[PeerPlan]
+    records: dict[str, list[RoundRecord]]
+    stats: dict[int, Counter[str]]
+    agreement: list[dict[str, int]]  # per round, sampled mid-round
+    banned_by: dict[str, list[str]]  # honest peer -> byzantine/other peers it banned (last incarnation)
+    rejections: Counter[str]
+    invalid_trained: list[tuple[str, int]]  # (peer, round) where train() got a group with forged rewards
+    skills: dict[str, float]  # final mean skill per peer (sim policy)
+    cache_hits: int
+    cache_misses: int
+
+    @property
+    def round_ms(self) -> int:
+        return int(self.scenario.round_s * 1000)
+
+
+def plan_peers(scenario: Scenario) -> list[PeerPlan]:
+    """Who is who and who is online when: decided up front from the seed, so that properties can
+    be checked against the plan after the run."""
+    rng = random.Random(derive_seed(scenario.seed, "plan"))
+    round_ms = int(scenario.round_s * 1000)
+    end_ms = scenario.rounds * round_ms
+    byzantine_count = round(scenario.byzantine.fraction * scenario.peers)
+    byzantine = sorted(rng.sample(range(scenario.peers), byzantine_count))
+    kinds = scenario.byzantine.kinds
+    roles = {index: kinds[i % len(kinds)] for i, index in enumerate(byzantine)}
+    faults = scenario.faults
+    plans = []
+    for index in range(scenario.peers):
+        seed = hashlib.sha256(f"swarmp2p-sim|{scenario.seed}|{index}".encode()).digest()
+        role = roles.get(index, HONEST)
+        slow = role == HONEST and rng.random() < faults.slow_fraction
+        events: list[str] = []
+        start = 0
+        if role == HONEST and rng.random() < faults.late_join_fraction:
+            start = faults.late_join_round * round_ms + rng.randrange(round_ms)
+            events.append(f"late_join@r{faults.late_join_round}")
+        intervals: list[tuple[int, int]] = []
+        online_from = start
+        round_number = start // round_ms
+        while role == HONEST and online_from < end_ms and round_number < scenario.rounds:
+            # Walk the rounds; a fault ends the current online interval.
+            at = round_number * round_ms + rng.randrange(round_ms)
+            if at <= online_from:
+                round_number += 1
+                continue
+            if rng.random() < faults.crash_rate:
+                intervals.append((online_from, at))
+                online_from = at + int(faults.crash_restart_s * 1000)
+                events.append(f"crash@r{round_number}")
+            elif rng.random() < faults.churn_leave:
+                intervals.append((online_from, at))
+                away = 1
+                while rng.random() >= faults.churn_join and away < scenario.rounds:
+                    away += 1
+                online_from = (round_number + away) * round_ms + rng.randrange(round_ms)
+                events.append(f"leave@r{round_number}")
+            round_number = max(round_number + 1, online_from // round_ms)
+        if online_from < end_ms:
+            intervals.append((online_from, end_ms))
+        plans.append(
+            PeerPlan(
+                index=index,
+                peer_id=peer_id_from_seed(seed),
+                seed=seed,
+                role=role,
+                slow=slow,
+                online=tuple(intervals),
+                events=tuple(events),
+            )
+        )
+    return plans
+
+
+class _AuditedPolicy:
+    """Delegates to a policy and checks, as an outside oracle, every group it is trained on:
+    any claimed reward the registry disagrees with means a forged batch got through."""
+
+    def __init__(self, inner: Any, registry: Any, on_invalid: Callable[[], None]) -> None:
+        self.inner = inner
+        self.registry = registry
+        self.on_invalid = on_invalid
+
+    def generate(self, questions: Sequence[QuestionRef]) -> list[QuestionGroup]:
+        return self.inner.generate(questions)
+
+    def train(self, groups: Sequence[QuestionGroup]) -> dict[str, float]:
+        for group in groups:
+            if any(
+                abs(self.registry.score(group.question, c.text) - c.reward) > 1e-6 for c in group.completions
+            ):
+                self.on_invalid()
+        return self.inner.train(groups)
+
+    def save(self) -> None:
+        self.inner.save()
+
+    def load(self) -> bool:
+        return self.inner.load()
+
+
+def _seed_trio_scheduler(seed: int) -> None:
+    # trio shuffles the order of runnable tasks with a module-level Random (to shake out
+    # ordering bugs). Seeding it makes a simulated run reproducible; this is the same hook
+    # pytest-trio and hypothesis-trio use for deterministic scheduling.
+    import trio._core._run as trio_run
+
+    trio_run._r.seed(derive_seed(seed, "trio-scheduler"))
+
+
+def run_simulation(
+    scenario: Scenario,
+    *,
+    on_round: Callable[[int], None] | None = None,
+    policy_factory: Callable[..., Any] | None = None,
+    registry: Any = None,
+    tasks: tuple[str, ...] | None = None,
+) -> SimulationResult:
+    """Run `scenario` to the end of its last round. `on_round(r)` is called as round r ends."""
+    _seed_trio_scheduler(scenario.seed)
+    return trio.run(
+        _simulate,
+        scenario,
+        on_round,
+        policy_factory,
+        registry,
+        tasks,
+        clock=trio.testing.MockClock(autojump_threshold=0),
+    )
+
+
+async def _simulate(
+    scenario: Scenario,
+    on_round: Callable[[int], None] | None,
+    policy_factory: Callable[..., Any] | None,
+    registry: Any,
+    tasks: tuple[str, ...] | None,
+) -> SimulationResult:
+    round_ms = int(scenario.round_s * 1000)
+    end_ms = scenario.rounds * round_ms
+    clock = TrioClock(EPOCH_MS)
+    schedule = SwarmSchedule(
+        swarm_id=SWARM_ID, genesis_ms=EPOCH_MS, round_ms=round_ms, stage_count=1, seed=scenario.seed
+    )
+    coordinator = ScheduleCoordinator(schedule, clock)
+    registry = registry if registry is not None else SimTaskRegistry(tasks or DEFAULT_TASKS)
+    tasks = tuple(registry.task_names())
+    plans = plan_peers(scenario)
+    net = scenario.network
+    world = SimWorld(
+        LinkModel(
+            latency_min_ms=net.latency_min_ms,
+            latency_max_ms=net.latency_max_ms,
+            jitter_ms=net.jitter_ms,
+            loss=net.loss,
+            upload_bytes_per_s=net.upload_mbit * 125_000,
+        ),
+        seed=derive_seed(scenario.seed, "network"),
+        now_ms=clock.now_ms,
+        round_of=lambda now_ms: max(0, (now_ms - EPOCH_MS) // round_ms),
+    )
+    for spec in scenario.faults.partition:
+        cut = math.ceil(spec.fraction * len(plans))
+        world.partitions.append(
+            Partition(
+                start_ms=EPOCH_MS + spec.start_round * round_ms,
+                heal_ms=EPOCH_MS + spec.heal_round * round_ms,
+                side=frozenset(plan.peer_id for plan in plans[:cut]),
+            )
+        )
+    settings = PeerSettings(
+        swarm_id=SWARM_ID,
+        seed=scenario.seed,
+        tasks=tasks,
+        questions_per_round=scenario.questions_per_round,
+        n_local=scenario.n_local,
+        n_external=scenario.n_external,
+        max_groups_per_peer=scenario.max_groups_per_peer,
+        collect_fraction=scenario.collect_fraction,
+        fetch_timeout_s=min(5.0, scenario.round_s / 6),
+        max_fetch_per_round=max(64, 2 * scenario.peers),
+        poll_interval_s=max(1.0, scenario.round_s / 4),
+        verification_limits=VerificationLimits(),
+    )
+    cache = VerifyCache(max_entries=max(50_000, 20 * scenario.peers))
+    store = CheckpointStore()
+    params = SimPolicyParams(group_size=scenario.group_size)
+    records: dict[str, list[RoundRecord]] = {plan.peer_id: [] for plan in plans}
+    live: dict[str, Peer] = {}
+    last_incarnation: dict[str, Peer] = {}
+    policies: dict[str, Any] = {}
+    invalid_trained: list[tuple[str, int]] = []
+    rejections: Counter[str] = Counter()
+    agreement: list[dict[str, int]] = []
+
+    def make_policy(plan: PeerPlan) -> Any:
+        slowdown = scenario.faults.slowdown if plan.slow else 1.0
+        if policy_factory is not None:
+            return policy_factory(plan=plan, registry=registry, store=store, slowdown=slowdown)
+        cls = ForgingPolicy if plan.role == "forge" else SimPolicy
+        return cls(plan.peer_id, registry, seed=scenario.seed, params=params, store=store, slowdown=slowdown)
+
+    def make_offload(policy: Any) -> Callable[..., Any]:
+        async def offload(fn: Callable[..., Any], *args: Any) -> Any:
+            result = fn(*args)  # inline: threads would make virtual time nondeterministic
+            take_cost = getattr(policy, "take_cost", None)
+            cost = take_cost() if take_cost is not None else 0.0
+            if cost > 0:
+                await trio.sleep(cost)
+            return result
+
+        return offload
+
+    async def supervise(plan: PeerPlan) -> None:
+        for start_ms, stop_ms in plan.online:
+            await trio.sleep_until(start_ms / 1000)
+            network = world.attach(
+                plan.peer_id, upload_factor=1 / scenario.faults.slowdown if plan.slow else 1.0
+            )
+            policy = make_policy(plan)
+            policies[plan.peer_id] = policy
+            audited = _AuditedPolicy(
+                policy,
+                registry,
+                lambda pid=plan.peer_id: invalid_trained.append(
+                    (pid, max(0, (clock.now_ms() - EPOCH_MS) // round_ms))
+                ),
+            )
+            peer = Peer(
+                settings,
+                plan.seed,
+                network,
+                coordinator,
+                audited,
+                registry,
+                clock,
+                offload=make_offload(policy),
+                on_round_complete=records[plan.peer_id].append,
+                verify_cache=cache,
+            )
+            live[plan.peer_id] = peer
+            try:
+                with trio.move_on_at(stop_ms / 1000):
+                    await peer.run()
+            finally:  # also when the whole run ends (cancelled): collect what this incarnation saw
+                del live[plan.peer_id]
+                last_incarnation[plan.peer_id] = peer
+                rejections.update(peer.rejections)
+                world.detach(plan.peer_id)
+
+    async def run_adversary(plan: PeerPlan) -> None:
+        network = world.attach(plan.peer_id)
+        adversary = Adversary(
+            plan.role,
+            plan.seed,
+            network,
+            swarm_id=SWARM_ID,
+            topic=announce_topic(SWARM_ID),
+            round_ms=round_ms,
+            genesis_ms=EPOCH_MS,
+            now_ms=clock.now_ms,
+            rng=random.Random(derive_seed(scenario.seed, "adversary", plan.index)),
+            victims=[p.peer_id for p in plans if p.honest],
+        )
+        await adversary.run()
+
+    async def watch_rounds() -> None:
+        honest = [plan for plan in plans if plan.honest]
+        for round_number in range(scenario.rounds):
+            await trio.sleep_until((round_number * round_ms + round_ms / 2) / 1000)
+            running = [live[plan.peer_id] for plan in honest if plan.peer_id in live]
+            agreement.append(
+                {
+                    "round": round_number,
+                    "honest_online": len(running),
+                    "on_current_round": sum(1 for peer in running if peer.machine.round == round_number),
+                }
+            )
+            await trio.sleep_until((round_number + 1) * round_ms / 1000)
+            if on_round is not None:
+                on_round(round_number)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(world.run_deliveries)
+        for plan in plans:
+            if plan.honest or plan.role == "forge":
+                nursery.start_soon(supervise, plan)
+            else:
+                nursery.start_soon(run_adversary, plan)
+        await watch_rounds()
+        await trio.sleep_until(end_ms / 1000)
+        nursery.cancel_scope.cancel()
+
+    return SimulationResult(
+        scenario=scenario,
+        plans=plans,
+        records=records,
+        stats=world.stats,
+        agreement=agreement,
+        banned_by={pid: peer.banned_peers() for pid, peer in sorted(last_incarnation.items())},
+        rejections=rejections,
+        invalid_trained=invalid_trained,
+        skills={
+            pid: policy.mean_skill()
+            for pid, policy in sorted(policies.items())
+            if hasattr(policy, "mean_skill")
+        },
+        cache_hits=cache.hits,
+        cache_misses=cache.misses,
+    )

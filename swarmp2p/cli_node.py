@@ -1,0 +1,72 @@
+"""`swarmp2p node`: run one swarm peer (libp2p network, round loop, trainer, dashboard)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command(name="node")(node)
+
+
+def node(
+    config: Path | None = typer.Option(None, "--config", help="TOML file with \\[node] and \\[trainer] sections."),
+    data_dir: str | None = typer.Option(None, "--data-dir", help="Where identity, checkpoints and logs live."),
+    identity: str | None = typer.Option(None, "--identity", help="Identity key file (created, 0600)."),
+    listen: list[str] | None = typer.Option(None, "--listen", help="Listen multiaddr (repeatable)."),
+    bootstrap: list[str] | None = typer.Option(None, "--bootstrap", help="Peer multiaddr to join (repeatable)."),
+    round_seconds: float | None = typer.Option(None, "--round-seconds", help="Round length of a new swarm."),
+    model: str | None = typer.Option(None, "--model", help='"tiny", a local model folder or a model id.'),
+    dashboard_port: int | None = typer.Option(None, "--dashboard-port", help="Dashboard port; 0 = off."),
+    chain_rpc: str | None = typer.Option(None, "--chain-rpc", help="Ethereum JSON-RPC URL of the coordinator."),
+    contract: str | None = typer.Option(None, "--contract", help="SwarmCoordinator contract address."),
+    eth_key: str | None = typer.Option(None, "--eth-key", help="Ethereum key file for the coordinator."),
+    log_level: str | None = typer.Option(None, "--log-level", help="debug, info or warning."),
+) -> None:
+    """Run a swarm peer. With no arguments: start a new local swarm on the tiny model."""
+    import trio
+    from rich.console import Console
+    from rich.markup import escape
+
+    from swarmp2p.config import config_or_exit
+    from swarmp2p.node import NodeConfig, NodeError, run_node
+    from trainer.config import TrainerConfig
+
+    node_config = config_or_exit(
+        NodeConfig,
+        section="node",
+        file=config,
+        overrides={
+            "data_dir": data_dir,
+            "identity": identity,
+            "listen": tuple(listen) if listen else None,
+            "bootstrap": tuple(bootstrap) if bootstrap else None,
+            "round_seconds": round_seconds,
+            "model": model,
+            "dashboard_port": dashboard_port,
+            "chain_rpc": chain_rpc,
+            "contract": contract,
+            "eth_key": eth_key,
+            "log_level": log_level,
+        },
+    )
+    # The trainer follows the node's model and data dir unless its own section says otherwise.
+    trainer_config = config_or_exit(
+        TrainerConfig,
+        section="trainer",
+        file=config,
+        overrides={"model": model or node_config.model, "data_dir": str(Path(node_config.data_dir))},
+    )
+    console = Console(soft_wrap=True, highlight=False)
+    errors = Console(stderr=True, soft_wrap=True)
+
+    def echo(line: str) -> None:
+        console.print(escape(line))
+
+    try:
+        trio.run(lambda: run_node(node_config, trainer_config, echo=echo))
+    except NodeError as error:
+        errors.print(f"[red]error: {escape(str(error))}[/red]")
+        raise typer.Exit(code=1) from None

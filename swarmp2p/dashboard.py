@@ -1,0 +1,392 @@
+"""A small self-contained web dashboard for one node (or a saved report).
+
+Three routes on a Starlette app, served by hypercorn under trio:
+
+- `/`             an HTML page (inline CSS/JS/SVG, no CDN, works offline) polling `/api/status`;
+- `/api/status`   the status as JSON;
+- `/metrics`      Prometheus text, computed from the same status at scrape time.
+
+The dashboard owns no state: it asks a `StatusSource` (a callable returning a JSON-able
+mapping, sync or async) on every request, so the node plugs in a snapshot of its own state
+and the dashboard can never fall out of date or hold the node's locks. Status schema (every
+key optional, extra keys are passed through to `/api/status`):
+
+    {"peer_id": str, "round": int, "phase": str,
+     "peers": [peer id, ...] or int,
+     "history": [{"round": int, "reward": float, "rollouts_in": int,
+                  "rollouts_out": int, "rejected": int}, ...],
+     "counters": {name: number, ...}}
+
+Peer ids, phases and counter names can come from other peers; the page inserts them only as
+text (never as HTML) and a Content-Security-Policy forbids any script or fetch from elsewhere.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import json
+import math
+import os
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import attrs
+import trio
+
+StatusSource = Callable[[], Mapping[str, Any] | Awaitable[Mapping[str, Any]]]
+
+_MAX_HISTORY = 10_000  # rounds kept in one response; a long-lived node must not grow the page forever
+_CSP = (
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+    "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'"
+)
+
+
+class StatusUnavailable(Exception):
+    """The status source could not produce a status (a missing report file, a down node)."""
+
+
+# --------------------------------------------------------------------------------------
+# Status normalisation
+# --------------------------------------------------------------------------------------
+
+
+def jsonable(value: Any) -> Any:
+    """A JSON-safe copy of `value`: NaN/inf become None, Paths/enums/attrs become plain data."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(key): jsonable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [jsonable(item) for item in value]
+    if isinstance(value, enum.Enum):
+        return jsonable(value.value)
+    if attrs.has(type(value)):
+        return jsonable(attrs.asdict(value, recurse=False))
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    return str(value)
+
+
+def normalize_status(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The status in the schema above, with `peer_count` added and bad entries dropped."""
+    if not isinstance(raw, Mapping):
+        raise StatusUnavailable(f"status must be a JSON object, got {type(raw).__name__}")
+    status = jsonable(raw)
+    peers = status.get("peers")
+    if isinstance(peers, int) and not isinstance(peers, bool):
+        status["peer_count"], status["peers"] = peers, []
+    elif isinstance(peers, list):
+        status["peers"] = [str(peer) for peer in peers]
+        status["peer_count"] = len(peers)
+    else:
+        status["peers"], status["peer_count"] = [], 0
+    history = status.get("history")
+    rows = [row for row in history if isinstance(row, dict)] if isinstance(history, list) else []
+    status["history"] = rows[-_MAX_HISTORY:]
+    counters = status.get("counters")
+    status["counters"] = (
+        {key: value for key, value in counters.items() if _is_number(value)}
+        if isinstance(counters, dict)
+        else {}
+    )
+    for key in ("peer_id", "phase"):
+        if key in status and status[key] is not None:
+            status[key] = str(status[key])
+    return status
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+async def read_status(source: StatusSource) -> dict[str, Any]:
+    result = source()
+    if inspect.isawaitable(result):
+        result = await result
+    return normalize_status(result)
+
+
+# --------------------------------------------------------------------------------------
+# Prometheus metrics
+# --------------------------------------------------------------------------------------
+
+
+def _metric_name(name: str) -> str:
+    cleaned = re.sub(r"[^a-zA-Z0-9_]", "_", name).strip("_").lower() or "unnamed"
+    if cleaned[0].isdigit():
+        cleaned = "_" + cleaned
+    return f"swarmp2p_{cleaned}"
+
+
+def render_metrics(status: Mapping[str, Any] | None, source_errors: int) -> tuple[bytes, str]:
+    """Prometheus exposition text for one status snapshot (None: the source failed)."""
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
+
+    families: list[Any] = []
+    errors = CounterMetricFamily(
+        "swarmp2p_dashboard_source_errors", "Times the status source failed to answer the dashboard."
+    )
+    errors.add_metric([], source_errors)
+    families.append(errors)
+    up = GaugeMetricFamily("swarmp2p_status_up", "1 if the status source answered this scrape, else 0.")
+    up.add_metric([], 0 if status is None else 1)
+    families.append(up)
+
+    if status is not None:
+        info = InfoMetricFamily("swarmp2p_node", "Identity and phase of the node.")
+        info.add_metric(
+            [], {"peer_id": str(status.get("peer_id") or ""), "phase": str(status.get("phase") or "")}
+        )
+        families.append(info)
+        gauges = {
+            "swarmp2p_round": ("Current round.", status.get("round")),
+            "swarmp2p_peers": ("Connected peers.", status.get("peer_count")),
+        }
+        history = status.get("history") or []
+        last = history[-1] if history else {}
+        gauges["swarmp2p_last_round_reward"] = (
+            "Mean reward of the latest finished round.",
+            last.get("reward"),
+        )
+        for name, (help_text, value) in gauges.items():
+            if _is_number(value):
+                gauge = GaugeMetricFamily(name, help_text)
+                gauge.add_metric([], float(value))
+                families.append(gauge)
+        seen = {"swarmp2p_dashboard_source_errors"}
+        for key, value in sorted(status.get("counters", {}).items()):
+            name = _metric_name(key)
+            if name.endswith("_total"):
+                name = name[: -len("_total")]
+            if name in seen or value < 0:
+                continue  # two keys that sanitise alike, or a value no counter can have
+            seen.add(name)
+            counter = CounterMetricFamily(name, f"Node counter '{key}'.")
+            counter.add_metric([], float(value))
+            families.append(counter)
+
+    class _Snapshot:
+        def collect(self) -> Any:
+            return iter(families)
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Snapshot())
+    return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+# --------------------------------------------------------------------------------------
+# The ASGI app and the server
+# --------------------------------------------------------------------------------------
+
+
+def build_app(source: StatusSource, *, title: str = "swarmp2p") -> Any:
+    """The Starlette app; mount it elsewhere or serve it with `serve_dashboard`."""
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import HTMLResponse, Response
+    from starlette.routing import Route
+
+    state = {"source_errors": 0}
+    page = _PAGE.replace("__TITLE__", _html_escape(title))
+
+    async def snapshot() -> tuple[dict[str, Any] | None, str]:
+        try:
+            return await read_status(source), ""
+        except Exception as error:  # a broken source must not take the dashboard down
+            state["source_errors"] += 1
+            return None, " ".join(f"{type(error).__name__}: {error}".split())[:300]
+
+    async def index(_: Request) -> Response:
+        return HTMLResponse(page, headers={"Content-Security-Policy": _CSP, "Cache-Control": "no-store"})
+
+    async def api_status(_: Request) -> Response:
+        status, problem = await snapshot()
+        if status is None:
+            body, code = {"error": f"status unavailable: {problem}"}, 503
+        else:
+            body, code = status, 200
+        return Response(
+            json.dumps(body, allow_nan=False),
+            status_code=code,
+            media_type="application/json",
+            headers={"Cache-Control": "no-store"},
+        )
+
+    async def metrics(_: Request) -> Response:
+        status, _problem = await snapshot()
+        payload, content_type = render_metrics(status, state["source_errors"])
+        return Response(payload, headers={"Content-Type": content_type})
+
+    return Starlette(
+        routes=[
+            Route("/", index, methods=["GET"]),
+            Route("/api/status", api_status, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
+        ]
+    )
+
+
+async def serve_dashboard(
+    source: StatusSource,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    title: str = "swarmp2p",
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve the dashboard until cancelled. Reports the bound port through `task_status`
+    (so `port=0` picks a free one): `port = await nursery.start(serve_dashboard, source)`."""
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    config = Config()
+    config.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    config.accesslog = None
+    config.loglevel = "WARNING"  # hypercorn's "Running on" chatter would drown the node's own log
+    config.graceful_timeout = 1.0  # a cancelled node should stop in about a second, not hang
+    config.include_server_header = False
+
+    async def serve_and_report(*, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        await serve(build_app(source, title=title), config, task_status=task_status)
+
+    async with trio.open_nursery() as nursery:
+        binds: list[str] = await nursery.start(serve_and_report)
+        task_status.started(int(binds[0].rsplit(":", 1)[1]))
+
+
+def _html_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+
+
+# The page: plain DOM + inline SVG. Every value from the status goes in through textContent or
+# setAttribute on a number, never innerHTML, because peer ids and counters come from the network.
+_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>__TITLE__ dashboard</title>
+<style>
+ body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:1.5rem;color:#1d2330;background:#f6f7f9}
+ h1{font-size:1.3rem;margin:0 0 1rem} h2{font-size:1rem;margin:1.2rem 0 .4rem}
+ .cards{display:flex;flex-wrap:wrap;gap:.8rem}
+ .card{background:#fff;border:1px solid #dde1e7;border-radius:6px;padding:.6rem .9rem;min-width:9rem}
+ .card .k{font-size:.75rem;color:#5b6473;text-transform:uppercase;letter-spacing:.04em}
+ .card .v{font-size:1.15rem;font-weight:600;word-break:break-all}
+ table{border-collapse:collapse;background:#fff;font-size:.85rem}
+ td,th{border:1px solid #dde1e7;padding:.25rem .6rem;text-align:right} th{background:#eef0f4}
+ td.l,th.l{text-align:left}
+ #chart{background:#fff;border:1px solid #dde1e7;border-radius:6px}
+ #state{font-size:.8rem;color:#5b6473} #state.bad{color:#b42318;font-weight:600}
+ .peers{font-family:ui-monospace,monospace;font-size:.8rem;max-height:10rem;overflow:auto;background:#fff;
+  border:1px solid #dde1e7;padding:.4rem;margin:0}
+</style></head>
+<body>
+<h1>__TITLE__ <span id="state">connecting…</span></h1>
+<div class="cards">
+ <div class="card"><div class="k">peer id</div><div class="v" id="peer_id">–</div></div>
+ <div class="card"><div class="k">round</div><div class="v" id="round">–</div></div>
+ <div class="card"><div class="k">phase</div><div class="v" id="phase">–</div></div>
+ <div class="card"><div class="k">peers</div><div class="v" id="peer_count">–</div></div>
+ <div class="card"><div class="k">last reward</div><div class="v" id="last_reward">–</div></div>
+</div>
+<h2>Reward per round</h2>
+<svg id="chart" width="720" height="240" viewBox="0 0 720 240" role="img" aria-label="reward per round"></svg>
+<h2>Recent rounds</h2>
+<table><thead><tr><th>round</th><th>reward</th><th>rollouts in</th><th>rollouts out</th><th>rejected</th></tr>
+</thead><tbody id="rounds"></tbody></table>
+<h2>Counters</h2>
+<table><tbody id="counters"></tbody></table>
+<h2>Connected peers</h2>
+<pre class="peers" id="peers"></pre>
+<script>
+"use strict";
+const NS = "http://www.w3.org/2000/svg";
+const $ = (id) => document.getElementById(id);
+const fmt = (x, digits) => (typeof x === "number" && isFinite(x)) ? x.toFixed(digits) : "–";
+function text(id, value) {
+  $(id).textContent = (value === null || value === undefined) ? "–" : String(value);
+}
+function svg(tag, attrs, content) {
+  const node = document.createElementNS(NS, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  if (content !== undefined) node.textContent = content;
+  return node;
+}
+function drawChart(history) {
+  const chart = $("chart"); chart.replaceChildren();
+  const pts = history.filter(r => typeof r.round === "number" && typeof r.reward === "number");
+  const W = 720, H = 240, L = 48, R = 12, T = 12, B = 28;
+  if (pts.length === 0) { chart.appendChild(svg("text", {x: W/2, y: H/2, "text-anchor": "middle",
+    fill: "#5b6473"}, "no rounds yet")); return; }
+  const xs = pts.map(p => p.round), ys = pts.map(p => p.reward);
+  let x0 = Math.min(...xs), x1 = Math.max(...xs); if (x0 === x1) { x0 -= 1; x1 += 1; }
+  let y0 = Math.min(0, ...ys), y1 = Math.max(1, ...ys);
+  const sx = (x) => L + (x - x0) / (x1 - x0) * (W - L - R);
+  const sy = (y) => H - B - (y - y0) / (y1 - y0) * (H - T - B);
+  for (let i = 0; i <= 4; i++) {
+    const y = y0 + (y1 - y0) * i / 4;
+    chart.appendChild(svg("line", {x1: L, x2: W - R, y1: sy(y), y2: sy(y), stroke: "#eef0f4"}));
+    chart.appendChild(svg("text", {x: L - 6, y: sy(y) + 4, "text-anchor": "end", "font-size": 11,
+      fill: "#5b6473"}, y.toFixed(2)));
+  }
+  chart.appendChild(svg("text", {x: L, y: H - 8, "font-size": 11, fill: "#5b6473"}, "round " + x0));
+  chart.appendChild(svg("text", {x: W - R, y: H - 8, "text-anchor": "end", "font-size": 11,
+    fill: "#5b6473"}, "round " + x1));
+  const d = pts.map((p, i) => (i ? "L" : "M") + sx(p.round).toFixed(1) + "," + sy(p.reward).toFixed(1))
+    .join("");
+  chart.appendChild(svg("path", {d: d, fill: "none", stroke: "#2563eb", "stroke-width": 2}));
+  if (pts.length <= 200) for (const p of pts) {
+    const dot = svg("circle", {cx: sx(p.round), cy: sy(p.reward), r: 3, fill: "#2563eb"});
+    dot.appendChild(svg("title", {}, "round " + p.round + ": " + fmt(p.reward, 3)));
+    chart.appendChild(dot);
+  }
+}
+function fillRounds(history) {
+  const body = $("rounds"); body.replaceChildren();
+  for (const row of history.slice(-20).reverse()) {
+    const tr = document.createElement("tr");
+    for (const [key, digits] of [["round", 0], ["reward", 3], ["rollouts_in", 0], ["rollouts_out", 0],
+                                 ["rejected", 0]]) {
+      const td = document.createElement("td");
+      td.textContent = (typeof row[key] === "number") ? fmt(row[key], digits) : "–";
+      tr.appendChild(td);
+    }
+    body.appendChild(tr);
+  }
+}
+function fillCounters(counters) {
+  const body = $("counters"); body.replaceChildren();
+  for (const key of Object.keys(counters).sort()) {
+    const tr = document.createElement("tr");
+    const k = document.createElement("td"); k.className = "l"; k.textContent = key;
+    const v = document.createElement("td"); v.textContent = String(counters[key]);
+    tr.append(k, v); body.appendChild(tr);
+  }
+}
+async function refresh() {
+  try {
+    const response = await fetch("api/status", {cache: "no-store"});
+    const body = await response.json();
+    if (!response.ok) throw new Error(body.error || ("HTTP " + response.status));
+    const history = body.history || [];
+    text("peer_id", body.peer_id); text("round", body.round); text("phase", body.phase);
+    text("peer_count", body.peer_count);
+    text("last_reward", history.length ? fmt(history[history.length - 1].reward, 3) : null);
+    drawChart(history); fillRounds(history); fillCounters(body.counters || {});
+    $("peers").textContent = (body.peers || []).join("\\n");
+    $("state").textContent = "updated " + new Date().toLocaleTimeString(); $("state").className = "";
+  } catch (error) {
+    $("state").textContent = "no status: " + error.message; $("state").className = "bad";
+  }
+}
+refresh(); setInterval(refresh, 2000);
+</script>
+</body></html>
+"""

@@ -1,0 +1,559 @@
+"""The libp2p NetworkPort adapter: one py-libp2p host with gossipsub, a Kademlia DHT, direct
+request/response protocols and connection upkeep.
+
+Protocols served besides gossipsub and Kademlia:
+- /swarmp2p/fetch/1.0.0   one request frame -> one response frame (status byte + body); the node's
+                          request handler answers (rollout batch fetches).
+- /swarmp2p/hello/1.0.0   empty request -> the node's current signed Hello bytes; how a joining
+                          peer learns the swarm schedule from its bootstrap peer before round 1.
+- /swarmp2p/peers/1.0.0   empty request -> msgpack list of (peer id, listen addrs) this peer
+                          knows; peer exchange, so that nobody is left in a star around the
+                          bootstrap peer.
+
+All payloads are opaque bytes here: decoding and validating messages is the node's job
+(`protocol.codec`), the adapter only guarantees sizes, timeouts and that garbage never crashes it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import msgpack
+import multiaddr
+import trio
+from libp2p import new_host
+from libp2p.abc import IHost
+from libp2p.crypto.keys import KeyPair
+from libp2p.custom_types import TProtocol
+from libp2p.kad_dht import KadDHT
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+from libp2p.tools.anyio_service import background_trio_service
+
+from swarmp2p.net.counters import DropCounters
+from swarmp2p.net.dht import SwarmRecordValidator, build_dht, namespaced_key
+from swarmp2p.net.frames import FrameError, FrameTooLarge
+from swarmp2p.net.gossip import CountingPubsub, build_gossip
+from swarmp2p.net.peer_book import PeerBook
+from swarmp2p.net.settings import NetworkSettings
+from swarmp2p.net.streams import read_frame, write_frame
+from swarmp2p.ports import InboundMessage, NetworkError, RequestHandler
+
+logger = logging.getLogger(__name__)
+
+FETCH_PROTOCOL = TProtocol("/swarmp2p/fetch/1.0.0")
+HELLO_PROTOCOL = TProtocol("/swarmp2p/hello/1.0.0")
+PEERS_PROTOCOL = TProtocol("/swarmp2p/peers/1.0.0")
+
+_STATUS_OK = 0
+_STATUS_ERROR = 1
+_MAX_EXCHANGE_PEERS = 64
+_MAX_EXCHANGE_BYTES = 64 * 1024
+_MAX_HELLO_BYTES = 64 * 1024
+
+
+def parse_peer_multiaddr(text: str) -> tuple[str, str]:
+    """'/ip4/1.2.3.4/tcp/5/p2p/Qm..' -> (peer id, address without /p2p). Raises ValueError."""
+    try:
+        info = info_from_p2p_addr(multiaddr.Multiaddr(text))
+    except Exception as error:
+        raise ValueError(f"not a peer multiaddr (need .../p2p/<peer id>): {text!r}: {error}") from error
+    return info.peer_id.to_base58(), str(info.addrs[0]) if info.addrs else ""
+
+
+def _valid_addr(text: Any) -> bool:
+    if not isinstance(text, str) or len(text) > 256:
+        return False
+    try:
+        multiaddr.Multiaddr(text)
+    except Exception:
+        return False
+    return True
+
+
+def _parse_peer_id(text: Any) -> ID | None:
+    if not isinstance(text, str) or len(text) > 128:
+        return None
+    try:
+        return ID.from_base58(text)
+    except Exception:
+        return None
+
+
+class LibP2PNetwork:
+    """NetworkPort over one running py-libp2p host. Build it with `open_libp2p_network`."""
+
+    def __init__(
+        self,
+        host: IHost,
+        pubsub: CountingPubsub,
+        dht: KadDHT,
+        record_validator: SwarmRecordValidator,
+        settings: NetworkSettings,
+        counters: DropCounters,
+        nursery: trio.Nursery,
+    ) -> None:
+        self.host = host
+        self.pubsub = pubsub
+        self.dht = dht
+        self.record_validator = record_validator
+        self.settings = settings
+        self.counters = counters
+        self._nursery = nursery
+        self._peer_id = host.get_id().to_base58()
+        self._request_handler: RequestHandler | None = None
+        self._hello: bytes = b""
+        self._topic_receivers: dict[str, list[trio.MemorySendChannel[InboundMessage]]] = {}
+        self._dialing: set[str] = set()
+        self._dht_peers: set[str] = set()
+        self._exchange_cursor = 0
+        # Peers that failed a peer exchange (e.g. a foreign libp2p node without our protocol):
+        # peer id -> trio time before which we do not ask them again.
+        self._exchange_quiet_until: dict[str, float] = {}
+        self.book = PeerBook(
+            self._peer_id,
+            backoff_initial_s=settings.redial_backoff_initial_s,
+            backoff_max_s=settings.redial_backoff_max_s,
+            max_known=settings.max_known_peers,
+        )
+        host.set_stream_handler(FETCH_PROTOCOL, self._serve_fetch)
+        host.set_stream_handler(HELLO_PROTOCOL, self._serve_hello)
+        host.set_stream_handler(PEERS_PROTOCOL, self._serve_peers)
+
+    # ---- identity and addresses -------------------------------------------------------------
+
+    @property
+    def local_peer_id(self) -> str:
+        return self._peer_id
+
+    def listen_addrs(self) -> list[str]:
+        """Full dialable multiaddrs of this host, each ending in /p2p/<peer id>."""
+        suffix = f"/p2p/{self._peer_id}"
+        addrs = []
+        for addr in self.host.get_addrs():
+            text = str(addr)
+            addrs.append(text if text.endswith(suffix) else text + suffix)
+        return addrs
+
+    def transport_addrs(self) -> list[str]:
+        return [str(addr) for addr in self.host.get_transport_addrs()]
+
+    # ---- gossip -------------------------------------------------------------------------------
+
+    async def publish(self, topic: str, data: bytes) -> None:
+        if len(data) > self.settings.max_gossip_bytes:
+            self.counters.add("gossip_oversized_publish")
+            raise NetworkError(
+                f"gossip message of {len(data)} bytes exceeds {self.settings.max_gossip_bytes}; "
+                "announce on gossip and serve the payload over fetch"
+            )
+        await self.pubsub.publish(topic, data)
+
+    async def subscribe(self, topic: str) -> trio.MemoryReceiveChannel[InboundMessage]:
+        send, receive = trio.open_memory_channel[InboundMessage](self.settings.subscription_queue_size)
+        receivers = self._topic_receivers.get(topic)
+        if receivers is None:
+            receivers = self._topic_receivers[topic] = []
+            subscription = await self.pubsub.subscribe(topic)
+            self._nursery.start_soon(self._pump_topic, topic, subscription)
+        receivers.append(send)
+        return receive
+
+    async def _pump_topic(self, topic: str, subscription: Any) -> None:
+        """Move messages from libp2p's bounded subscription queue to every receiver, counting overflow."""
+        async for message in subscription:
+            try:
+                sender = ID(message.from_id).to_base58()
+            except Exception:
+                continue  # strict signing already rejected unsigned/garbled senders; belt and braces
+            if sender == self._peer_id:
+                continue  # gossip does not echo our own publishes back to us
+            inbound = InboundMessage(topic=topic, transport_sender=sender, data=bytes(message.data))
+            receivers = self._topic_receivers.get(topic, [])
+            for send in list(receivers):
+                try:
+                    send.send_nowait(inbound)
+                except trio.WouldBlock:
+                    self.counters.add("inbound_channel_full")
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    receivers.remove(send)
+
+    # ---- direct request/response ------------------------------------------------------------
+
+    def set_request_handler(self, handler: RequestHandler) -> None:
+        self._request_handler = handler
+
+    def set_hello(self, data: bytes) -> None:
+        """The bytes served on /swarmp2p/hello/1.0.0 (the node's current signed Hello)."""
+        if len(data) > _MAX_HELLO_BYTES:
+            raise ValueError(f"hello of {len(data)} bytes exceeds {_MAX_HELLO_BYTES}")
+        self._hello = data
+
+    async def request(self, peer_id: str, data: bytes, timeout_s: float) -> bytes:
+        if len(data) > self.settings.max_request_bytes:
+            raise NetworkError(f"request of {len(data)} bytes exceeds {self.settings.max_request_bytes}")
+        body = await self._roundtrip(peer_id, FETCH_PROTOCOL, data, self.settings.max_response_bytes + 1, timeout_s)
+        if not body:
+            self.counters.add("response_garbage")
+            raise NetworkError(f"empty response from {peer_id}")
+        status, payload = body[0], body[1:]
+        if status == _STATUS_OK:
+            return payload
+        if status == _STATUS_ERROR:
+            raise NetworkError(f"{peer_id} refused the request: {payload[:200].decode('utf-8', 'replace')}")
+        self.counters.add("response_garbage")
+        raise NetworkError(f"bad response status {status} from {peer_id}")
+
+    async def request_hello(self, peer_id: str, timeout_s: float = 5.0) -> bytes:
+        """The Hello bytes `peer_id` currently serves (b"" when it has none yet)."""
+        return await self._roundtrip(peer_id, HELLO_PROTOCOL, b"", _MAX_HELLO_BYTES, timeout_s)
+
+    async def _roundtrip(
+        self, peer_id: str, protocol: TProtocol, data: bytes, max_response: int, timeout_s: float
+    ) -> bytes:
+        pid = _parse_peer_id(peer_id)
+        if pid is None:
+            raise NetworkError(f"not a peer id: {peer_id!r}")
+        with trio.move_on_after(timeout_s) as scope:
+            stream = None
+            try:
+                await self._ensure_connected(pid)
+                stream = await self.host.new_stream(pid, [protocol])
+                await write_frame(stream, data)
+                return await read_frame(stream, max_response)
+            except FrameTooLarge as error:
+                self.counters.add("response_oversized")
+                raise NetworkError(f"response from {peer_id} too large: {error}") from error
+            except NetworkError:
+                raise
+            except (FrameError, Exception) as error:
+                raise NetworkError(f"{protocol} to {peer_id} failed: {type(error).__name__}: {error}") from error
+            finally:
+                if stream is not None:
+                    with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+                        await _quiet_close(stream)
+        assert scope.cancelled_caught
+        raise NetworkError(f"{protocol} to {peer_id} timed out after {timeout_s:.1f}s")
+
+    async def _serve_fetch(self, stream: Any) -> None:
+        remote = _remote_peer(stream)
+        try:
+            with trio.fail_after(self.settings.handler_timeout_s):
+                request = await read_frame(stream, self.settings.max_request_bytes)
+                handler = self._request_handler
+                if handler is None:
+                    await write_frame(stream, bytes([_STATUS_ERROR]) + b"no request handler")
+                    return
+                try:
+                    response = await handler(remote, request)
+                except Exception as error:
+                    # The node validates requests; anything it raises is that peer's bad request.
+                    self.counters.add("request_handler_error")
+                    logger.debug("request handler failed for %s: %r", remote, error)
+                    await write_frame(stream, bytes([_STATUS_ERROR]) + b"bad request")
+                    return
+                if len(response) > self.settings.max_response_bytes:
+                    self.counters.add("response_oversized")
+                    await write_frame(stream, bytes([_STATUS_ERROR]) + b"response too large")
+                    return
+                await write_frame(stream, bytes([_STATUS_OK]) + response)
+        except FrameTooLarge:
+            self.counters.add("request_oversized")
+            await _quiet_reset(stream)
+        except FrameError:
+            self.counters.add("request_garbage")
+            await _quiet_reset(stream)
+        except trio.TooSlowError:
+            self.counters.add("request_timeout")
+            await _quiet_reset(stream)
+        except Exception as error:  # transport errors while writing: the requester went away
+            logger.debug("fetch stream from %s failed: %r", remote, error)
+            await _quiet_reset(stream)
+        else:
+            await _quiet_close(stream)
+
+    async def _serve_small(self, stream: Any, response: bytes) -> None:
+        try:
+            with trio.fail_after(self.settings.handler_timeout_s):
+                await read_frame(stream, 0)  # the request is an empty frame; anything else is garbage
+                await write_frame(stream, response)
+        except FrameError:
+            self.counters.add("request_garbage")
+            await _quiet_reset(stream)
+        except trio.TooSlowError:
+            self.counters.add("request_timeout")
+            await _quiet_reset(stream)
+        except Exception:
+            await _quiet_reset(stream)
+        else:
+            await _quiet_close(stream)
+
+    async def _serve_hello(self, stream: Any) -> None:
+        await self._serve_small(stream, self._hello)
+
+    async def _serve_peers(self, stream: Any) -> None:
+        await self._serve_small(stream, self._encode_peer_exchange())
+
+    # ---- DHT ------------------------------------------------------------------------------------
+
+    def set_record_check(self, check: Any) -> None:
+        """Application check run on every DHT record put, stored or fetched (raise to reject)."""
+        self.record_validator.check = check
+
+    async def dht_put(self, key: str, value: bytes) -> None:
+        full_key = namespaced_key(self.settings.dht_namespace, key)
+        try:
+            self.dht.validator.validate(full_key, value)  # type: ignore[union-attr]
+        except Exception as error:
+            raise NetworkError(f"DHT record refused: {error}") from error
+        with trio.move_on_after(self.settings.dht_timeout_s):
+            try:
+                await self.dht.put_value(full_key, value)
+            except Exception as error:
+                raise NetworkError(f"DHT put failed: {error}") from error
+        # On timeout the record is still stored locally and served to whoever asks us.
+
+    async def dht_get(self, key: str) -> bytes | None:
+        full_key = namespaced_key(self.settings.dht_namespace, key)
+        with trio.move_on_after(self.settings.dht_timeout_s):
+            try:
+                value = await self.dht.get_value(full_key)
+            except Exception as error:
+                logger.debug("DHT get %s failed: %r", full_key, error)
+                return None
+            if value is None:
+                return None
+            try:
+                self.dht.validator.validate(full_key, value)  # type: ignore[union-attr]
+            except Exception:
+                return None
+            return value
+        return None
+
+    # ---- peers and upkeep -------------------------------------------------------------------
+
+    def connected_peers(self) -> Sequence[str]:
+        return [pid.to_base58() for pid in self.host.get_connected_peers()]
+
+    def add_known_peer(self, peer_id: str, addrs: Sequence[str], *, pinned: bool = False) -> bool:
+        """Learn where a peer listens (from a Hello, peer exchange or the command line)."""
+        if _parse_peer_id(peer_id) is None:
+            return False
+        good = []
+        for addr in addrs:
+            if not _valid_addr(addr):
+                continue
+            base = addr.split("/p2p/")[0]
+            if base:
+                good.append(base)
+        return self.book.learn(peer_id, tuple(good), pinned=pinned)
+
+    def add_bootstrap(self, peer_multiaddr: str) -> str:
+        """Pin a bootstrap peer (re-dialed forever with backoff). Returns its peer id."""
+        peer_id, addr = parse_peer_multiaddr(peer_multiaddr)
+        self.book.learn(peer_id, (addr,), pinned=True)
+        return peer_id
+
+    async def connect(self, peer_multiaddr: str) -> str:
+        """Dial a peer now (bootstrap or test helper). Returns its peer id; raises NetworkError."""
+        try:
+            peer_id, addr = parse_peer_multiaddr(peer_multiaddr)
+        except ValueError as error:
+            raise NetworkError(str(error)) from error
+        self.book.learn(peer_id, (addr,))
+        if not await self._dial(peer_id):
+            raise NetworkError(f"could not connect to {peer_multiaddr}")
+        return peer_id
+
+    async def _ensure_connected(self, pid: ID) -> None:
+        if self.host.get_network().connections.get(pid):
+            return
+        if not await self._dial(pid.to_base58()):
+            raise NetworkError(f"peer {pid.to_base58()} is not reachable")
+
+    async def _dial(self, peer_id: str) -> bool:
+        pid = ID.from_base58(peer_id)
+        addrs = [multiaddr.Multiaddr(a) for a in self.book.addrs(peer_id)]
+        if not addrs:
+            try:
+                addrs = list(self.host.get_peerstore().addrs(pid))
+            except Exception:
+                addrs = []
+        if not addrs:
+            return False
+        self._dialing.add(peer_id)
+        try:
+            with trio.move_on_after(self.settings.dial_timeout_s):
+                await self.host.connect(PeerInfo(pid, addrs))
+                self.book.mark_connected(peer_id)
+                await self._add_dht_peer(pid)
+                return True
+        except Exception as error:
+            logger.debug("dial %s failed: %r", peer_id, error)
+        finally:
+            self._dialing.discard(peer_id)
+        self.counters.add("dial_failed")
+        self.book.dial_failed(peer_id, trio.current_time())
+        return False
+
+    async def _add_dht_peer(self, pid: ID) -> None:
+        key = pid.to_base58()
+        if key in self._dht_peers:
+            return
+        try:
+            if await self.dht.add_peer(pid, skip_server_mode_check=True):
+                self._dht_peers.add(key)
+        except Exception as error:
+            logger.debug("DHT add_peer %s failed: %r", key, error)
+
+    async def _upkeep_loop(self) -> None:
+        """Keep `target_peers` connections: learn from whoever connected to us, re-dial lost peers."""
+        while True:
+            now = trio.current_time()
+            connected = set(self.connected_peers())
+            for peer_id in self.book.connected():
+                if peer_id not in connected:
+                    self.book.mark_disconnected(peer_id, now)
+                    self._dht_peers.discard(peer_id)
+            for peer_id in connected:
+                if peer_id not in self.book:
+                    self._learn_from_peerstore(peer_id)
+                self.book.mark_connected(peer_id)
+                if peer_id not in self._dht_peers:
+                    await self._add_dht_peer(ID.from_base58(peer_id))
+            missing = self.settings.target_peers - len(connected)
+            if missing > 0:
+                for peer_id in self.book.due_for_dial(now, missing):
+                    if peer_id not in self._dialing and peer_id not in connected:
+                        self._dialing.add(peer_id)
+                        self._nursery.start_soon(self._dial, peer_id)
+            await trio.sleep(self.settings.upkeep_interval_s)
+
+    def _learn_from_peerstore(self, peer_id: str) -> None:
+        # Identify fills the peerstore with the peer's listen addrs: enough to re-dial it later.
+        try:
+            addrs = [str(a) for a in self.host.get_peerstore().addrs(ID.from_base58(peer_id))]
+        except Exception:
+            addrs = []
+        self.add_known_peer(peer_id, addrs)
+
+    async def _peer_exchange_loop(self) -> None:
+        while True:
+            now = trio.current_time()
+            connected = sorted(self.connected_peers())
+            askable = [p for p in connected if self._exchange_quiet_until.get(p, 0.0) <= now]
+            if askable:
+                self._exchange_cursor = (self._exchange_cursor + 1) % len(askable)
+                await self.exchange_peers(askable[self._exchange_cursor])
+            # Ask more often while we know few peers: joining should converge in seconds.
+            fast = len(connected) < self.settings.target_peers and len(connected) <= len(self.book)
+            await trio.sleep(self.settings.peer_exchange_interval_s / (4 if fast else 1))
+
+    async def exchange_peers(self, peer_id: str) -> int:
+        """Ask `peer_id` whom it knows; returns how many new peers we learned."""
+        try:
+            raw = await self._roundtrip(peer_id, PEERS_PROTOCOL, b"", _MAX_EXCHANGE_BYTES, 5.0)
+        except NetworkError as error:
+            logger.debug("peer exchange with %s failed: %s", peer_id, error)
+            # A peer without our protocol (a foreign libp2p node) is asked rarely; others soon again.
+            pause = 120.0 if "not supported" in str(error) else 5.0
+            self._exchange_quiet_until[peer_id] = trio.current_time() + pause
+            return 0
+        try:
+            entries = msgpack.unpackb(
+                raw, raw=False, strict_map_key=True, max_array_len=_MAX_EXCHANGE_PEERS, max_map_len=0
+            )
+            if not isinstance(entries, list):
+                raise ValueError("not a list")
+        except Exception:
+            self.counters.add("peer_exchange_garbage")
+            return 0
+        learned = 0
+        for entry in entries[:_MAX_EXCHANGE_PEERS]:
+            if (
+                not isinstance(entry, list)
+                or len(entry) != 2
+                or not isinstance(entry[1], list)
+                or _parse_peer_id(entry[0]) is None
+            ):
+                self.counters.add("peer_exchange_garbage")
+                continue
+            learned += self.add_known_peer(entry[0], entry[1][:8])
+        return learned
+
+    def _encode_peer_exchange(self) -> bytes:
+        entries = [[self._peer_id, self.transport_addrs()]]
+        connected = set(self.connected_peers())
+        for peer_id, addrs in self.book.known():
+            if peer_id in connected and addrs:
+                entries.append([peer_id, list(addrs)])
+            if len(entries) >= _MAX_EXCHANGE_PEERS:
+                break
+        return msgpack.packb(entries)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "peer_id": self._peer_id,
+            "listen_addrs": self.listen_addrs(),
+            "connected_peers": len(self.connected_peers()),
+            "known_peers": len(self.book),
+            "dht_routing_table": self.dht.get_routing_table_size(),
+            "drops": self.counters.snapshot(),
+        }
+
+
+def _remote_peer(stream: Any) -> str:
+    try:
+        return stream.muxed_conn.peer_id.to_base58()
+    except Exception:
+        return "?"
+
+
+async def _quiet_close(stream: Any) -> None:
+    try:
+        await stream.close()
+    except Exception:
+        pass
+
+
+async def _quiet_reset(stream: Any) -> None:
+    try:
+        await stream.reset()
+    except Exception:
+        pass
+
+
+@asynccontextmanager
+async def open_libp2p_network(
+    key_pair: KeyPair, settings: NetworkSettings | None = None
+) -> AsyncIterator[LibP2PNetwork]:
+    """Start a host listening on `settings.listen`, with gossip, DHT and upkeep; stop it on exit."""
+    settings = settings or NetworkSettings()
+    try:
+        listen = [multiaddr.Multiaddr(addr) for addr in settings.listen]
+    except Exception as error:
+        raise ValueError(f"bad listen multiaddr in {settings.listen!r}: {error}") from error
+    bootstrap = []
+    for text in settings.bootstrap:
+        bootstrap.append(text)
+        parse_peer_multiaddr(text)  # fail fast with a clear message
+    counters = DropCounters()
+    host = new_host(key_pair=key_pair, listen_addrs=listen)
+    pubsub = build_gossip(host, settings, counters)
+    dht, record_validator = build_dht(host, settings.dht_namespace, settings.max_dht_value_bytes, counters)
+    async with host.run(listen_addrs=listen):
+        async with background_trio_service(pubsub), background_trio_service(dht):
+            await pubsub.wait_until_ready()
+            async with trio.open_nursery() as nursery:
+                network = LibP2PNetwork(host, pubsub, dht, record_validator, settings, counters, nursery)
+                for text in bootstrap:
+                    network.add_bootstrap(text)
+                nursery.start_soon(network._upkeep_loop)
+                nursery.start_soon(network._peer_exchange_loop)
+                try:
+                    yield network
+                finally:
+                    nursery.cancel_scope.cancel()

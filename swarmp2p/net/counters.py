@@ -1,0 +1,44 @@
+"""Counts of everything the network adapter drops or rejects, so that no loss is silent."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+
+class DropCounters:
+    """A named counter set. Thread-safe increments because libp2p callbacks may run anywhere."""
+
+    # The kinds the adapter reports; listed so dashboards show zeros rather than missing keys.
+    KINDS = (
+        "gossip_outbound_queue_full",
+        "gossip_subscription_queue_full",
+        "gossip_rate_limited",
+        "gossip_oversized_publish",
+        "inbound_channel_full",
+        "request_garbage",
+        "request_oversized",
+        "request_timeout",
+        "request_handler_error",
+        "response_oversized",
+        "response_garbage",
+        "peer_exchange_garbage",
+        "dht_rejected",
+        "dial_failed",
+    )
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter({kind: 0 for kind in self.KINDS})
+
+    def add(self, kind: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[kind] += n
+
+    def __getitem__(self, kind: str) -> int:
+        with self._lock:
+            return self._counts[kind]
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)

@@ -1,0 +1,134 @@
+"""Gossipsub for py-libp2p 0.8.1, configured and instrumented so that nothing is dropped silently.
+
+py-libp2p drops in four places without raising: the per-peer publish rate limit, the per-peer
+outbound RPC queue (32), the per-subscription delivery queue (32), and adaptive heartbeat
+stretching (up to 60 s). The subclasses here raise those limits from settings and count every
+drop that still happens, so the node can report it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+from libp2p.abc import IHost
+from libp2p.peer.id import ID
+from libp2p.pubsub import pubsub as _pubsub_module
+from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
+from libp2p.pubsub.pb import rpc_pb2
+from libp2p.pubsub.pubsub import Pubsub
+from libp2p.pubsub.rpc_queue import RpcQueue
+
+from swarmp2p.net.counters import DropCounters
+from swarmp2p.net.settings import NetworkSettings
+
+# /meshsub/1.1.0 first: measured to interoperate with go-libp2p and js-libp2p; offering only
+# 1.2.0 fails against go. 1.0.0 stays as the floor every implementation speaks.
+GOSSIP_PROTOCOLS = (PROTOCOL_ID_V11, PROTOCOL_ID)
+
+
+class CountingGossipSub(GossipSub):
+    """GossipSub that counts the messages its spam protection rejects."""
+
+    def __init__(self, *, counters: DropCounters, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._drop_counters = counters
+
+    def _check_spam_protection(self, peer_id: ID, msg: rpc_pb2.Message) -> bool:
+        accepted = super()._check_spam_protection(peer_id, msg)
+        if not accepted:
+            self._drop_counters.add("gossip_rate_limited")
+        return accepted
+
+
+class _SizedOutboundQueues(dict[ID, RpcQueue]):
+    """Pubsub's peer -> outbound queue map. Pubsub creates each queue with a hard-coded 32-slot
+    limit; this map enlarges every queue as it is stored and counts rejected pushes."""
+
+    def __init__(self, max_size: int, counters: DropCounters) -> None:
+        super().__init__()
+        self._max_size = max_size
+        self._counters = counters
+
+    def __setitem__(self, peer_id: ID, queue: RpcQueue) -> None:
+        queue._queue.max_size = self._max_size
+        original_push = queue.push
+        counters = self._counters
+
+        def counting_push(rpc: rpc_pb2.RPC, priority: bool = False) -> bool:
+            accepted = original_push(rpc, priority)
+            if not accepted and not queue.closed:
+                counters.add("gossip_outbound_queue_full")
+            return accepted
+
+        queue.push = counting_push  # type: ignore[method-assign]
+        super().__setitem__(peer_id, queue)
+
+
+class CountingPubsub(Pubsub):
+    """Pubsub with bigger, counted per-peer and per-subscription queues."""
+
+    def __init__(
+        self,
+        host: IHost,
+        router: GossipSub,
+        *,
+        counters: DropCounters,
+        outbound_queue_size: int,
+        subscription_queue_size: int,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(host, router, **kwargs)
+        self._drop_counters = counters
+        self._subscription_queue_size = subscription_queue_size
+        self.peer_queues = _SizedOutboundQueues(outbound_queue_size, counters)
+
+    async def subscribe(self, topic_id: str) -> Any:
+        # Pubsub.subscribe reads the module constant synchronously before its first await.
+        previous = _pubsub_module.SUBSCRIPTION_CHANNEL_SIZE
+        _pubsub_module.SUBSCRIPTION_CHANNEL_SIZE = self._subscription_queue_size
+        try:
+            return await super().subscribe(topic_id)
+        finally:
+            _pubsub_module.SUBSCRIPTION_CHANNEL_SIZE = previous
+
+    def notify_subscriptions(self, publish_message: rpc_pb2.Message) -> None:
+        for topic in publish_message.topicIDs:
+            if topic in self.topic_ids:
+                try:
+                    self.subscribed_topics_send[topic].send_nowait(publish_message)
+                except trio.WouldBlock:
+                    self._drop_counters.add("gossip_subscription_queue_full")
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    pass  # unsubscribed meanwhile: nobody is listening, nothing is lost
+
+
+def build_gossip(host: IHost, settings: NetworkSettings, counters: DropCounters) -> CountingPubsub:
+    router = CountingGossipSub(
+        counters=counters,
+        protocols=list(GOSSIP_PROTOCOLS),
+        degree=settings.mesh_degree,
+        degree_low=settings.mesh_degree_low,
+        degree_high=settings.mesh_degree_high,
+        heartbeat_initial_delay=0.1,
+        heartbeat_interval=settings.heartbeat_s,  # type: ignore[arg-type]  # trio.sleep takes floats
+        # Adaptive gossip stretches the heartbeat to 30-60 s when it judges the network unhealthy,
+        # which is exactly when a short heartbeat matters.
+        adaptive_gossip_enabled=False,
+        max_messages_per_topic_per_second=settings.max_messages_per_topic_per_second,
+        # IP-diversity grafting assumes peers on distinct hosts; on loopback every peer shares
+        # 127.0.0.1 and it would churn the mesh for nothing.
+        eclipse_protection_enabled=False,
+        prune_back_off=10,
+    )
+    return CountingPubsub(
+        host,
+        router,
+        counters=counters,
+        outbound_queue_size=settings.outbound_queue_size,
+        subscription_queue_size=settings.subscription_queue_size,
+        # Both sides must sign strictly: a signing-policy mismatch drops every message.
+        strict_signing=True,
+        # Peers that rejoin publish from seqno = their start time; the seen-cache just dedupes.
+        seen_ttl=120,
+    )

@@ -1,0 +1,442 @@
+"""Node assembly: one trio nursery runs the libp2p network, the round loop (Peer), the trainer
+(in a worker thread, through the Peer's offload), the coordinator client, hellos and the dashboard.
+
+Lifecycle of `run_node`:
+1. Load (or create, 0600) the identity; load the trainer in a worker thread (torch import is slow).
+2. Open the libp2p network. Pick the round clock: a chain coordinator when --chain-rpc is given;
+   else the swarm schedule learned from a bootstrap peer's signed Hello; else the schedule saved
+   in <data_dir>/swarm.json by an earlier run (a restarted first peer rejoins its own swarm);
+   else a new swarm whose genesis is now.
+3. Serve and gossip a signed Hello (schedule + listen addrs); learn peers from others' hellos.
+4. Run rounds until SIGINT/SIGTERM: then ask the trainer to stop at its next step, cancel the
+   nursery, save the policy, and return (a few seconds at most).
+
+Each finished round becomes one log line and one JSON line in <data_dir>/rounds.jsonl.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import attrs
+import trio
+
+from swarmp2p.config import register_config
+
+log = logging.getLogger("swarmp2p.node")
+
+NODE_FILE = "node.json"
+ROUNDS_FILE = "rounds.jsonl"
+SWARM_FILE = "swarm.json"
+
+
+def _positive(instance: object, attribute: attrs.Attribute, value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"must be > 0, got {value!r}")
+
+
+@register_config("node")
+@attrs.frozen
+class NodeConfig:
+    """Settings of `swarmp2p node` ([node] section of the config file, or flags)."""
+
+    data_dir: str = ".swarmp2p"
+    """Identity, checkpoints, rounds.jsonl, node.json and swarm.json live here."""
+    identity: str = ""
+    """Identity key file; empty = <data_dir>/identity.key (created on first run, mode 0600)."""
+    listen: tuple[str, ...] = ("/ip4/127.0.0.1/tcp/0",)
+    bootstrap: tuple[str, ...] = ()
+    """Multiaddrs (…/p2p/<peer id>) of peers to join; empty = start a new swarm."""
+    round_seconds: float = attrs.field(default=30.0, validator=_positive)
+    """Round length of a NEW swarm (joiners take the swarm's own from its hellos)."""
+    model: str = "tiny"
+    dashboard_port: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    """Port of the local dashboard (127.0.0.1); 0 = no dashboard."""
+    dashboard_host: str = "127.0.0.1"
+    chain_rpc: str = ""
+    contract: str = ""
+    eth_key: str = ""
+    questions_per_round: int = attrs.field(default=4, validator=attrs.validators.ge(1))
+    n_local: int = attrs.field(default=4, validator=attrs.validators.ge(0))
+    n_external: int = attrs.field(default=4, validator=attrs.validators.ge(0))
+    max_groups_per_peer: int = attrs.field(default=2, validator=attrs.validators.ge(1))
+    hello_interval_s: float = attrs.field(default=5.0, validator=_positive)
+    join_timeout_s: float = attrs.field(default=60.0, validator=_positive)
+    fetch_timeout_s: float = attrs.field(default=5.0, validator=_positive)
+    log_level: str = attrs.field(default="info", validator=attrs.validators.in_(("debug", "info", "warning")))
+
+    def identity_path(self) -> Path:
+        return Path(self.identity) if self.identity else Path(self.data_dir) / "identity.key"
+
+
+class NodeError(Exception):
+    """A node cannot start (bad config, unreachable bootstrap, ...). `str()` is one line."""
+
+
+def hello_topic(swarm_id: str) -> str:
+    return f"swarmp2p/{swarm_id}/hello"
+
+
+# ---- the swarm schedule -----------------------------------------------------------------------
+
+
+def new_schedule(round_seconds: float, now_ms: int) -> Any:
+    from protocol.messages import SwarmSchedule
+
+    return SwarmSchedule(
+        swarm_id=secrets.token_hex(6),
+        genesis_ms=now_ms,
+        round_ms=int(round_seconds * 1000),
+        stage_count=1,
+        seed=secrets.randbits(62),
+    )
+
+
+def save_schedule(data_dir: Path, schedule: Any) -> None:
+    path = data_dir / SWARM_FILE
+    staging = path.with_suffix(".tmp")
+    staging.write_text(json.dumps(attrs.asdict(schedule)))
+    os.replace(staging, path)
+
+
+def load_saved_schedule(data_dir: Path) -> Any | None:
+    from protocol.messages import SwarmSchedule
+
+    path = data_dir / SWARM_FILE
+    try:
+        return SwarmSchedule(**json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (ValueError, TypeError) as error:
+        raise NodeError(f"{path} is corrupt ({error}); delete it to start a new swarm") from None
+
+
+def open_hello(data: bytes, expected_signer: str | None) -> Any:
+    """Verify a sealed Hello; returns it or raises ValueError with the reason."""
+    from protocol.envelope import open_envelope
+    from protocol.errors import ProtocolError
+    from protocol.messages import PROTOCOL_VERSION, Hello
+
+    try:
+        opened = open_envelope(data, max_size=64 * 1024)
+    except ProtocolError as error:
+        raise ValueError(f"bad hello envelope: {error}") from None
+    hello = opened.message
+    if not isinstance(hello, Hello):
+        raise ValueError(f"expected a hello, got {type(hello).__name__}")
+    if expected_signer is not None and opened.signer != expected_signer:
+        raise ValueError(f"hello signed by {opened.signer}, expected {expected_signer}")
+    if hello.protocol_version != PROTOCOL_VERSION:
+        raise ValueError(f"peer speaks protocol {hello.protocol_version}, we speak {PROTOCOL_VERSION}")
+    return hello
+
+
+async def learn_schedule(network: Any, bootstrap: tuple[str, ...], timeout_s: float) -> Any:
+    """Ask bootstrap peers for their signed Hello until one answers; returns its schedule."""
+    from swarmp2p.net import parse_peer_multiaddr
+    from swarmp2p.ports import NetworkError
+
+    peers = [parse_peer_multiaddr(addr)[0] for addr in bootstrap]
+    last_error = "no answer"
+    with trio.move_on_after(timeout_s):
+        while True:
+            for peer_id in peers:
+                try:
+                    raw = await network.request_hello(peer_id, timeout_s=5.0)
+                except NetworkError as error:
+                    last_error = str(error)
+                    continue
+                if not raw:
+                    last_error = f"{peer_id} has no hello yet"
+                    continue
+                try:
+                    hello = open_hello(raw, peer_id)
+                except ValueError as error:
+                    last_error = str(error)
+                    continue
+                network.add_known_peer(hello.peer_id, hello.listen_addrs)
+                return hello.schedule
+            await trio.sleep(1.0)
+    raise NodeError(f"could not learn the swarm schedule from {', '.join(bootstrap)} in {timeout_s:.0f}s: {last_error}")
+
+
+# ---- the node --------------------------------------------------------------------------------
+
+
+class RoundLog:
+    """Turns RoundRecords into a log line and a JSON line in rounds.jsonl."""
+
+    def __init__(self, path: Path, peer_id: str, peers: Callable[[], int], echo: Callable[[str], None]) -> None:
+        self.path = path
+        self.peer_id = peer_id
+        self.peers = peers
+        self.echo = echo
+
+    def __call__(self, record: Any) -> None:
+        data = record.to_json()
+        data["peer_id"] = self.peer_id
+        data["peers"] = self.peers()
+        data["time_ms"] = int(time.time() * 1000)
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(data, sort_keys=True) + "\n")
+        reward = "n/a" if record.reward is None else f"{record.reward:.3f}"
+        rejected = sum(record.rejected.values())
+        state = "" if record.completed else " (abandoned)"
+        self.echo(
+            f"round {record.round}{state} | reward {reward} | peers {data['peers']} | "
+            f"rollouts in {record.rollouts_in} out {record.rollouts_out} | "
+            f"trained on {len(record.external_peers_trained_on)} peers | rejected {rejected}"
+        )
+
+
+def _record_check(key: str, value: bytes) -> None:
+    """DHT records of the swarm are signed envelopes whose signer is the last key segment."""
+    from protocol.envelope import open_envelope
+
+    opened = open_envelope(value)  # raises ProtocolError: rejected and counted by the adapter
+    owner = key.rsplit("/", 1)[-1]
+    if opened.signer != owner:
+        raise ValueError(f"record under {owner} signed by {opened.signer}")
+
+
+def _configure_logging(level: str) -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("swarmp2p").setLevel(level.upper())
+    # py-libp2p logs routine transport churn (refused dials, peers without our protocols) at
+    # WARNING/ERROR; the adapter counts what matters, so keep its voice for --log-level debug.
+    logging.getLogger("libp2p").setLevel(logging.DEBUG if level == "debug" else logging.CRITICAL)
+
+
+async def run_node(
+    config: NodeConfig,
+    trainer_config: Any,
+    *,
+    echo: Callable[[str], None] = print,
+    task_status: trio.TaskStatus[dict[str, Any]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run one node until SIGINT/SIGTERM or cancellation. Raises NodeError on bad setup."""
+    from protocol.envelope import seal
+    from protocol.messages import PROTOCOL_VERSION, Hello
+    from swarmp2p.identity import IdentityError, load_or_create_identity
+    from swarmp2p.net import NetworkSettings, open_libp2p_network
+    from swarmp2p.peer import Peer, PeerSettings
+    from swarmp2p.schedule import RealClock, ScheduleCoordinator
+
+    _configure_logging(config.log_level)
+    data_dir = Path(config.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        identity = load_or_create_identity(config.identity_path())
+    except IdentityError as error:
+        raise NodeError(str(error)) from None
+    try:
+        net_settings = NetworkSettings(listen=config.listen, bootstrap=config.bootstrap)
+    except ValueError as error:
+        raise NodeError(f"network settings: {error}") from None
+
+    echo(f"peer id {identity.peer_id}; loading the model ({config.model})…")
+    policy = await trio.to_thread.run_sync(_build_policy, trainer_config)
+    clock = RealClock()
+
+    try:
+        network_cm = open_libp2p_network(identity.key_pair, net_settings)
+        network = await network_cm.__aenter__()
+    except ValueError as error:
+        raise NodeError(str(error)) from None
+    try:
+        network.set_record_check(_record_check)
+        for addr in config.bootstrap:
+            try:
+                await network.connect(addr)
+            except Exception as error:  # upkeep keeps re-dialing pinned bootstrap peers
+                echo(f"bootstrap {addr} not reachable yet: {error}")
+
+        coordinator, schedule = await _coordinator(config, network, clock, data_dir)
+        save_schedule(data_dir, schedule)
+        peer_settings = PeerSettings(
+            swarm_id=schedule.swarm_id,
+            seed=schedule.seed,
+            tasks=tuple(trainer_config.tasks),
+            questions_per_round=config.questions_per_round,
+            n_local=config.n_local,
+            n_external=config.n_external,
+            max_groups_per_peer=config.max_groups_per_peer,
+            fetch_timeout_s=config.fetch_timeout_s,
+        )
+        rounds_log = RoundLog(
+            data_dir / ROUNDS_FILE, identity.peer_id, lambda: len(network.connected_peers()), echo
+        )
+        peer = Peer(
+            peer_settings,
+            identity.seed,
+            network,
+            coordinator,
+            policy,
+            policy.registry,
+            clock,
+            on_round_complete=rounds_log,
+        )
+
+        def make_hello() -> bytes:
+            try:
+                current = coordinator.info_at(clock.now_ms()).round
+            except Exception:  # a chain coordinator, or before genesis: what our machine knows
+                current = peer.machine.round
+            hello = Hello(
+                protocol_version=PROTOCOL_VERSION,
+                peer_id=identity.peer_id,
+                schedule=schedule,
+                current_round=max(0, current),
+                listen_addrs=tuple(network.listen_addrs()),
+                model=config.model[:64],
+            )
+            return seal(hello, identity.seed)
+
+        network.set_hello(make_hello())
+        hellos = await network.subscribe(hello_topic(schedule.swarm_id))
+        hello_stats: dict[str, int] = {"hellos_accepted": 0, "hellos_rejected": 0}
+
+        def status() -> dict[str, Any]:
+            snapshot = peer.status()
+            snapshot["network"] = network.status()
+            snapshot["hellos"] = dict(hello_stats)
+            snapshot["schedule"] = attrs.asdict(schedule)
+            return snapshot
+
+        info = {
+            "peer_id": identity.peer_id,
+            "listen_addrs": network.listen_addrs(),
+            "schedule": attrs.asdict(schedule),
+            "pid": os.getpid(),
+        }
+        async with trio.open_nursery() as nursery:
+            stopping = trio.Event()
+            nursery.start_soon(_watch_signals, stopping, echo)
+            await nursery.start(peer.run)
+            nursery.start_soon(_hello_loop, network, make_hello, schedule.swarm_id, config.hello_interval_s)
+            nursery.start_soon(_receive_hellos, network, hellos, hello_stats)
+            if config.dashboard_port:
+                from swarmp2p.dashboard import serve_dashboard
+
+                info["dashboard_port"] = await nursery.start(
+                    functools_partial(serve_dashboard, status, host=config.dashboard_host, port=config.dashboard_port)
+                )
+            node_file = data_dir / NODE_FILE
+            node_file.write_text(json.dumps(info, indent=2))
+            addr = network.listen_addrs()[0]
+            echo(f"listening on {addr}")
+            echo(
+                f"swarm {schedule.swarm_id}: round {schedule.round_ms / 1000:g}s. To join from another "
+                f"terminal:\n  swarmp2p node --data-dir <another dir> --bootstrap {addr}"
+            )
+            task_status.started(info)
+            await stopping.wait()
+            # Stop the trainer at its next step boundary so the worker thread returns promptly.
+            cancel = getattr(policy, "cancel", None)
+            if cancel is not None:
+                cancel()
+            nursery.cancel_scope.cancel()
+    finally:
+        with trio.CancelScope(shield=True):
+            await _save_policy(policy, echo)
+            with trio.move_on_after(3):
+                await network_cm.__aexit__(None, None, None)
+    echo("stopped")
+
+
+def functools_partial(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., Any]:
+    import functools
+
+    return functools.partial(fn, *args, **kwargs)
+
+
+def _build_policy(trainer_config: Any) -> Any:
+    from trainer.policy import TrainerPolicy
+
+    return TrainerPolicy(trainer_config)
+
+
+async def _save_policy(policy: Any, echo: Callable[[str], None]) -> None:
+    reset = getattr(policy, "reset_cancel", None)
+    if reset is not None:
+        reset()
+    try:
+        with trio.move_on_after(10):
+            await trio.to_thread.run_sync(policy.save)
+    except Exception as error:
+        echo(f"saving the model failed: {error}")
+
+
+async def _coordinator(config: NodeConfig, network: Any, clock: Any, data_dir: Path) -> tuple[Any, Any]:
+    from swarmp2p.peer import derive_seed
+    from swarmp2p.schedule import ScheduleCoordinator
+
+    if config.chain_rpc:
+        from protocol.messages import SwarmSchedule
+        from swarmp2p.chain import ChainError, open_coordinator
+
+        try:
+            coordinator = open_coordinator(config.chain_rpc, config.contract or None, config.eth_key or None)
+        except ChainError as error:
+            raise NodeError(f"chain: {error}") from None
+        # On a chain the contract is the swarm: its address names it and seeds its questions.
+        contract = config.contract.lower()
+        schedule = SwarmSchedule(
+            swarm_id=f"chain-{contract[2:14]}",
+            genesis_ms=0,
+            round_ms=int(config.round_seconds * 1000),
+            stage_count=1,
+            seed=derive_seed("chain", contract),
+        )
+        return coordinator, schedule
+    if config.bootstrap:
+        schedule = await learn_schedule(network, config.bootstrap, config.join_timeout_s)
+    else:
+        schedule = load_saved_schedule(data_dir) or new_schedule(config.round_seconds, clock.now_ms())
+    try:
+        return ScheduleCoordinator(schedule, clock), schedule
+    except ValueError as error:
+        raise NodeError(f"unusable swarm schedule: {error}") from None
+
+
+async def _watch_signals(stopping: trio.Event, echo: Callable[[str], None]) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            echo(f"{signal.Signals(signum).name}: stopping…")
+            stopping.set()
+            return
+
+
+async def _hello_loop(network: Any, make_hello: Callable[[], bytes], swarm_id: str, interval_s: float) -> None:
+    from swarmp2p.ports import NetworkError
+
+    topic = hello_topic(swarm_id)
+    while True:
+        hello = make_hello()
+        network.set_hello(hello)
+        try:
+            await network.publish(topic, hello)
+        except NetworkError as error:
+            log.debug("hello publish failed: %s", error)
+        await trio.sleep(interval_s)
+
+
+async def _receive_hellos(network: Any, channel: Any, stats: dict[str, int]) -> None:
+    """Learn where peers listen from their signed hellos (so nobody depends on one bootstrap)."""
+    async for message in channel:
+        try:
+            hello = open_hello(message.data, message.transport_sender)
+        except ValueError as error:
+            stats["hellos_rejected"] += 1
+            log.debug("rejected hello from %s: %s", message.transport_sender, error)
+            continue
+        stats["hellos_accepted"] += 1
+        network.add_known_peer(hello.peer_id, hello.listen_addrs)

@@ -1,0 +1,799 @@
+"""The node's round loop, written once: run by `swarmp2p node` (libp2p) and by the simulator.
+
+`Peer` is the only place where the protocol meets IO. It drives `protocol.rounds.RoundMachine`
+with events (coordinator polls, finished work, ticks) and carries out the actions it returns,
+through four ports (swarmp2p/ports.py): NetworkPort, CoordinatorPort, PolicyPort and Clock, plus
+a `protocol.tasks.TaskRegistry` for re-scoring peers' completions.
+
+One round, as the machine sees it:
+
+    poll coordinator -> RoundOpened(r)
+    Generate(r)  questions_for(seed, r, stage, me) -> offload(policy.generate) -> seal batch -> RolloutsReady
+    Publish(r)   announce (sealed RolloutAnnouncement: digest + size) on swarmp2p/<swarm>/announce,
+                 dht_put(/swarmp2p/<swarm>/<r>/<stage>/<me>, envelope), serve FetchRequests for it
+    ...          meanwhile inbound announcements are checked, fetched, verified, kept per sender
+    Tick past the collect deadline -> Train(r): sample_training_groups -> offload(policy.train), save
+    Report(r)    coordinator.submit_reward / submit_winners (failures counted, never fatal)
+
+Inbound handling never raises out of the Peer: protocol failures become counted rejections
+(`rejections[reason]`) and, when the fault is attributable, a strike against the sender in
+`protocol.scoring.PeerScores` (banned at `ban_threshold`). Anything unexpected while handling
+ONE message is logged and counted as "internal_error".
+
+Threads: `offload` runs the synchronous policy calls. A real node passes
+`trio.to_thread.run_sync` bound to ONE CapacityLimiter (the default); the simulator runs them
+inline, because worker threads would break MockClock's deterministic virtual time.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import math
+from collections import Counter, deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from protocol import codec
+from protocol.envelope import peer_id_from_public_key, public_key_from_seed, seal
+from protocol.errors import ProtocolError
+from protocol.messages import (
+    FetchRequest,
+    FetchResponse,
+    QuestionGroup,
+    QuestionRef,
+    RolloutAnnouncement,
+    RolloutBatch,
+)
+from protocol.questions import questions_for
+from protocol.rounds import (
+    AbandonRound,
+    Action,
+    Generate,
+    IllegalTransition,
+    Phase,
+    Publish,
+    Report,
+    ReportFinished,
+    RolloutsReady,
+    RoundMachine,
+    RoundOpened,
+    Tick,
+    Train,
+    TrainingFinished,
+)
+from protocol.sampling import sample_training_groups
+from protocol.scoring import PeerScores
+from protocol.tasks import TaskRegistry
+from protocol.verification import VerificationLimits, verify_batch
+from swarmp2p.peer_cache import VerifyCache
+from swarmp2p.ports import (
+    Clock,
+    CoordinatorError,
+    CoordinatorPort,
+    InboundMessage,
+    NetworkError,
+    NetworkPort,
+    PolicyPort,
+    RoundInfo,
+)
+
+log = logging.getLogger("swarmp2p.peer")
+
+Offload = Callable[..., Awaitable[Any]]
+"""`await offload(sync_fn, *args)` runs `sync_fn(*args)` somewhere and returns its result."""
+
+
+def announce_topic(swarm_id: str) -> str:
+    return f"swarmp2p/{swarm_id}/announce"
+
+
+def batch_dht_key(swarm_id: str, round_number: int, stage: int, peer_id: str) -> str:
+    return f"/swarmp2p/{swarm_id}/{round_number}/{stage}/{peer_id}"
+
+
+def _positive(instance: object, attribute: attrs.Attribute, value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
+
+
+@attrs.frozen
+class PeerSettings:
+    """What every peer of one swarm must agree on (swarm_id, seed, tasks, questions_per_round,
+    verification limits) plus local knobs (sampling split, timeouts, caps)."""
+
+    swarm_id: str
+    seed: int
+    tasks: tuple[str, ...]
+    questions_per_round: int = attrs.field(default=4, validator=attrs.validators.ge(1))
+    n_local: int = attrs.field(default=4, validator=attrs.validators.ge(0))
+    n_external: int = attrs.field(default=4, validator=attrs.validators.ge(0))
+    max_groups_per_peer: int = attrs.field(default=2, validator=attrs.validators.ge(1))
+    ban_threshold: int = attrs.field(default=3, validator=attrs.validators.ge(1))
+    collect_fraction: float = attrs.field(
+        default=0.6, validator=[attrs.validators.gt(0.0), attrs.validators.le(1.0)]
+    )
+    """Share of the time from opening a round to its end spent collecting peers' batches."""
+    fetch_timeout_s: float = attrs.field(default=5.0, validator=_positive)
+    max_fetch_per_round: int = attrs.field(default=256, validator=attrs.validators.ge(1))
+    fetch_concurrency: int = attrs.field(default=8, validator=attrs.validators.ge(1))
+    poll_interval_s: float = attrs.field(default=1.0, validator=_positive)
+    max_announce_bytes: int = attrs.field(default=1024 + 256, validator=attrs.validators.ge(1))
+    max_batch_bytes: int = attrs.field(default=4 * 1024 * 1024 + 256, validator=attrs.validators.ge(1))
+    max_duplicates_per_round: int = attrs.field(default=4, validator=attrs.validators.ge(0))
+    """Identical re-announcements tolerated per sender and round (gossip echoes) before it is a flood."""
+    verification_limits: VerificationLimits = attrs.field(factory=VerificationLimits)
+    reward_tolerance: float = 1e-6
+    keep_published_rounds: int = attrs.field(default=3, validator=attrs.validators.ge(1))
+    winners_count: int = attrs.field(default=3, validator=attrs.validators.ge(1))
+    history_limit: int = attrs.field(default=10_000, validator=attrs.validators.ge(1))
+
+
+@attrs.frozen
+class RoundRecord:
+    """What happened to one peer in one round (a completed round, or one abandoned midway)."""
+
+    round: int
+    stage: int
+    completed: bool
+    reward: float | None  # mean reward of the local completions (None if generation failed)
+    rollouts_in: int  # external groups accepted (verified) this round
+    rollouts_out: int  # groups this peer published
+    external_peers_trained_on: tuple[str, ...]
+    accepted_peers: tuple[str, ...]  # peers whose batches verified this round
+    rejected: Mapping[str, int]
+    opened_ms: int
+    finished_ms: int
+    train_metrics: Mapping[str, float] = attrs.field(factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data = attrs.asdict(self)
+        data["rejected"] = dict(sorted(self.rejected.items()))
+        data["train_metrics"] = dict(sorted(self.train_metrics.items()))
+        data["external_peers_trained_on"] = list(self.external_peers_trained_on)
+        data["accepted_peers"] = list(self.accepted_peers)
+        return data
+
+
+@attrs.define
+class _RoundState:
+    """Mutable working state of the round in progress."""
+
+    round: int
+    stage: int
+    opened_ms: int
+    questions: tuple[QuestionRef, ...] = ()
+    local: list[QuestionGroup] = attrs.Factory(list)
+    rollouts_out: int = 0
+    batch_digest: bytes = b""
+    envelope: bytes = b""
+    external: dict[str, tuple[QuestionGroup, ...]] = attrs.Factory(dict)
+    external_reward: dict[str, float] = attrs.Factory(dict)
+    announced: dict[str, bytes] = attrs.Factory(dict)  # sender -> announced digest
+    duplicates: Counter[str] = attrs.Factory(Counter)
+    fetches: int = 0
+    rejected: Counter[str] = attrs.Factory(Counter)
+    trained_on: tuple[str, ...] = ()
+    train_metrics: dict[str, float] = attrs.Factory(dict)
+
+
+@attrs.frozen
+class _FetchJob:
+    round: int
+    stage: int
+    sender: str
+    digest: bytes
+    group_count: int
+
+
+def _thread_offload() -> Offload:
+    """The real node's offload: one worker thread at a time (the trainer is not re-entrant)."""
+    limiter = trio.CapacityLimiter(1)
+
+    async def offload(fn: Callable[..., Any], *args: Any) -> Any:
+        return await trio.to_thread.run_sync(functools.partial(fn, *args), limiter=limiter)
+
+    return offload
+
+
+def derive_seed(*parts: object) -> int:
+    """A 63-bit seed from sha256 of the parts (never Python's salted hash())."""
+    text = "\x1f".join(str(part) for part in parts).encode()
+    return int.from_bytes(hashlib.sha256(text).digest()[:8], "big") >> 1
+
+
+class Peer:
+    """One swarm member's round loop. Construct, then `await peer.run()` inside a nursery.
+
+    Args:
+        settings: swarm-wide and local parameters (`PeerSettings`).
+        signing_seed: the 32-byte Ed25519 seed of this node's identity; its peer id must equal
+            `network.local_peer_id` (ValueError otherwise).
+        network, coordinator, policy, registry, clock: the ports (swarmp2p/ports.py).
+        offload: `await offload(fn, *args)` runs a synchronous policy call; default: one worker
+            thread (trio.to_thread.run_sync on one CapacityLimiter).
+        on_round_complete: called with each RoundRecord (completed or abandoned); exceptions
+            from it are logged, never propagated.
+        verify_cache: a VerifyCache to share (the simulator shares one across all peers).
+    """
+
+    def __init__(
+        self,
+        settings: PeerSettings,
+        signing_seed: bytes,
+        network: NetworkPort,
+        coordinator: CoordinatorPort,
+        policy: PolicyPort,
+        registry: TaskRegistry,
+        clock: Clock,
+        *,
+        offload: Offload | None = None,
+        on_round_complete: Callable[[RoundRecord], None] | None = None,
+        verify_cache: VerifyCache | None = None,
+    ) -> None:
+        if len(signing_seed) != 32:
+            raise ValueError("signing_seed must be 32 bytes (an Ed25519 seed)")
+        self.settings = settings
+        self.peer_id = peer_id_from_public_key(public_key_from_seed(signing_seed))
+        if network.local_peer_id != self.peer_id:
+            raise ValueError(
+                f"network peer id {network.local_peer_id} does not match the signing key's {self.peer_id}"
+            )
+        self._seed = signing_seed
+        self.network = network
+        self.coordinator = coordinator
+        self.policy = policy
+        self.registry = registry
+        self.clock = clock
+        self._offload = offload or _thread_offload()
+        self._on_round_complete = on_round_complete
+        self.cache = verify_cache if verify_cache is not None else VerifyCache(max_entries=4096)
+
+        self.machine = RoundMachine()
+        self.scores = PeerScores(ban_threshold=settings.ban_threshold)
+        self.history: list[RoundRecord] = []
+        self.rejections: Counter[str] = Counter()
+        self.counters: Counter[str] = Counter()
+        self.topic = announce_topic(settings.swarm_id)
+
+        self._state: _RoundState | None = None
+        self._abandoned: _RoundState | None = None
+        self._last_info: RoundInfo | None = None
+        self._actions: deque[Action] = deque()
+        self._wake = trio.Event()
+        # (round, stage) -> encoded FetchResponse carrying our signed batch, for recent rounds.
+        self._published: dict[tuple[int, int], bytes] = {}
+        # Announcements for the NEXT round that arrived before our own poll saw it open.
+        self._early: dict[int, dict[str, tuple[RolloutAnnouncement, bytes]]] = {}
+        self._fetch_send: trio.MemorySendChannel[_FetchJob] | None = None
+        self._not_found = codec.encode(FetchResponse(found=False, envelope=b""))
+
+    # ---- public surface -------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Join the swarm and run rounds until cancelled."""
+        try:
+            restored = await self._offload(self.policy.load)
+            self.counters["checkpoint_restored" if restored else "checkpoint_fresh"] += 1
+        except Exception:
+            log.exception("%s: loading the checkpoint failed; starting fresh", self.peer_id)
+            self.counters["load_failed"] += 1
+        channel = await self.network.subscribe(self.topic)
+        self.network.set_request_handler(self._serve_fetch)
+        await self._register()
+        send, receive = trio.open_memory_channel[_FetchJob](self.settings.max_fetch_per_round)
+        self._fetch_send = send
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._receive_loop, channel)
+            for _ in range(self.settings.fetch_concurrency):
+                nursery.start_soon(self._fetch_worker, receive.clone())
+            task_status.started()
+            await self._round_loop()
+
+    def status(self) -> dict[str, Any]:
+        """JSON-able snapshot for the dashboard and logs."""
+        return {
+            "peer_id": self.peer_id,
+            "swarm_id": self.settings.swarm_id,
+            "round": self.machine.round,
+            "phase": self.machine.phase.value,
+            "peers": len(self.network.connected_peers()),
+            "history": [record.to_json() for record in self.history[-100:]],
+            "counters": dict(sorted(self.counters.items())),
+            "rejections": dict(sorted(self.rejections.items())),
+            "banned": self.banned_peers(),
+        }
+
+    def is_banned(self, peer_id: str) -> bool:
+        return self.scores.is_banned(peer_id)
+
+    def banned_peers(self) -> list[str]:
+        return sorted(self.scores.banned)
+
+    # ---- the round loop -------------------------------------------------------------------
+
+    async def _register(self) -> None:
+        try:
+            await self.coordinator.register(self.peer_id)
+        except CoordinatorError as error:
+            log.warning("%s: register failed: %s", self.peer_id, error.reason)
+            self.counters["register_failed"] += 1
+        except Exception:
+            log.exception("%s: register failed", self.peer_id)
+            self.counters["register_failed"] += 1
+
+    async def _round_loop(self) -> None:
+        while True:
+            await self._poll()
+            self._feed(Tick())
+            while self._actions:
+                await self._perform(self._actions.popleft())
+                self._feed(Tick())  # the collect deadline may have passed while we worked
+            await self._sleep_until_next()
+
+    async def _poll(self) -> None:
+        try:
+            info = await self.coordinator.current()
+        except CoordinatorError as error:
+            self.counters[f"coordinator_{error.reason}"] += 1
+            return
+        except Exception:
+            log.exception("%s: coordinator poll failed", self.peer_id)
+            self.counters["coordinator_error"] += 1
+            return
+        self._last_info = info
+        if info.round > self.machine.round:
+            now = self.clock.now_ms()
+            remaining = max(0, info.stage_ends_ms - now)
+            collect_until = now + int(self.settings.collect_fraction * remaining)
+            self._abandoned = self._state  # kept for the record if the machine abandons it
+            self._state = _RoundState(round=info.round, stage=info.stage, opened_ms=now)
+            self._feed(RoundOpened(info.round, collect_until, max(info.stage_ends_ms, collect_until)))
+
+    def _feed(self, event: Any) -> None:
+        try:
+            self._actions.extend(self.machine.handle(self.clock.now_ms(), event))
+        except IllegalTransition:
+            # Our own sequencing is wrong: a bug, not bad input. Keep the node alive and visible.
+            log.exception("%s: illegal round transition", self.peer_id)
+            self.counters["internal_error"] += 1
+
+    async def _sleep_until_next(self) -> None:
+        now = self.clock.now_ms()
+        wake_at = now + int(self.settings.poll_interval_s * 1000)
+        if self.machine.phase is Phase.COLLECTING:
+            wake_at = min(wake_at, self.machine.collect_until_ms)
+        if self._last_info is not None and self._last_info.stage_ends_ms >= now:
+            wake_at = min(wake_at, self._last_info.stage_ends_ms)
+        delay_ms = max(1, wake_at - now)
+        with trio.move_on_after(delay_ms / 1000):
+            await self._wake.wait()
+        self._wake = trio.Event()
+
+    async def _perform(self, action: Action) -> None:
+        if isinstance(action, Generate):
+            await self._generate(action.round)
+        elif isinstance(action, Publish):
+            await self._publish(action.round)
+        elif isinstance(action, Train):
+            await self._train(action.round)
+        elif isinstance(action, Report):
+            await self._report(action.round)
+        elif isinstance(action, AbandonRound):
+            self._abandon(action.round)
+
+    def _current(self, round_number: int) -> _RoundState | None:
+        state = self._state
+        return state if state is not None and state.round == round_number else None
+
+    async def _generate(self, round_number: int) -> None:
+        state = self._current(round_number)
+        if state is None:
+            return
+        settings = self.settings
+        state.questions = questions_for(
+            settings.seed,
+            round_number,
+            state.stage,
+            self.peer_id,
+            settings.tasks,
+            settings.questions_per_round,
+        )
+        self._drop_old_early(round_number)
+        early = self._early.pop(round_number, {})
+        for sender in sorted(early):
+            self._consider(*early[sender])
+        try:
+            groups = list(await self._offload(self.policy.generate, state.questions))
+            batch = RolloutBatch(
+                swarm_id=settings.swarm_id,
+                round=round_number,
+                stage=state.stage,
+                peer_id=self.peer_id,
+                groups=tuple(groups),
+            )
+            envelope = seal(batch, self._seed)
+        except Exception:
+            # Our own policy failed: the round is skipped (the next RoundOpened abandons it).
+            log.exception("%s: generation failed in round %d", self.peer_id, round_number)
+            self.counters["generate_failed"] += 1
+            return
+        state.local = groups
+        state.envelope = envelope
+        state.batch_digest = hashlib.sha256(envelope).digest()
+        self._published[(round_number, state.stage)] = codec.encode(
+            FetchResponse(found=True, envelope=envelope)
+        )
+        for key in sorted(self._published)[: -self.settings.keep_published_rounds]:
+            del self._published[key]
+        self._feed(RolloutsReady(round_number))
+
+    async def _publish(self, round_number: int) -> None:
+        state = self._current(round_number)
+        if state is None:
+            return
+        envelope = state.envelope
+        if not envelope:
+            return
+        announcement = RolloutAnnouncement(
+            swarm_id=self.settings.swarm_id,
+            round=round_number,
+            stage=state.stage,
+            peer_id=self.peer_id,
+            batch_digest=state.batch_digest,
+            group_count=len(state.local),
+            size_bytes=len(envelope),
+        )
+        state.rollouts_out = len(state.local)
+        try:
+            await self.network.publish(self.topic, seal(announcement, self._seed))
+            self.counters["published"] += 1
+        except NetworkError as error:
+            log.warning("%s: publish failed: %s", self.peer_id, error)
+            self.counters["publish_failed"] += 1
+        try:
+            await self.network.dht_put(
+                batch_dht_key(self.settings.swarm_id, round_number, state.stage, self.peer_id), envelope
+            )
+        except NetworkError:
+            self.counters["dht_put_failed"] += 1  # best effort: peers fetch directly first
+
+    async def _train(self, round_number: int) -> None:
+        state = self._current(round_number)
+        if state is None:
+            return
+        external = {
+            peer: groups for peer, groups in state.external.items() if not self.scores.is_banned(peer)
+        }
+        sampled = sample_training_groups(
+            state.local,
+            external,
+            n_local=self.settings.n_local,
+            n_external=self.settings.n_external,
+            max_per_peer=self.settings.max_groups_per_peer,
+            seed=derive_seed(self.settings.seed, round_number, self.peer_id, "sample"),
+        )
+        groups = [*sampled.local, *(group for _, group in sampled.external)]
+        state.trained_on = tuple(sorted({peer for peer, _ in sampled.external}))
+        self.counters["dropped_zero_advantage"] += sampled.dropped_zero_advantage
+        if groups:
+            try:
+                metrics = await self._offload(self.policy.train, groups)
+                state.train_metrics = {str(k): float(v) for k, v in dict(metrics or {}).items()}
+                self.counters["trained"] += 1
+            except Exception:
+                log.exception("%s: training failed in round %d", self.peer_id, round_number)
+                self.counters["train_failed"] += 1
+                state.trained_on = ()
+            try:
+                await self._offload(self.policy.save)
+            except Exception:
+                log.exception("%s: checkpoint save failed", self.peer_id)
+                self.counters["save_failed"] += 1
+        self._feed(TrainingFinished(round_number))
+
+    async def _report(self, round_number: int) -> None:
+        state = self._current(round_number)
+        if state is None:
+            return
+        reward = _mean_reward(state.local)
+        ranking = dict(state.external_reward)
+        if reward is not None:
+            ranking[self.peer_id] = reward
+        winners = [peer for peer, _ in sorted(ranking.items(), key=lambda item: (-item[1], item[0]))]
+        winners = winners[: self.settings.winners_count]
+        try:
+            if reward is not None:
+                await self.coordinator.submit_reward(round_number, state.stage, reward, self.peer_id)
+            if winners:
+                await self.coordinator.submit_winners(round_number, winners, self.peer_id)
+        except CoordinatorError as error:
+            log.warning("%s: report failed: %s", self.peer_id, error.reason)
+            self.counters["report_failed"] += 1
+        except Exception:
+            log.exception("%s: report failed", self.peer_id)
+            self.counters["report_failed"] += 1
+        self._finish(state, completed=True)
+        self._feed(ReportFinished(round_number))
+
+    def _abandon(self, round_number: int) -> None:
+        # `_state` already belongs to the new round; the abandoned one was parked in `_abandoned`.
+        state = self._abandoned
+        self._abandoned = None
+        self.counters["abandoned"] += 1
+        if state is not None and state.round == round_number:
+            self._finish(state, completed=False)
+
+    def _finish(self, state: _RoundState, *, completed: bool) -> None:
+        record = RoundRecord(
+            round=state.round,
+            stage=state.stage,
+            completed=completed,
+            reward=_mean_reward(state.local),
+            rollouts_in=sum(len(groups) for groups in state.external.values()),
+            rollouts_out=state.rollouts_out,
+            external_peers_trained_on=state.trained_on,
+            accepted_peers=tuple(sorted(state.external)),
+            rejected=dict(sorted(state.rejected.items())),
+            opened_ms=state.opened_ms,
+            finished_ms=self.clock.now_ms(),
+            train_metrics=state.train_metrics,
+        )
+        self.history.append(record)
+        if len(self.history) > self.settings.history_limit:
+            del self.history[: len(self.history) - self.settings.history_limit]
+        if self._on_round_complete is not None:
+            try:
+                self._on_round_complete(record)
+            except Exception:
+                log.exception("%s: on_round_complete callback failed", self.peer_id)
+
+    # ---- inbound: announcements, fetches, verification -----------------------------------
+
+    async def _receive_loop(self, channel: Any) -> None:
+        async for message in channel:
+            try:
+                self._on_announcement(message)
+            except Exception:
+                log.exception("%s: handling an announcement failed", self.peer_id)
+                self._reject("internal_error", blame=None)
+
+    def _reject(self, reason: str, *, blame: str | None) -> None:
+        self.rejections[reason] += 1
+        if self._state is not None:
+            self._state.rejected[reason] += 1
+        if blame is not None and blame != self.peer_id:
+            self.scores.record_invalid(blame, reason)
+
+    def _on_announcement(self, message: InboundMessage) -> None:
+        sender = message.transport_sender
+        if sender == self.peer_id:
+            return  # our own publish echoed back
+        if self.scores.is_banned(sender):
+            self._reject("banned", blame=None)
+            return
+        if len(message.data) > self.settings.max_announce_bytes:
+            self._reject("oversized", blame=sender)
+            return
+        try:
+            opened = self.cache.open(message.data, max_size=self.settings.max_announce_bytes)
+        except ProtocolError as error:
+            self._reject(error.reason, blame=sender)
+            return
+        announcement = opened.message
+        if not isinstance(announcement, RolloutAnnouncement):
+            self._reject("wrong_kind", blame=sender)
+            return
+        if opened.signer != sender:
+            # Someone relays (or replays) a message signed by another peer as its own.
+            self._reject("sender_mismatch", blame=sender)
+            return
+        if announcement.swarm_id != self.settings.swarm_id:
+            self._reject("wrong_swarm", blame=sender)
+            return
+        current = self.machine.round
+        if announcement.round < current:
+            self._reject("stale_round", blame=None)  # a replay, or a peer lagging behind: not blamed
+        elif announcement.round == current:
+            self._consider(announcement, opened.digest)
+        elif announcement.round == current + 1:
+            early = self._early.setdefault(announcement.round, {})
+            if len(early) < self.settings.max_fetch_per_round and announcement.peer_id not in early:
+                early[announcement.peer_id] = (announcement, opened.digest)
+                self._wake.set()  # the swarm has moved on: poll the coordinator now
+            else:
+                self._reject("future_round", blame=None)
+        else:
+            self._reject("future_round", blame=None)
+
+    def _drop_old_early(self, round_number: int) -> None:
+        for stale in [r for r in self._early if r < round_number]:
+            del self._early[stale]
+
+    def _consider(self, announcement: RolloutAnnouncement, digest: bytes) -> None:
+        """An announcement for the current round: queue a fetch unless it is a repeat or too late."""
+        state = self._state
+        sender = announcement.peer_id
+        if state is None or state.round != announcement.round:
+            self._reject("stale_round", blame=None)
+            return
+        if self.machine.phase not in (Phase.GENERATING, Phase.COLLECTING):
+            self._reject("late", blame=None)
+            return
+        if announcement.stage != state.stage:
+            self._reject("wrong_stage", blame=None)
+            return
+        previous = state.announced.get(sender)
+        if previous is not None:
+            if previous != announcement.batch_digest:
+                self._reject("equivocation", blame=sender)  # two different batches for one round
+                return
+            state.duplicates[sender] += 1
+            over = state.duplicates[sender] == self.settings.max_duplicates_per_round + 1
+            self._reject("flood" if over else "duplicate", blame=sender if over else None)
+            return
+        if announcement.size_bytes > self.settings.max_batch_bytes:
+            self._reject("oversized", blame=sender)
+            return
+        if state.fetches >= self.settings.max_fetch_per_round:
+            self._reject("fetch_limit", blame=None)
+            return
+        state.announced[sender] = announcement.batch_digest
+        job = _FetchJob(
+            round=announcement.round,
+            stage=announcement.stage,
+            sender=sender,
+            digest=announcement.batch_digest,
+            group_count=announcement.group_count,
+        )
+        assert self._fetch_send is not None
+        try:
+            self._fetch_send.send_nowait(job)
+            state.fetches += 1
+        except trio.WouldBlock:
+            self._reject("fetch_queue_full", blame=None)
+
+    async def _fetch_worker(self, receive: trio.MemoryReceiveChannel[_FetchJob]) -> None:
+        async with receive:
+            async for job in receive:
+                try:
+                    await self._fetch_and_verify(job)
+                except Exception:
+                    log.exception("%s: fetching from %s failed unexpectedly", self.peer_id, job.sender)
+                    self._reject("internal_error", blame=None)
+
+    def _still_collecting(self, round_number: int) -> bool:
+        return self.machine.round == round_number and self.machine.phase in (
+            Phase.GENERATING,
+            Phase.COLLECTING,
+        )
+
+    async def _fetch_and_verify(self, job: _FetchJob) -> None:
+        if not self._still_collecting(job.round):
+            self._reject("late", blame=None)
+            return
+        fetched = await self._fetch(job)
+        if fetched is None:
+            self._reject("fetch_failed", blame=None)
+            return
+        envelope, direct = fetched
+        digest = hashlib.sha256(envelope).digest()
+        if digest != job.digest:
+            # From the announcer itself this is a lie; from the DHT it may be someone else's record.
+            self._reject("digest_mismatch", blame=job.sender if direct else None)
+            return
+        try:
+            opened = self.cache.open(envelope, max_size=self.settings.max_batch_bytes)
+        except ProtocolError as error:
+            self._reject(error.reason, blame=job.sender)
+            return
+        batch = opened.message
+        if not isinstance(batch, RolloutBatch):
+            self._reject("wrong_kind", blame=job.sender)
+            return
+        if opened.signer != job.sender:
+            self._reject("sender_mismatch", blame=job.sender)
+            return
+        if (
+            batch.swarm_id != self.settings.swarm_id
+            or batch.round != job.round
+            or batch.stage != job.stage
+            or len(batch.groups) != job.group_count
+        ):
+            self._reject("batch_mismatch", blame=job.sender)
+            return
+        verdict = self.cache.verdict(digest, functools.partial(self._verify, batch))
+        if not verdict.ok:
+            self._reject(verdict.reason or "invalid_batch", blame=job.sender)
+            return
+        if not self._still_collecting(job.round):
+            self._reject("late", blame=None)
+            return
+        state = self._state
+        assert state is not None
+        if self.scores.is_banned(job.sender):
+            self._reject("banned", blame=None)
+            return
+        self.scores.record_valid(job.sender)
+        state.external[job.sender] = batch.groups
+        reward = _mean_reward(batch.groups)
+        if reward is not None:
+            state.external_reward[job.sender] = reward
+        self.counters["accepted_batches"] += 1
+
+    def _verify(self, batch: RolloutBatch) -> Any:
+        settings = self.settings
+        expected = questions_for(
+            settings.seed,
+            batch.round,
+            batch.stage,
+            batch.peer_id,
+            settings.tasks,
+            settings.questions_per_round,
+        )
+        return verify_batch(
+            batch,
+            self.registry,
+            expected_questions=expected,
+            limits=settings.verification_limits,
+            tolerance=settings.reward_tolerance,
+        )
+
+    async def _fetch(self, job: _FetchJob) -> tuple[bytes, bool] | None:
+        """The batch envelope from its announcer (direct stream), else from the DHT."""
+        request = codec.encode(
+            FetchRequest(
+                swarm_id=self.settings.swarm_id, round=job.round, stage=job.stage, peer_id=job.sender
+            )
+        )
+        self.counters["fetches"] += 1
+        with trio.move_on_after(self.settings.fetch_timeout_s * 2):  # belt and braces over the port's timeout
+            try:
+                raw = await self.network.request(job.sender, request, self.settings.fetch_timeout_s)
+                response = codec.decode(raw)
+                if isinstance(response, FetchResponse) and response.found:
+                    return response.envelope, True
+            except (NetworkError, ProtocolError):
+                pass
+        self.counters["dht_fallbacks"] += 1
+        with trio.move_on_after(self.settings.fetch_timeout_s):
+            try:
+                value = await self.network.dht_get(
+                    batch_dht_key(self.settings.swarm_id, job.round, job.stage, job.sender)
+                )
+            except NetworkError:
+                return None
+            if value is not None and len(value) <= self.settings.max_batch_bytes:
+                return value, False
+        return None
+
+    async def _serve_fetch(self, requester: str, data: bytes) -> bytes:
+        """Answer a peer's FetchRequest for one of our recent batches. Never raises."""
+        try:
+            request = codec.decode(data)
+        except ProtocolError as error:
+            self._reject(f"request_{error.reason}", blame=requester)
+            return self._not_found
+        except Exception:
+            log.exception("%s: decoding a fetch request failed", self.peer_id)
+            self._reject("internal_error", blame=None)
+            return self._not_found
+        if not isinstance(request, FetchRequest) or request.swarm_id != self.settings.swarm_id:
+            self._reject("bad_request", blame=requester)
+            return self._not_found
+        if request.peer_id != self.peer_id:
+            return self._not_found
+        self.counters["served"] += 1
+        return self._published.get((request.round, request.stage), self._not_found)
+
+
+def _mean_reward(groups: Sequence[QuestionGroup]) -> float | None:
+    rewards = [completion.reward for group in groups for completion in group.completions]
+    if not rewards:
+        return None
+    mean = math.fsum(rewards) / len(rewards)
+    return mean

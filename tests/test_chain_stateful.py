@@ -1,0 +1,217 @@
+"""The SwarmCoordinator against a Python model of its rules (hypothesis stateful testing).
+
+Every rule sends a real transaction on the in-process chain and checks that it succeeds
+exactly when the model says so, and otherwise reverts with the reason the model predicts
+(so the ORDER of the contract's checks is part of the specification). At the end of every
+example, all views are compared with the model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, rule
+
+from swarmp2p.chain.client import ContractClient
+from swarmp2p.chain.embedded import EmbeddedChain
+from swarmp2p.chain.errors import ChainRevert
+from swarmp2p.chain.schedule import StageSchedule
+
+STAGES = 2
+SCALE = 10**6
+ACTORS = ("manager", "alice", "bob")
+PEERS = ("A1", "A2", "B1", "C1", "")  # small pool: collisions and foreign ids happen often
+_CHAIN: dict[str, Any] = {}
+
+
+def shared_chain() -> tuple[EmbeddedChain, dict[str, Any], Any]:
+    """One chain for the whole module; every example starts from the same snapshot."""
+    if not _CHAIN:
+        chain = EmbeddedChain(StageSchedule(genesis_ms=0, stage_ms=1000, stage_count=STAGES))
+        accounts = {"manager": chain.manager_account}
+        accounts.update({name: chain.account_for(name) for name in ACTORS[1:]})
+        _CHAIN.update(chain=chain, accounts=accounts, snapshot=chain.take_snapshot())
+    return _CHAIN["chain"], _CHAIN["accounts"], _CHAIN["snapshot"]
+
+
+@attrs.define
+class Model:
+    round: int = 0
+    stage: int = 0
+    owner_of: dict[str, str] = attrs.Factory(dict)  # peer id -> actor
+    rewarded: set[tuple[int, int, str]] = attrs.Factory(set)
+    total_reward: dict[str, int] = attrs.Factory(dict)
+    voted: set[tuple[int, str]] = attrs.Factory(set)
+    total_wins: dict[str, int] = attrs.Factory(dict)
+    bootnodes: list[str] = attrs.Factory(list)
+
+    def register(self, actor: str, peer: str) -> str | None:
+        if not peer:
+            return "empty peer id"
+        if self.owner_of.get(peer) == actor:
+            return "peer id already registered"
+        if peer in self.owner_of:
+            return "peer id owned by another address"
+        self.owner_of[peer] = actor
+        return None
+
+    def advance(self, actor: str) -> str | None:
+        if actor != "manager":
+            return "only stage manager"
+        self.stage += 1
+        if self.stage == STAGES:
+            self.round, self.stage = self.round + 1, 0
+        return None
+
+    def _owned(self, actor: str, peer: str) -> str | None:
+        if peer not in self.owner_of:
+            return "peer id not registered"
+        if self.owner_of[peer] != actor:
+            return "sender does not own peer id"
+        return None
+
+    def submit_reward(self, actor: str, round: int, stage: int, reward: int, peer: str) -> str | None:
+        if round > self.round:
+            return "round in the future"
+        if stage >= STAGES:
+            return "invalid stage"
+        if round == self.round and stage > self.stage:
+            return "stage in the future"
+        if reward > SCALE:
+            return "reward out of range"
+        if error := self._owned(actor, peer):
+            return error
+        if (round, stage, peer) in self.rewarded:
+            return "reward already submitted"
+        self.rewarded.add((round, stage, peer))
+        self.total_reward[peer] = self.total_reward.get(peer, 0) + reward
+        return None
+
+    def submit_winners(self, actor: str, round: int, winners: list[str], peer: str) -> str | None:
+        if round > self.round:
+            return "round in the future"
+        if not winners:
+            return "no winners"
+        if error := self._owned(actor, peer):
+            return error
+        if (round, peer) in self.voted:
+            return "winners already submitted"
+        for i, winner in enumerate(winners):
+            if winner in winners[:i]:
+                return "duplicate winner"
+            if winner not in self.owner_of:
+                return "winner not registered"
+        self.voted.add((round, peer))
+        for winner in winners:
+            self.total_wins[winner] = self.total_wins.get(winner, 0) + 1
+        return None
+
+    def add_bootnodes(self, actor: str, addresses: list[str]) -> str | None:
+        if actor != "manager":
+            return "only bootnode manager"
+        if not addresses:
+            return "no bootnodes"
+        if len(self.bootnodes) + len(addresses) > 64:
+            return "too many bootnodes"
+        if "" in addresses:
+            return "empty bootnode"
+        self.bootnodes.extend(addresses)
+        return None
+
+    def remove_bootnode(self, actor: str, index: int) -> str | None:
+        if actor != "manager":
+            return "only bootnode manager"
+        if index >= len(self.bootnodes):
+            return "index out of range"
+        self.bootnodes[index] = self.bootnodes[-1]
+        self.bootnodes.pop()
+        return None
+
+
+class CoordinatorMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        chain, accounts, snapshot = shared_chain()
+        chain.revert_to_snapshot(snapshot)
+        self.clients: dict[str, ContractClient] = {a: chain.client(accounts[a]) for a in ACTORS}
+        self.model = Model()
+
+    def _check(self, expected: str | None, actor: str, function: str, *args: Any) -> None:
+        try:
+            self.clients[actor].transact(function, *args)
+        except ChainRevert as error:
+            assert error.reason == expected, f"{function}{args} by {actor}: chain {error.reason!r}, model {expected!r}"
+        else:
+            assert expected is None, f"{function}{args} by {actor} succeeded; model expected {expected!r}"
+
+    @rule(actor=st.sampled_from(ACTORS), peer=st.sampled_from(PEERS))
+    def register(self, actor: str, peer: str) -> None:
+        self._check(self.model.register(actor, peer), actor, "registerPeer", peer)
+
+    @rule(actor=st.sampled_from(ACTORS))
+    def advance(self, actor: str) -> None:
+        self._check(self.model.advance(actor), actor, "updateStageAndRound")
+
+    @rule(
+        actor=st.sampled_from(ACTORS),
+        round_offset=st.integers(-2, 1),
+        stage=st.integers(0, STAGES),
+        reward=st.sampled_from([0, 1, SCALE // 3, SCALE, SCALE + 1]),
+        peer=st.sampled_from(PEERS),
+    )
+    def submit_reward(self, actor: str, round_offset: int, stage: int, reward: int, peer: str) -> None:
+        round_ = max(self.model.round + round_offset, 0)
+        expected = self.model.submit_reward(actor, round_, stage, reward, peer)
+        self._check(expected, actor, "submitReward", round_, stage, reward, peer)
+
+    @rule(
+        actor=st.sampled_from(ACTORS),
+        round_offset=st.integers(-1, 1),
+        winners=st.lists(st.sampled_from(PEERS[:4] + ("Z9",)), max_size=4),
+        peer=st.sampled_from(PEERS),
+    )
+    def submit_winners(self, actor: str, round_offset: int, winners: list[str], peer: str) -> None:
+        round_ = max(self.model.round + round_offset, 0)
+        expected = self.model.submit_winners(actor, round_, winners, peer)
+        self._check(expected, actor, "submitWinners", round_, winners, peer)
+
+    @rule(
+        actor=st.sampled_from(("manager", "alice")),
+        addresses=st.lists(st.sampled_from(["/ip4/1.2.3.4/tcp/1", "/dns/boot/tcp/2", ""]), max_size=3),
+        count=st.sampled_from([1, 1, 1, 25]),  # sometimes many at once, to reach the cap of 64
+    )
+    def add_bootnodes(self, actor: str, addresses: list[str], count: int) -> None:
+        batch = (addresses * count)[:16]
+        self._check(self.model.add_bootnodes(actor, batch), actor, "addBootnodes", batch)
+
+    @rule(actor=st.sampled_from(("manager", "bob")), index=st.integers(0, 3))
+    def remove_bootnode(self, actor: str, index: int) -> None:
+        self._check(self.model.remove_bootnode(actor, index), actor, "removeBootnode", index)
+
+    def teardown(self) -> None:
+        view = self.clients["alice"].call
+        m = self.model
+        assert view("roundInfo")[:2] == [m.round, m.stage]
+        assert view("peerCount") == len(m.owner_of)
+        assert {view("peerAt", i) for i in range(len(m.owner_of))} == set(m.owner_of)
+        for peer in PEERS[:4]:
+            assert view("totalReward", peer) == m.total_reward.get(peer, 0)
+            assert view("totalWins", peer) == m.total_wins.get(peer, 0)
+        for board, totals in ((view("rewardLeaderboard"), m.total_reward), (view("winnerLeaderboard"), m.total_wins)):
+            # Fewer peers than board places: every scored peer is on it, sorted, with its total.
+            assert {peer for peer, _ in board} == set(totals)
+            assert [score for _, score in board] == sorted((score for _, score in board), reverse=True)
+            assert all(score == totals[peer] for peer, score in board)
+        assert view("getBootnodes") == m.bootnodes
+
+
+TestCoordinatorMachine = CoordinatorMachine.TestCase
+TestCoordinatorMachine.settings = settings(
+    max_examples=30,
+    stateful_step_count=20,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)

@@ -1,0 +1,230 @@
+"""The libp2p NetworkPort adapter, with real py-libp2p hosts on 127.0.0.1 in one process."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+import pytest
+import trio
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.id import ID
+
+from swarmp2p.net import FETCH_PROTOCOL, HELLO_PROTOCOL, LibP2PNetwork, NetworkSettings, open_libp2p_network
+from swarmp2p.net.frames import encode_frame
+from swarmp2p.ports import NetworkError
+
+FAST = NetworkSettings(handler_timeout_s=2.0, peer_exchange_interval_s=0.5, upkeep_interval_s=0.2)
+
+
+def run_swarm(count: int, body: Callable[[list[LibP2PNetwork]], Awaitable[None]], timeout_s: float = 60) -> None:
+    """Start `count` hosts, connect each to the first (a star), run `body`, shut down."""
+
+    async def main() -> None:
+        with trio.fail_after(timeout_s):
+            async with AsyncExitStack() as stack:
+                nets = [
+                    await stack.enter_async_context(open_libp2p_network(create_new_key_pair(), FAST))
+                    for _ in range(count)
+                ]
+                for net in nets[1:]:
+                    await net.connect(nets[0].listen_addrs()[0])
+                await body(nets)
+
+    trio.run(main)
+
+
+async def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    with trio.fail_after(timeout_s):
+        while not predicate():
+            await trio.sleep(0.05)
+
+
+async def raw_stream(net: LibP2PNetwork, target: LibP2PNetwork, protocol: Any) -> Any:
+    return await net.host.new_stream(ID.from_base58(target.local_peer_id), [protocol])
+
+
+def test_star_becomes_mesh_and_gossip_reaches_everyone() -> None:
+    async def body(nets: list[LibP2PNetwork]) -> None:
+        # Everyone dialed only nets[0]; peer exchange must connect the rest to each other.
+        await wait_until(lambda: all(len(n.connected_peers()) == len(nets) - 1 for n in nets))
+        channels = [await n.subscribe("swarmp2p/test/announce") for n in nets]
+        await trio.sleep(1.5)  # a heartbeat or two to graft the mesh
+        await nets[2].publish("swarmp2p/test/announce", b"round 1 batch ready")
+        for i, channel in enumerate(channels):
+            if i == 2:
+                continue
+            with trio.fail_after(5):
+                message = await channel.receive()
+            assert message.data == b"round 1 batch ready"
+            assert message.transport_sender == nets[2].local_peer_id
+        with trio.move_on_after(0.5):
+            own = await channels[2].receive()
+            pytest.fail(f"own publish echoed back: {own}")
+
+    run_swarm(4, body)
+
+
+def test_fetch_roundtrip_large_response_and_failures() -> None:
+    async def body(nets: list[LibP2PNetwork]) -> None:
+        a, b = nets
+        big = bytes(range(256)) * 4096  # 1 MiB
+
+        async def handler(requester: str, data: bytes) -> bytes:
+            if data == b"boom":
+                raise ValueError("malformed request")
+            if data == b"slow":
+                await trio.sleep(30)
+            assert requester == a.local_peer_id
+            return big if data == b"big" else b"echo:" + data
+
+        b.set_request_handler(handler)
+        assert await a.request(b.local_peer_id, b"hi", 5) == b"echo:hi"
+        assert await a.request(b.local_peer_id, b"big", 5) == big
+
+        with pytest.raises(NetworkError, match="refused"):
+            await a.request(b.local_peer_id, b"boom", 5)
+        assert b.counters["request_handler_error"] == 1
+
+        with pytest.raises(NetworkError, match="timed out"):
+            await a.request(b.local_peer_id, b"slow", 0.5)
+
+        with pytest.raises(NetworkError, match="exceeds"):
+            await a.request(b.local_peer_id, b"x" * (FAST.max_request_bytes + 1), 5)
+        with pytest.raises(NetworkError, match="not a peer id"):
+            await a.request("not-a-peer-id!", b"hi", 1)
+        unknown = ID.from_pubkey(create_new_key_pair().public_key).to_base58()
+        with pytest.raises(NetworkError, match="not reachable"):
+            await a.request(unknown, b"hi", 2)
+        # It still works after all of that.
+        assert await a.request(b.local_peer_id, b"again", 5) == b"echo:again"
+
+    run_swarm(2, body)
+
+
+def test_garbage_on_fetch_protocol_is_counted_and_survived() -> None:
+    async def body(nets: list[LibP2PNetwork]) -> None:
+        a, b = nets
+
+        async def handler(requester: str, data: bytes) -> bytes:
+            return b"ok"
+
+        b.set_request_handler(handler)
+
+        # 1. A header claiming 3 GiB: refused from the header alone.
+        stream = await raw_stream(a, b, FETCH_PROTOCOL)
+        await stream.write((3 * 1024**3).to_bytes(4, "big") + b"xxxx")
+        await wait_until(lambda: b.counters["request_oversized"] == 1)
+        await stream.reset()
+
+        # 2. A truncated frame, then the writer goes away.
+        stream = await raw_stream(a, b, FETCH_PROTOCOL)
+        await stream.write(encode_frame(b"hello")[:6])
+        await stream.close()
+        await wait_until(lambda: b.counters["request_garbage"] == 1)
+
+        # 3. A peer that opens the stream and says nothing: timed out by the handler timeout.
+        stream = await raw_stream(a, b, FETCH_PROTOCOL)
+        await wait_until(lambda: b.counters["request_timeout"] == 1, timeout_s=FAST.handler_timeout_s + 5)
+        await stream.reset()
+
+        # 4. Garbage on the hello protocol (which expects an empty frame).
+        stream = await raw_stream(a, b, HELLO_PROTOCOL)
+        await stream.write(encode_frame(b"not empty"))
+        await wait_until(lambda: b.counters["request_garbage"] == 2)
+        await stream.reset()
+
+        assert await a.request(b.local_peer_id, b"still alive?", 5) == b"ok"
+
+    run_swarm(2, body)
+
+
+def test_oversized_response_is_refused_by_the_requester() -> None:
+    async def body(nets: list[LibP2PNetwork]) -> None:
+        a, b = nets
+        a.settings = NetworkSettings(max_response_bytes=1000)  # the requester's own cap
+
+        async def handler(requester: str, data: bytes) -> bytes:
+            return b"z" * 5000
+
+        b.set_request_handler(handler)
+        with pytest.raises(NetworkError, match="too large"):
+            await a.request(b.local_peer_id, b"give", 5)
+        assert a.counters["response_oversized"] == 1
+
+    run_swarm(2, body)
+
+
+def test_oversized_gossip_publish_fails_loudly() -> None:
+    async def body(nets: list[LibP2PNetwork]) -> None:
+        with pytest.raises(NetworkError, match="exceeds"):
+            await nets[0].publish("t", b"x" * (FAST.max_gossip_bytes + 1))
+        assert nets[0].counters["gossip_oversized_publish"] == 1
+
+    run_swarm(1, body)
+
+
+def test_hello_is_served_to_a_joining_peer() -> None:
+    async def body(nets: list[LibP2PNetwork]) -> None:
+        a, b = nets
+        assert await b.request_hello(a.local_peer_id) == b""
+        a.set_hello(b"signed hello bytes")
+        assert await b.request_hello(a.local_peer_id) == b"signed hello bytes"
+
+    run_swarm(2, body)
+
+
+def test_dht_records_are_namespaced_validated_and_shared() -> None:
+    async def body(nets: list[LibP2PNetwork]) -> None:
+        a, b, c = nets
+        await wait_until(lambda: all(n.dht.get_routing_table_size() >= 2 for n in nets))
+
+        def only_signed(key: str, value: bytes) -> None:
+            if not value.startswith(b"signed:"):
+                raise ValueError("unsigned record")
+
+        for net in nets:
+            net.set_record_check(only_signed)
+
+        await a.dht_put("swarm1/3/0/peerA", b"signed:batch")
+        assert await c.dht_get("swarm1/3/0/peerA") == b"signed:batch"
+        assert await c.dht_get("/swarmp2p/swarm1/3/0/peerA") == b"signed:batch"  # same key, full form
+        assert await b.dht_get("swarm1/3/0/missing") is None
+
+        with pytest.raises(NetworkError, match="refused"):
+            await a.dht_put("swarm1/3/0/peerA", b"forged")
+        with pytest.raises(NetworkError, match="refused"):
+            await a.dht_put("k", b"signed:" + b"x" * FAST.max_dht_value_bytes)
+        # Strict validation: a key outside our namespace is refused by the DHT itself.
+        with pytest.raises(Exception, match="[Vv]alidator"):
+            await a.dht.put_value("/other/key", b"signed:x")
+        assert a.counters["dht_rejected"] >= 2
+
+    run_swarm(3, body)
+
+
+def test_lost_peer_is_redialed() -> None:
+    async def body(nets: list[LibP2PNetwork]) -> None:
+        a, b = nets
+        await wait_until(lambda: b.local_peer_id in a.book.connected())
+        await a.host.disconnect(ID.from_base58(b.local_peer_id))
+        await wait_until(lambda: b.local_peer_id not in a.connected_peers(), timeout_s=5)
+        # Upkeep notices the loss and re-dials after the initial backoff.
+        await wait_until(lambda: b.local_peer_id in a.connected_peers(), timeout_s=10)
+
+    run_swarm(2, body)
+
+
+def test_bad_settings_and_addresses_are_clear_errors() -> None:
+    with pytest.raises(ValueError, match="mesh degrees"):
+        NetworkSettings(mesh_degree_low=8, mesh_degree=6)
+    with pytest.raises(ValueError, match="max_gossip_bytes"):
+        NetworkSettings(max_gossip_bytes=2 * 1024 * 1024)
+
+    async def bad_bootstrap() -> None:
+        async with open_libp2p_network(create_new_key_pair(), NetworkSettings(bootstrap=("/ip4/1.2.3.4/tcp/1",))):
+            pass
+
+    with pytest.raises(ValueError, match="p2p"):
+        trio.run(bad_bootstrap)

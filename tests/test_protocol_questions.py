@@ -1,0 +1,114 @@
+"""Question assignment: deterministic, distinct, within range, fair across tasks."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import peer_ids
+
+from protocol import limits
+from protocol.questions import (
+    EVAL_INDEX_BASE,
+    EVAL_INDEX_LIMIT,
+    TRAIN_INDEX_LIMIT,
+    dataset_seed_for,
+    evaluation_questions,
+    questions_for,
+)
+
+THOROUGH = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+task_lists = st.lists(
+    st.text(alphabet="abcdefgh_", min_size=1, max_size=12), min_size=1, max_size=6, unique=True
+)
+seeds = st.integers(0, limits.MAX_UINT63)
+
+
+@THOROUGH
+@given(
+    seed=seeds,
+    round_=st.integers(0, 10**6),
+    stage=st.integers(0, 3),
+    peer=peer_ids,
+    tasks=task_lists,
+    count=st.integers(0, 16),
+)
+def test_questions_are_deterministic_distinct_and_in_range(seed, round_, stage, peer, tasks, count):
+    questions = questions_for(seed, round_, stage, peer, tasks, count)
+    assert questions == questions_for(seed, round_, stage, peer, list(tasks), count)
+    assert len(questions) == count == len(set(questions))
+    for question in questions:
+        assert question.task in tasks
+        assert question.dataset_seed == dataset_seed_for(seed, question.task)
+        assert 0 <= question.index < TRAIN_INDEX_LIMIT
+    # A prefix property: asking for fewer gives the first ones (stable under count changes).
+    assert questions_for(seed, round_, stage, peer, tasks, count // 2) == questions[: count // 2]
+
+
+@THOROUGH
+@given(seed=seeds, round_=st.integers(0, 10**6), peer=peer_ids, other=peer_ids, tasks=task_lists)
+def test_different_peers_rounds_and_stages_get_different_questions(seed, round_, peer, other, tasks):
+    mine = questions_for(seed, round_, 0, peer, tasks, 8)
+    if other != peer:
+        assert mine != questions_for(seed, round_, 0, other, tasks, 8)
+    assert mine != questions_for(seed, round_ + 1, 0, peer, tasks, 8)
+    assert mine != questions_for(seed, round_, 1, peer, tasks, 8)
+
+
+def test_not_salted_by_the_process():
+    code = "from protocol.questions import questions_for; print(questions_for(7, 3, 0, 'p', ['a', 'b'], 4))"
+    runs = {
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+        for _ in "ab"
+    }
+    assert len(runs) == 1 and repr(questions_for(7, 3, 0, "p", ["a", "b"], 4)) in runs.pop()
+
+
+def test_tasks_are_uniform_and_weights_are_respected():
+    tasks = ["a", "b", "c", "d"]
+    uniform = Counter(q.task for r in range(500) for q in questions_for(1, r, 0, "p", tasks, 8))
+    for task in tasks:
+        assert 900 <= uniform[task] <= 1100  # 4000 draws, expectation 1000, sd ~27
+    weighted = Counter(
+        q.task for r in range(500) for q in questions_for(1, r, 0, "p", tasks, 8, weights=[3, 1, 0, 0])
+    )
+    assert set(weighted) == {"a", "b"}
+    assert 2850 <= weighted["a"] <= 3150
+
+
+def test_evaluation_questions_are_disjoint_from_training():
+    evaluation = evaluation_questions(5, ["a", "b"], 50)
+    assert len(evaluation) == len(set(evaluation)) == 100
+    assert all(EVAL_INDEX_BASE <= q.index < EVAL_INDEX_BASE + EVAL_INDEX_LIMIT for q in evaluation)
+    assert EVAL_INDEX_BASE >= TRAIN_INDEX_LIMIT
+    assert evaluation == evaluation_questions(5, ["a", "b"], 50)
+    assert {q.dataset_seed for q in evaluation} == {dataset_seed_for(5, "a"), dataset_seed_for(5, "b")}
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"tasks": []},
+        {"tasks": ["a", "a"]},
+        {"tasks": "ab"},
+        {"tasks": [""]},
+        {"count": -1},
+        {"count": limits.MAX_GROUPS_PER_BATCH + 1},
+        {"seed": -1},
+        {"round": True},
+        {"peer_id": ""},
+        {"weights": [1.0]},
+        {"weights": [0.0, 0.0]},
+        {"weights": [1.0, -1.0]},
+        {"weights": [1.0, float("nan")]},
+    ],
+)
+def test_bad_arguments_are_value_errors(kwargs):
+    arguments = {"seed": 1, "round": 0, "stage": 0, "peer_id": "p", "tasks": ["a", "b"], "count": 2} | kwargs
+    with pytest.raises(ValueError):
+        questions_for(**arguments)

@@ -1,0 +1,131 @@
+"""TrainerConfig: every knob of the GRPO trainer, as plain typed fields.
+
+The lead's config loader fills this from the `[trainer]` section of the node's TOML file, so
+every field is a plain type (str, int, float, bool, tuple) with an attrs validator that turns a
+wrong value into a one-line error at construction time, not a crash mid-training.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+from attrs import validators as v
+
+DEFAULT_TASKS: tuple[str, ...] = (
+    "base_conversion",
+    "basic_arithmetic",
+    "arc_1d",
+    "bf",
+    "propositional_logic",
+    "fraction_simplification",
+    "decimal_arithmetic",
+    "calendar_arithmetic",
+    "binary_matrix",
+)
+
+DEVICES = ("auto", "cpu", "cuda", "mps")
+LOSS_AGGREGATIONS = ("token", "sequence")
+
+
+def _positive(_instance: Any, attribute: attrs.Attribute, value: float) -> None:
+    if value <= 0:
+        raise ValueError(f"trainer.{attribute.name} must be > 0, got {value!r}")
+
+
+def _non_negative(_instance: Any, attribute: attrs.Attribute, value: float) -> None:
+    if value < 0:
+        raise ValueError(f"trainer.{attribute.name} must be >= 0, got {value!r}")
+
+
+def _unit_interval(_instance: Any, attribute: attrs.Attribute, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"trainer.{attribute.name} must be in [0, 1], got {value!r}")
+
+
+def _tuple_of_str(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    return tuple(value)
+
+
+def _tuple_of_float(value: Any) -> tuple[float, ...]:
+    if isinstance(value, str):
+        return tuple(float(part) for part in value.split(",") if part.strip())
+    return tuple(float(x) for x in value)
+
+
+@attrs.frozen
+class TrainerConfig:
+    """Configuration of one peer's trainer. Defaults are cheap enough for a 2-core CPU."""
+
+    # --- model ---
+    model: str = attrs.field(default="tiny", validator=v.instance_of(str))
+    """"tiny" (built offline, cached in data_dir), a Hugging Face model id, or a local folder."""
+    data_dir: str = attrs.field(default=".swarmp2p", converter=str)
+    """Checkpoints, the tiny model cache and evaluation logs live under this folder."""
+    device: str = attrs.field(default="auto", validator=v.in_(DEVICES))
+    threads: int = attrs.field(default=0, validator=[v.instance_of(int), _non_negative])
+    """CPU threads for torch; 0 = all cores."""
+    tiny_hidden_size: int = attrs.field(default=128, validator=[v.instance_of(int), _positive])
+    tiny_layers: int = attrs.field(default=2, validator=[v.instance_of(int), _positive])
+    tiny_vocab_size: int = attrs.field(default=1024, validator=[v.instance_of(int), _positive])
+
+    # --- rollouts ---
+    num_generations: int = attrs.field(default=4, validator=[v.instance_of(int), _positive])
+    """G: completions per question (one GRPO group)."""
+    max_new_tokens: int = attrs.field(default=48, validator=[v.instance_of(int), _positive])
+    max_prompt_tokens: int = attrs.field(default=384, validator=[v.instance_of(int), _positive])
+    """Longer prompts keep their last tokens (where the instruction and answer cue are)."""
+    temperature: float = attrs.field(default=1.0, converter=float, validator=_positive)
+
+    # --- GRPO ---
+    lr: float = attrs.field(default=1e-4, converter=float, validator=_positive)
+    weight_decay: float = attrs.field(default=0.0, converter=float, validator=_non_negative)
+    clip_eps_low: float = attrs.field(default=0.2, converter=float, validator=_non_negative)
+    clip_eps_high: float = attrs.field(default=0.28, converter=float, validator=_non_negative)
+    beta: float = attrs.field(default=0.0, converter=float, validator=_non_negative)
+    """KL coefficient to the frozen initial model; 0 skips the reference model entirely."""
+    loss_aggregation: str = attrs.field(default="token", validator=v.in_(LOSS_AGGREGATIONS))
+    """"token": mean over all completion tokens of the batch (TRL "dapo");
+    "sequence": mean per sequence, then over sequences (TRL "grpo")."""
+    max_grad_norm: float = attrs.field(default=1.0, converter=float, validator=_positive)
+    micro_batch_size: int = attrs.field(default=0, validator=[v.instance_of(int), _non_negative])
+    """Sequences per forward/backward chunk in train(); 0 = the whole batch at once."""
+
+    # --- checkpoints & evaluation ---
+    checkpoint_keep: int = attrs.field(default=3, validator=[v.instance_of(int), _positive])
+    eval_every: int = attrs.field(default=0, validator=[v.instance_of(int), _non_negative])
+    """Evaluate every this many train() calls; 0 = only when asked."""
+    eval_questions_per_task: int = attrs.field(default=8, validator=[v.instance_of(int), _positive])
+    seed: int = attrs.field(default=0, validator=v.instance_of(int))
+
+    # --- data ---
+    tasks: tuple[str, ...] = attrs.field(default=DEFAULT_TASKS, converter=_tuple_of_str)
+    weights: tuple[float, ...] = attrs.field(default=(), converter=_tuple_of_float)
+    """One weight per task; empty = equal weights."""
+    difficulty: int = attrs.field(default=-1, validator=v.instance_of(int))
+    """reasoning-gym curriculum level applied to every task; -1 = each dataset's default config."""
+    format_reward: float = attrs.field(default=0.0, converter=float, validator=_unit_interval)
+    """Weight of the answer-format reward: reward = (1 - w) * correctness + w * format."""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.tasks:
+            raise ValueError("trainer.tasks must name at least one task")
+        if len(set(self.tasks)) != len(self.tasks):
+            raise ValueError(f"trainer.tasks has duplicates: {self.tasks}")
+        if self.weights and len(self.weights) != len(self.tasks):
+            raise ValueError(
+                f"trainer.weights has {len(self.weights)} entries for {len(self.tasks)} tasks"
+            )
+        if any(w < 0 for w in self.weights) or (self.weights and sum(self.weights) <= 0):
+            raise ValueError(f"trainer.weights must be >= 0 with a positive sum, got {self.weights}")
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir)
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return self.data_path / "checkpoints"

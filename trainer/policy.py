@@ -1,0 +1,316 @@
+"""TrainerPolicy: the PolicyPort the node drives: generate, train, save, load (+ evaluate, cancel).
+
+Synchronous and single-threaded by contract: the node calls it from one worker thread. `cancel()`
+may be called from any thread; the running call stops at the next step boundary (a decoding step,
+a micro-batch) by raising `Cancelled`, leaving the model and optimizer as they were before the
+update (the optimizer only steps after every micro-batch has been processed).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from protocol.messages import Completion, QuestionGroup, QuestionRef
+from trainer import checkpoint
+from trainer.config import TrainerConfig
+from trainer.generation import Cancelled, sample
+from trainer.grpo import completion_logps, group_advantages, grpo_loss, is_informative, pack
+from trainer.model import configure_threads, load_model_and_tokenizer, resolve_device
+from trainer.tasks import ReasoningGymRegistry
+
+__all__ = ["Cancelled", "TrainerPolicy"]
+
+_TOKEN_CACHE_SIZE = 8192
+
+
+class TrainerPolicy:
+    def __init__(
+        self,
+        config: TrainerConfig,
+        registry: ReasoningGymRegistry | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        import torch
+
+        self.config = config
+        self.log = log or (lambda _message: None)
+        self.registry = registry or ReasoningGymRegistry(
+            config.tasks, config.weights, config.difficulty, config.format_reward
+        )
+        configure_threads(config)
+        self.device = resolve_device(config.device)
+        random.seed(config.seed)
+        torch.manual_seed(config.seed)
+        self.model, self.tokenizer = load_model_and_tokenizer(config, self.device)
+        self.ref_model = None
+        if config.beta > 0:
+            self.ref_model = copy.deepcopy(self.model).eval()
+            self.ref_model.requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay,
+            foreach=self.device != "cpu" or None,
+        )
+        self.sampler = torch.Generator(device="cpu").manual_seed(config.seed)
+        self.step = 0
+        self.last_eval: dict[str, Any] | None = None
+        self._cancel = threading.Event()
+        self._prompt_cache: OrderedDict[QuestionRef, list[int]] = OrderedDict()
+        self._completion_cache: OrderedDict[tuple[QuestionRef, str], list[int]] = OrderedDict()
+        self._use_chat_template = config.model != "tiny" and bool(getattr(self.tokenizer, "chat_template", None))
+
+    # --- cancellation ---
+    def cancel(self) -> None:
+        """Ask the running (or next) call to stop at its next step boundary."""
+        self._cancel.set()
+
+    def reset_cancel(self) -> None:
+        self._cancel.clear()
+
+    def _check_cancel(self) -> None:
+        if self._cancel.is_set():
+            raise Cancelled("trainer cancelled")
+
+    # --- tokens ---
+    def prompt_ids(self, ref: QuestionRef) -> list[int]:
+        cached = self._prompt_cache.get(ref)
+        if cached is not None:
+            return cached
+        text, _answer = self.registry.question(ref)
+        if self._use_chat_template:
+            ids = self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
+            )
+            ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+        else:
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        # keep the END of an over-long prompt: that is where the answer cue sits
+        ids = list(ids[-self.config.max_prompt_tokens :])
+        _remember(self._prompt_cache, ref, ids)
+        return ids
+
+    def completion_ids(self, ref: QuestionRef, text: str) -> list[int]:
+        """Our own sampled ids when we generated `text`; else the text re-tokenized locally, with EOS
+        appended when it is shorter than the generation limit (it ended rather than being cut)."""
+        cached = self._completion_cache.get((ref, text))
+        if cached is not None:
+            return cached
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][: self.config.max_new_tokens]
+        if len(ids) < self.config.max_new_tokens:
+            ids = [*ids, self.tokenizer.eos_token_id]
+        return ids
+
+    # --- PolicyPort ---
+    def generate(self, questions: Sequence[QuestionRef]) -> list[QuestionGroup]:
+        """G sampled completions per question, each scored by the local registry."""
+        return self._generate(questions, self.config.num_generations, self.config.temperature)
+
+    def _generate(self, questions: Sequence[QuestionRef], repeats: int, temperature: float) -> list[QuestionGroup]:
+        self._check_cancel()
+        if not questions:
+            return []
+        prompts = [self.prompt_ids(ref) for ref in questions]
+        self.model.eval()
+        rows = sample(
+            self.model, prompts, repeats, self.config.max_new_tokens, temperature,
+            eos_id=self.tokenizer.eos_token_id, pad_id=self.tokenizer.pad_token_id,
+            generator=self.sampler, cancel=self._cancel,
+        )
+        groups = []
+        for q, ref in enumerate(questions):
+            completions = []
+            for ids in rows[q * repeats : (q + 1) * repeats]:
+                text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                _remember(self._completion_cache, (ref, text), ids)
+                completions.append(Completion(text=text, reward=self.registry.score(ref, text)))
+            groups.append(QuestionGroup(question=ref, completions=tuple(completions)))
+        return groups
+
+    def train(self, groups: Sequence[QuestionGroup]) -> dict[str, float]:
+        """One GRPO update on `groups` (local and external alike, all as text)."""
+        import torch
+
+        self._check_cancel()
+        started = time.perf_counter()
+        if self.step == 0 and self.config.eval_every and self.last_eval is None:
+            self.evaluate()
+        all_rewards = [c.reward for g in groups for c in g.completions]
+        metrics: dict[str, float] = {
+            "reward_mean": sum(all_rewards) / len(all_rewards) if all_rewards else 0.0,
+            "groups_in": float(len(groups)),
+        }
+        used = [g for g in groups if is_informative([c.reward for c in g.completions])]
+        metrics["groups_used"] = float(len(used))
+        if not used:
+            metrics.update(updated=0.0, step=float(self.step), seconds=time.perf_counter() - started)
+            return metrics
+
+        prompts, completions, advantages = [], [], []
+        for group in used:
+            prompt = self.prompt_ids(group.question)
+            for completion, advantage in zip(
+                group.completions, group_advantages([c.reward for c in group.completions]), strict=True
+            ):
+                prompts.append(prompt)
+                completions.append(self.completion_ids(group.question, completion.text))
+                advantages.append(advantage)
+        batch = pack(prompts, completions, self.tokenizer.pad_token_id)
+        advantage_tensor = torch.tensor(advantages, dtype=torch.float32)
+        total_tokens = float(batch.completion_mask.sum())
+        rows = len(prompts)
+        chunk = self.config.micro_batch_size or rows
+
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum, kl_sum, clip_sum = 0.0, 0.0, 0.0
+        for start in range(0, rows, chunk):
+            self._check_cancel()
+            loss, kl, clip = self._chunk_loss(batch, advantage_tensor, start, min(rows, start + chunk), total_tokens)
+            loss.backward()
+            share = (min(rows, start + chunk) - start) / rows
+            loss_sum += float(loss.detach())
+            kl_sum += kl * share
+            clip_sum += clip * share
+        self._check_cancel()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        metrics.update(
+            loss=loss_sum, kl=kl_sum, clip_fraction=clip_sum, grad_norm=float(grad_norm),
+            completion_tokens=total_tokens, updated=1.0, step=float(self.step),
+            seconds=time.perf_counter() - started,
+        )
+        if self.config.eval_every and self.step % self.config.eval_every == 0:
+            self.evaluate()
+        return metrics
+
+    def _chunk_loss(self, batch: Any, advantages: Any, start: int, end: int, total_tokens: float) -> tuple:
+        import torch
+
+        device = self.device
+        prompt_ids = batch.prompt_ids[start:end]
+        prompt_mask = batch.prompt_mask[start:end]
+        # trim the chunk's own padding so short chunks do not pay for the longest row of the batch
+        keep_p = int(prompt_mask.sum(1).max())
+        comp_mask = batch.completion_mask[start:end]
+        keep_c = max(1, int(comp_mask.sum(1).max()))
+        prompt_ids, prompt_mask = prompt_ids[:, -keep_p:], prompt_mask[:, -keep_p:]
+        comp_ids, comp_mask = batch.completion_ids[start:end, :keep_c], comp_mask[:, :keep_c]
+        input_ids = torch.cat([prompt_ids, comp_ids], 1).to(device)
+        attention = torch.cat([prompt_mask, comp_mask], 1).to(device)
+        comp_mask = comp_mask.to(device)
+        logps = completion_logps(self.model, input_ids, attention, keep_c, self.config.temperature)
+        ref_logps = None
+        if self.ref_model is not None:
+            with torch.no_grad():
+                ref_logps = completion_logps(self.ref_model, input_ids, attention, keep_c, self.config.temperature)
+        parts = grpo_loss(
+            logps, logps.detach(), advantages[start:end].to(device), comp_mask,
+            self.config.clip_eps_low, self.config.clip_eps_high, self.config.beta, ref_logps,
+            self.config.loss_aggregation, normalizer=total_tokens,
+        )
+        loss = parts.loss
+        if self.config.loss_aggregation == "sequence":
+            loss = loss * (end - start) / advantages.numel()
+        return loss, parts.mean_kl, parts.clip_fraction
+
+    # --- checkpoints ---
+    def save(self) -> None:
+        import torch
+
+        state = {
+            "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "step": self.step,
+            "rng": {
+                "python": random.getstate(),
+                "torch": torch.get_rng_state(),
+                "sampler": self.sampler.get_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            },
+            "model_name": self.config.model,
+        }
+        path = checkpoint.write_checkpoint(self.config.checkpoint_dir, self.step, state, self.config.checkpoint_keep)
+        self.log(f"checkpoint saved: {path.name}")
+
+    def load(self) -> bool:
+        """Restore model, optimizer, step and RNG from the newest valid checkpoint."""
+        import torch
+
+        found = checkpoint.read_newest_valid(self.config.checkpoint_dir, self.log)
+        if found is None:
+            return False
+        step, state = found
+        if state.get("model_name") != self.config.model:
+            self.log(f"checkpoint step {step} is for model {state.get('model_name')!r}; not loading it")
+            return False
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step = int(state["step"])
+        rng = state["rng"]
+        random.setstate(_as_random_state(rng["python"]))
+        torch.set_rng_state(rng["torch"])
+        self.sampler.set_state(rng["sampler"])
+        if rng.get("cuda") and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        self.log(f"resumed from checkpoint step {self.step}")
+        return True
+
+    # --- evaluation ---
+    def evaluate(self, samples_to_log: int = 3) -> dict[str, Any]:
+        """Greedy answers on the held-out questions: mean reward and accuracy per task."""
+        questions = self.registry.eval_questions(self.config.eval_questions_per_task, self.config.seed)
+        groups = self._generate(questions, repeats=1, temperature=0.0)
+        per_task: dict[str, dict[str, float]] = {}
+        for task in self.registry.task_names():
+            rewards = [g.completions[0].reward for g in groups if g.question.task == task]
+            per_task[task] = {
+                "reward": sum(rewards) / len(rewards),
+                "accuracy": sum(r >= 0.999 for r in rewards) / len(rewards),
+            }
+        result = {
+            "step": self.step,
+            "reward": sum(t["reward"] for t in per_task.values()) / len(per_task),
+            "accuracy": sum(t["accuracy"] for t in per_task.values()) / len(per_task),
+            "per_task": per_task,
+            "samples": [
+                {"task": g.question.task, "index": g.question.index, "completion": g.completions[0].text,
+                 "reward": g.completions[0].reward}
+                for g in groups[:samples_to_log]
+            ],
+        }
+        self.last_eval = result
+        self.config.data_path.mkdir(parents=True, exist_ok=True)
+        with open(self.config.data_path / "eval.jsonl", "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(result) + "\n")
+        self.log(
+            f"eval step {self.step}: reward {result['reward']:.3f} accuracy {result['accuracy']:.3f}; "
+            f"sample: {result['samples'][0]['completion'][:80]!r}" if result["samples"] else ""
+        )
+        return result
+
+    # --- supervised warm-up (teaches a fresh tiny model the answer format) ---
+    def warmup(self, steps: int, questions_per_step: int = 8, lr: float = 1e-3) -> list[float]:
+        from trainer.warmup import supervised_warmup
+
+        return supervised_warmup(self, steps, questions_per_step, lr)
+
+
+def _remember(cache: OrderedDict, key: Any, value: list[int]) -> None:
+    cache[key] = value
+    cache.move_to_end(key)
+    if len(cache) > _TOKEN_CACHE_SIZE:
+        cache.popitem(last=False)
+
+
+def _as_random_state(state: Any) -> tuple:
+    """random.setstate wants tuples; a weights_only round trip may hand back lists."""
+    version, internal, gauss = state
+    return (version, tuple(internal), gauss)

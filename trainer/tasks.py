@@ -1,0 +1,158 @@
+"""ReasoningGymRegistry: regenerate any named question and score any answer to it, offline.
+
+A question is named by `QuestionRef(task, dataset_seed, index)`. reasoning-gym builds item i of
+a dataset from `Random(seed + i)` (checked for every default task, see tests), so item i does
+not depend on the dataset's `size`: we build each dataset once per (task, dataset_seed) with a
+small size and index it directly, which makes indices of 10_000_000 and more cost nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import random
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+from protocol.messages import QuestionRef
+from trainer.rewards import combine, extract_answer, format_score, safe_score
+
+TRAIN_INDEX_LIMIT = 1_000_000
+"""Training questions use indices below this."""
+EVAL_INDEX_START = 10_000_000
+"""Held-out evaluation questions use indices from here on: disjoint from training by construction."""
+
+DENIED_TASKS: dict[str, str] = {
+    "game_of_life_halting": "reward-hackable: any non-empty answer scores 1.0",
+    "codeio": "unsafe: runs exec() and writes files into the working directory",
+}
+
+PROMPT_TEMPLATE = (
+    "Solve the problem. Think briefly, then give only the final answer between "
+    "<answer> and </answer>.\n\nProblem: {question}\n\nResponse:"
+)
+
+_ITEM_CACHE_SIZE = 4096
+
+
+class TaskError(ValueError):
+    """A task is unknown, denied or failed to generate an item."""
+
+
+class ReasoningGymRegistry:
+    """protocol.tasks.TaskRegistry over reasoning-gym, plus question regeneration and sampling.
+
+    Thread-safe: the node scores from its worker thread while the trainer generates.
+    """
+
+    def __init__(
+        self,
+        tasks: Sequence[str],
+        weights: Sequence[float] = (),
+        difficulty: int = -1,
+        format_weight: float = 0.0,
+    ) -> None:
+        import reasoning_gym.factory as factory
+
+        self._factory = factory
+        names = tuple(tasks)
+        if not names:
+            raise TaskError("no tasks given")
+        for name in names:
+            if name in DENIED_TASKS:
+                raise TaskError(f"task {name!r} is denied: {DENIED_TASKS[name]}")
+            if name not in factory.DATASETS:
+                raise TaskError(f"unknown reasoning-gym task {name!r}")
+        if weights and len(weights) != len(names):
+            raise TaskError(f"{len(weights)} weights for {len(names)} tasks")
+        self._names = names
+        self._weights = tuple(float(w) for w in weights) if weights else tuple(1.0 for _ in names)
+        self._difficulty = difficulty
+        self._format_weight = format_weight
+        self._datasets: dict[tuple[str, int], Any] = {}
+        self._items: OrderedDict[QuestionRef, dict[str, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # --- TaskRegistry port ---
+    def task_names(self) -> tuple[str, ...]:
+        return self._names
+
+    def score(self, question: QuestionRef, completion_text: str) -> float:
+        """Reward in [0, 1]. Never raises: an unknown task or a broken item scores 0."""
+        try:
+            dataset, entry = self._dataset_and_entry(question)
+        except Exception:
+            return 0.0
+        answer = extract_answer(completion_text)
+        with contextlib.redirect_stdout(io.StringIO()):  # some scorers print
+            correctness = safe_score(dataset.score_answer, answer, entry) if answer is not None else 0.0
+        if self._format_weight == 0.0:
+            return correctness
+        return combine(correctness, format_score(completion_text), self._format_weight)
+
+    # --- regeneration ---
+    def question(self, ref: QuestionRef) -> tuple[str, str | None]:
+        """(prompt text, reference answer) for `ref`. Raises TaskError for unknown or denied tasks."""
+        _dataset, entry = self._dataset_and_entry(ref)
+        answer = entry.get("answer")
+        return PROMPT_TEMPLATE.format(question=entry["question"]), (
+            None if answer is None else str(answer)
+        )
+
+    def entry(self, ref: QuestionRef) -> dict[str, Any]:
+        return self._dataset_and_entry(ref)[1]
+
+    def sample(self, rng: random.Random, count: int, dataset_seed: int,
+               index_range: tuple[int, int] = (0, TRAIN_INDEX_LIMIT)) -> list[QuestionRef]:
+        """`count` training questions drawn by task weight, indices uniform in `index_range`."""
+        tasks = rng.choices(self._names, weights=self._weights, k=count)
+        return [QuestionRef(task, dataset_seed, rng.randrange(*index_range)) for task in tasks]
+
+    def eval_questions(self, per_task: int, dataset_seed: int) -> list[QuestionRef]:
+        """The held-out set: the first `per_task` evaluation indices of every task."""
+        return [
+            QuestionRef(task, dataset_seed, EVAL_INDEX_START + i) for task in self._names for i in range(per_task)
+        ]
+
+    # --- internals ---
+    def _dataset(self, task: str, dataset_seed: int) -> Any:
+        key = (task, dataset_seed)
+        dataset = self._datasets.get(key)
+        if dataset is not None:
+            return dataset
+        if task in DENIED_TASKS:
+            raise TaskError(f"task {task!r} is denied: {DENIED_TASKS[task]}")
+        if task not in self._names:
+            raise TaskError(f"task {task!r} is not in this registry's task list")
+        with contextlib.redirect_stdout(io.StringIO()):
+            if self._difficulty >= 0 and task in self._factory.CURRICULA:
+                curriculum = self._factory.create_curriculum(task)
+                curriculum.set_global_level(self._difficulty)
+                config = curriculum.generate_configuration({"seed": dataset_seed, "size": 1})
+                dataset_cls, _config_cls = self._factory.DATASETS[task]
+                dataset = dataset_cls(config=config)
+            else:
+                dataset = self._factory.create_dataset(task, seed=dataset_seed, size=1)
+        self._datasets[key] = dataset
+        return dataset
+
+    def _dataset_and_entry(self, ref: QuestionRef) -> tuple[Any, dict[str, Any]]:
+        if not isinstance(ref.index, int) or ref.index < 0:
+            raise TaskError(f"bad question index {ref.index!r}")
+        with self._lock:
+            dataset = self._dataset(ref.task, ref.dataset_seed)
+            entry = self._items.get(ref)
+            if entry is not None:
+                self._items.move_to_end(ref)
+                return dataset, entry
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):  # bf prints while generating
+                    entry = dataset[ref.index]
+            except Exception as error:
+                raise TaskError(f"{ref.task}[{ref.index}] failed to generate: {error}") from error
+            self._items[ref] = entry
+            if len(self._items) > _ITEM_CACHE_SIZE:
+                self._items.popitem(last=False)
+            return dataset, entry
