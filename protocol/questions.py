@@ -87,6 +87,9 @@ def questions_for(
         raise ValueError(f"count must be an int in [0, {limits.MAX_GROUPS_PER_BATCH}], got {count!r}")
     _check_tasks(tasks)
     cumulative = _cumulative_weights(tasks, weights)
+    drawable = len(tasks) if cumulative is None else len(cumulative)
+    if count > drawable * TRAIN_INDEX_LIMIT:  # only reachable with a tiny index space; never loop forever
+        raise ValueError(f"cannot draw {count} distinct questions from {drawable} task(s)")
     seeds = {task: dataset_seed_for(seed, task) for task in tasks}
 
     chosen: list[QuestionRef] = []

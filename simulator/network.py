@@ -16,6 +16,9 @@ What it models, and why it is enough for the questions the simulator answers:
 - DHT: one shared table; a record is readable by peers that can reach its writer when they read
   (a partitioned side does not see the other side's records). Oldest records are evicted.
 
+Virtual time is quantized to whole milliseconds (`_on_grid`): events that land in the same
+millisecond are handled in one pass of trio's run loop instead of one pass each, which is most of
+the simulator's speed (a 1 ms grid is far below the latencies it models).
 Deliveries go through ONE scheduler task and a heap, not a task per message: 100 peers publishing
 to 99 others each round would otherwise spawn a million tasks over a run.
 Everything random comes from one seeded `random.Random`, drawn in a deterministic order, so a
@@ -69,6 +72,11 @@ class _Node:
     upload_factor: float = 1.0  # < 1 for slow peers
 
 
+def _on_grid(seconds: float) -> float:
+    """Round a virtual time UP to the next whole millisecond."""
+    return math.ceil(seconds * 1000 - 1e-6) / 1000
+
+
 class SimWorld:
     def __init__(
         self,
@@ -86,7 +94,7 @@ class SimWorld:
         self.partitions: list[Partition] = []
         self.dht: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
         self.stats: dict[int, Counter[str]] = {}
-        self._heap: list[tuple[float, int, str, InboundMessage]] = []
+        self._heap: list[tuple[float, int, str, Any]] = []  # gossip deliveries and timed wakeups
         self._seq = 0
         self._wakeup = trio.Event()
         self._latency_cache: dict[tuple[str, str], float] = {}
@@ -180,7 +188,7 @@ class SimWorld:
                 lost += 1
                 continue
             delivered += 1
-            at = now + sent_at + self.latency_s(sender, receiver.peer_id)
+            at = _on_grid(now + sent_at + self.latency_s(sender, receiver.peer_id))
             self._seq += 1
             heapq.heappush(self._heap, (at, self._seq, receiver.peer_id, InboundMessage(topic, sender, data)))
         self._count(
@@ -188,63 +196,81 @@ class SimWorld:
         )
         self._wakeup.set()
 
+    async def _wait_until(self, at: float) -> None:
+        """Park until virtual time `at` (on the ms grid) without a cancel scope per wait: the
+        delivery task wakes every waiter due at one instant in a single pass."""
+        if at <= trio.current_time():
+            await trio.lowlevel.checkpoint()
+            return
+        event = trio.Event()
+        self._seq += 1
+        heapq.heappush(self._heap, (at, self._seq, "", event))
+        self._wakeup.set()
+        await event.wait()
+
     async def run_deliveries(self) -> None:
-        """The one task that hands gossip to subscribers when its latency has passed."""
+        """The one task that hands gossip to subscribers and wakes waiters when their time comes."""
+        heap = self._heap
         while True:
-            if not self._heap:
+            if not heap:
                 await self._wakeup.wait()
                 self._wakeup = trio.Event()
                 continue
-            at = self._heap[0][0]
+            at = heap[0][0]
             if at > trio.current_time():
                 with trio.move_on_at(at):
                     await self._wakeup.wait()
                 self._wakeup = trio.Event()
                 continue
-            _, _, receiver_id, message = heapq.heappop(self._heap)
-            receiver = self.nodes.get(receiver_id)
-            channel = receiver.subscriptions.get(message.topic) if receiver and receiver.online else None
-            if channel is None:
-                self._count(dropped_offline=1)
-                continue
-            try:
-                channel.send_nowait(message)
-            except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
-                self._count(dropped_queue=1)
+            while heap and heap[0][0] <= at:
+                _, _, receiver_id, item = heapq.heappop(heap)
+                if isinstance(item, trio.Event):
+                    item.set()
+                    continue
+                receiver = self.nodes.get(receiver_id)
+                channel = receiver.subscriptions.get(item.topic) if receiver and receiver.online else None
+                if channel is None:
+                    self._count(dropped_offline=1)
+                    continue
+                try:
+                    channel.send_nowait(item)
+                except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+                    self._count(dropped_queue=1)
 
     # ---- direct requests -----------------------------------------------------------------
 
     async def request(self, requester: str, target: str, data: bytes, timeout_s: float) -> bytes:
         started = trio.current_time()
-        deadline = started + timeout_s
+        deadline = _on_grid(started + timeout_s)
         self._count(requests=1, request_bytes=len(data))
         node = self.nodes.get(target)
         if node is None or not node.online or node.handler is None:
-            await trio.sleep(min(timeout_s, self.model.connect_fail_ms / 1000))
+            await self._wait_until(_on_grid(started + min(timeout_s, self.model.connect_fail_ms / 1000)))
             raise NetworkError(f"peer {target} is unreachable")
         if not self.reachable(requester, target) or self._lost():
-            await trio.sleep_until(deadline)
+            await self._wait_until(deadline)
             self._count(request_timeouts=1)
             raise NetworkError(f"request to {target} timed out")
-        await trio.sleep_until(min(deadline, started + self.latency_s(requester, target)))
-        if trio.current_time() >= deadline or not node.online or node.handler is None:
-            raise NetworkError(f"request to {target} failed")
+        # The handler runs when the request is sent rather than one latency later: the serving
+        # peer's state cannot change in a way that matters within one link latency (it published
+        # before it announced), and one wait per request instead of two halves the scheduling work.
         response = await node.handler(requester, data)
-        arrives = self._upload_done_at(node, len(response)) + self.latency_s(target, requester)
+        arrives = self._upload_done_at(node, len(response)) + self.latency_s(requester, target)
+        arrives = _on_grid(arrives + self.latency_s(target, requester))
         if arrives > deadline:
-            await trio.sleep_until(deadline)
+            await self._wait_until(deadline)
             self._count(request_timeouts=1)
             raise NetworkError(f"request to {target} timed out")
-        await trio.sleep_until(arrives)
-        if not self.is_online(requester):
-            raise NetworkError("requester went offline")
+        await self._wait_until(arrives)
+        if not node.online or not self.is_online(requester):
+            raise NetworkError(f"request to {target} failed: peer went offline")
         self._count(responses=1, response_bytes=len(response))
         return response
 
     # ---- DHT -----------------------------------------------------------------------------
 
     async def dht_put(self, writer: str, key: str, value: bytes) -> None:
-        await trio.sleep(self.latency_s(writer, writer) * 2)
+        await self._wait_until(_on_grid(trio.current_time() + self.latency_s(writer, writer) * 2))
         self.dht[key] = (writer, value)
         self.dht.move_to_end(key)
         while len(self.dht) > self.model.dht_max_records:
@@ -252,7 +278,7 @@ class SimWorld:
         self._count(dht_puts=1, dht_bytes=len(value))
 
     async def dht_get(self, reader: str, key: str) -> bytes | None:
-        await trio.sleep(self.latency_s(reader, reader) * 2)
+        await self._wait_until(_on_grid(trio.current_time() + self.latency_s(reader, reader) * 2))
         self._count(dht_gets=1)
         record = self.dht.get(key)
         if record is None or not self.reachable(reader, record[0]):

@@ -32,7 +32,7 @@ from swarmp2p.peer import derive_seed
 @attrs.frozen
 class SimPolicyParams:
     group_size: int = 4
-    learning_rate: float = 0.08
+    learning_rate: float = 0.03
     initial_skill: tuple[float, float] = (0.02, 0.25)  # per-task skill drawn uniformly in this range
     initial_format: tuple[float, float] = (0.2, 0.5)
     generate_cost_s: float = 0.5  # virtual seconds per question

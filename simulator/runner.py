@@ -242,6 +242,7 @@ async def _simulate(
         collect_fraction=scenario.collect_fraction,
         fetch_timeout_s=min(5.0, scenario.round_s / 6),
         max_fetch_per_round=max(64, 2 * scenario.peers),
+        fetch_sample=scenario.fetch_sample,
         poll_interval_s=max(1.0, scenario.round_s / 4),
         verification_limits=VerificationLimits(),
     )

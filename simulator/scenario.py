@@ -7,7 +7,8 @@ does nothing):
     peers = 100           rounds = 50          seed = 7
     round_s = 30.0        questions_per_round = 4
     n_local = 4           n_external = 4       max_groups_per_peer = 2
-    collect_fraction = 0.6                     policy = "sim"        coordinator = "schedule"
+    collect_fraction = 0.6  group_size = 4     fetch_sample = 8 (0 = fetch every batch)
+    policy = "sim"          coordinator = "schedule"
 
     [network]   latency_min_ms, latency_max_ms, jitter_ms, loss, upload_mbit
     [faults]    churn_leave, churn_join, crash_rate, crash_restart_s, late_join_fraction,
@@ -114,14 +115,17 @@ class Scenario:
     max_groups_per_peer: int = attrs.field(default=2, validator=attrs.validators.ge(1))
     collect_fraction: float = attrs.field(default=0.6, validator=[_fraction, _positive])
     group_size: int = attrs.field(default=4, validator=attrs.validators.ge(2))
-    policy: str = attrs.field(default="sim", validator=attrs.validators.in_(("sim", "trainer")))
+    fetch_sample: int = attrs.field(default=8, validator=attrs.validators.ge(0))
+    """Batches each peer fetches and verifies per round (0 = every announced batch)."""
+    policy: str = attrs.field(default="sim", validator=attrs.validators.in_(("sim",)))
+    # "trainer" (the real tiny model via trainer.policy.TrainerPolicy) is not wired yet.
     coordinator: str = attrs.field(default="schedule", validator=attrs.validators.in_(("schedule",)))
     network: NetworkSpec = NetworkSpec()
     faults: FaultSpec = FaultSpec()
     byzantine: ByzantineSpec = ByzantineSpec()
 
     def to_json(self) -> dict[str, Any]:
-        return attrs.asdict(self, recurse=True, retain_collection_types=False)
+        return attrs.asdict(self, recurse=True)
 
 
 def _build(cls: type, table: Any, where: str) -> Any:

@@ -12,15 +12,23 @@ def register(app: typer.Typer) -> None:
 
 
 def node(
-    config: Path | None = typer.Option(None, "--config", help="TOML file with \\[node] and \\[trainer] sections."),
-    data_dir: str | None = typer.Option(None, "--data-dir", help="Where identity, checkpoints and logs live."),
+    config: Path | None = typer.Option(
+        None, "--config", help="TOML file with \\[node] and \\[trainer] sections."
+    ),
+    data_dir: str | None = typer.Option(
+        None, "--data-dir", help="Where identity, checkpoints and logs live."
+    ),
     identity: str | None = typer.Option(None, "--identity", help="Identity key file (created, 0600)."),
     listen: list[str] | None = typer.Option(None, "--listen", help="Listen multiaddr (repeatable)."),
-    bootstrap: list[str] | None = typer.Option(None, "--bootstrap", help="Peer multiaddr to join (repeatable)."),
+    bootstrap: list[str] | None = typer.Option(
+        None, "--bootstrap", help="Peer multiaddr to join (repeatable)."
+    ),
     round_seconds: float | None = typer.Option(None, "--round-seconds", help="Round length of a new swarm."),
     model: str | None = typer.Option(None, "--model", help='"tiny", a local model folder or a model id.'),
     dashboard_port: int | None = typer.Option(None, "--dashboard-port", help="Dashboard port; 0 = off."),
-    chain_rpc: str | None = typer.Option(None, "--chain-rpc", help="Ethereum JSON-RPC URL of the coordinator."),
+    chain_rpc: str | None = typer.Option(
+        None, "--chain-rpc", help="Ethereum JSON-RPC URL of the coordinator."
+    ),
     contract: str | None = typer.Option(None, "--contract", help="SwarmCoordinator contract address."),
     eth_key: str | None = typer.Option(None, "--eth-key", help="Ethereum key file for the coordinator."),
     log_level: str | None = typer.Option(None, "--log-level", help="debug, info or warning."),

@@ -16,6 +16,7 @@ Each finished round becomes one log line and one JSON line in <data_dir>/rounds.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -165,7 +166,9 @@ async def learn_schedule(network: Any, bootstrap: tuple[str, ...], timeout_s: fl
                 network.add_known_peer(hello.peer_id, hello.listen_addrs)
                 return hello.schedule
             await trio.sleep(1.0)
-    raise NodeError(f"could not learn the swarm schedule from {', '.join(bootstrap)} in {timeout_s:.0f}s: {last_error}")
+    raise NodeError(
+        f"could not learn the swarm schedule from {', '.join(bootstrap)} in {timeout_s:.0f}s: {last_error}"
+    )
 
 
 # ---- the node --------------------------------------------------------------------------------
@@ -174,7 +177,9 @@ async def learn_schedule(network: Any, bootstrap: tuple[str, ...], timeout_s: fl
 class RoundLog:
     """Turns RoundRecords into a log line and a JSON line in rounds.jsonl."""
 
-    def __init__(self, path: Path, peer_id: str, peers: Callable[[], int], echo: Callable[[str], None]) -> None:
+    def __init__(
+        self, path: Path, peer_id: str, peers: Callable[[], int], echo: Callable[[str], None]
+    ) -> None:
         self.path = path
         self.peer_id = peer_id
         self.peers = peers
@@ -223,12 +228,11 @@ async def run_node(
     task_status: trio.TaskStatus[dict[str, Any]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run one node until SIGINT/SIGTERM or cancellation. Raises NodeError on bad setup."""
-    from protocol.envelope import seal
-    from protocol.messages import PROTOCOL_VERSION, Hello
+    import multiaddr
+
     from swarmp2p.identity import IdentityError, load_or_create_identity
-    from swarmp2p.net import NetworkSettings, open_libp2p_network
-    from swarmp2p.peer import Peer, PeerSettings
-    from swarmp2p.schedule import RealClock, ScheduleCoordinator
+    from swarmp2p.net import NetworkSettings, open_libp2p_network, parse_peer_multiaddr
+    from swarmp2p.schedule import RealClock
 
     _configure_logging(config.log_level)
     data_dir = Path(config.data_dir)
@@ -239,6 +243,10 @@ async def run_node(
         raise NodeError(str(error)) from None
     try:
         net_settings = NetworkSettings(listen=config.listen, bootstrap=config.bootstrap)
+        for addr in config.bootstrap:
+            parse_peer_multiaddr(addr)
+        for addr in config.listen:
+            multiaddr.Multiaddr(addr)
     except ValueError as error:
         raise NodeError(f"network settings: {error}") from None
 
@@ -247,115 +255,124 @@ async def run_node(
     clock = RealClock()
 
     try:
-        network_cm = open_libp2p_network(identity.key_pair, net_settings)
-        network = await network_cm.__aenter__()
-    except ValueError as error:
-        raise NodeError(str(error)) from None
-    try:
-        network.set_record_check(_record_check)
-        for addr in config.bootstrap:
-            try:
-                await network.connect(addr)
-            except Exception as error:  # upkeep keeps re-dialing pinned bootstrap peers
-                echo(f"bootstrap {addr} not reachable yet: {error}")
-
-        coordinator, schedule = await _coordinator(config, network, clock, data_dir)
-        save_schedule(data_dir, schedule)
-        peer_settings = PeerSettings(
-            swarm_id=schedule.swarm_id,
-            seed=schedule.seed,
-            tasks=tuple(trainer_config.tasks),
-            questions_per_round=config.questions_per_round,
-            n_local=config.n_local,
-            n_external=config.n_external,
-            max_groups_per_peer=config.max_groups_per_peer,
-            fetch_timeout_s=config.fetch_timeout_s,
-        )
-        rounds_log = RoundLog(
-            data_dir / ROUNDS_FILE, identity.peer_id, lambda: len(network.connected_peers()), echo
-        )
-        peer = Peer(
-            peer_settings,
-            identity.seed,
-            network,
-            coordinator,
-            policy,
-            policy.registry,
-            clock,
-            on_round_complete=rounds_log,
-        )
-
-        def make_hello() -> bytes:
-            try:
-                current = coordinator.info_at(clock.now_ms()).round
-            except Exception:  # a chain coordinator, or before genesis: what our machine knows
-                current = peer.machine.round
-            hello = Hello(
-                protocol_version=PROTOCOL_VERSION,
-                peer_id=identity.peer_id,
-                schedule=schedule,
-                current_round=max(0, current),
-                listen_addrs=tuple(network.listen_addrs()),
-                model=config.model[:64],
+        async with open_libp2p_network(identity.key_pair, net_settings) as network:
+            await _run_with_network(
+                config, trainer_config, identity, network, policy, clock, data_dir, echo, task_status
             )
-            return seal(hello, identity.seed)
-
-        network.set_hello(make_hello())
-        hellos = await network.subscribe(hello_topic(schedule.swarm_id))
-        hello_stats: dict[str, int] = {"hellos_accepted": 0, "hellos_rejected": 0}
-
-        def status() -> dict[str, Any]:
-            snapshot = peer.status()
-            snapshot["network"] = network.status()
-            snapshot["hellos"] = dict(hello_stats)
-            snapshot["schedule"] = attrs.asdict(schedule)
-            return snapshot
-
-        info = {
-            "peer_id": identity.peer_id,
-            "listen_addrs": network.listen_addrs(),
-            "schedule": attrs.asdict(schedule),
-            "pid": os.getpid(),
-        }
-        async with trio.open_nursery() as nursery:
-            stopping = trio.Event()
-            nursery.start_soon(_watch_signals, stopping, echo)
-            await nursery.start(peer.run)
-            nursery.start_soon(_hello_loop, network, make_hello, schedule.swarm_id, config.hello_interval_s)
-            nursery.start_soon(_receive_hellos, network, hellos, hello_stats)
-            if config.dashboard_port:
-                from swarmp2p.dashboard import serve_dashboard
-
-                info["dashboard_port"] = await nursery.start(
-                    functools_partial(serve_dashboard, status, host=config.dashboard_host, port=config.dashboard_port)
-                )
-            node_file = data_dir / NODE_FILE
-            node_file.write_text(json.dumps(info, indent=2))
-            addr = network.listen_addrs()[0]
-            echo(f"listening on {addr}")
-            echo(
-                f"swarm {schedule.swarm_id}: round {schedule.round_ms / 1000:g}s. To join from another "
-                f"terminal:\n  swarmp2p node --data-dir <another dir> --bootstrap {addr}"
-            )
-            task_status.started(info)
-            await stopping.wait()
-            # Stop the trainer at its next step boundary so the worker thread returns promptly.
-            cancel = getattr(policy, "cancel", None)
-            if cancel is not None:
-                cancel()
-            nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
             await _save_policy(policy, echo)
-            with trio.move_on_after(3):
-                await network_cm.__aexit__(None, None, None)
     echo("stopped")
 
 
-def functools_partial(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., Any]:
-    import functools
+async def _run_with_network(
+    config: NodeConfig,
+    trainer_config: Any,
+    identity: Any,
+    network: Any,
+    policy: Any,
+    clock: Any,
+    data_dir: Path,
+    echo: Callable[[str], None],
+    task_status: trio.TaskStatus[dict[str, Any]],
+) -> None:
+    from protocol.envelope import seal
+    from protocol.messages import PROTOCOL_VERSION, Hello
+    from swarmp2p.peer import Peer, PeerSettings
 
-    return functools.partial(fn, *args, **kwargs)
+    network.set_record_check(_record_check)
+    for addr in config.bootstrap:
+        try:
+            await network.connect(addr)
+        except Exception as error:  # upkeep keeps re-dialing pinned bootstrap peers
+            echo(f"bootstrap {addr} not reachable yet: {error}")
+
+    coordinator, schedule = await _coordinator(config, network, clock, data_dir)
+    save_schedule(data_dir, schedule)
+    peer_settings = PeerSettings(
+        swarm_id=schedule.swarm_id,
+        seed=schedule.seed,
+        tasks=tuple(trainer_config.tasks),
+        questions_per_round=config.questions_per_round,
+        n_local=config.n_local,
+        n_external=config.n_external,
+        max_groups_per_peer=config.max_groups_per_peer,
+        fetch_timeout_s=config.fetch_timeout_s,
+    )
+    rounds_log = RoundLog(
+        data_dir / ROUNDS_FILE, identity.peer_id, lambda: len(network.connected_peers()), echo
+    )
+    peer = Peer(
+        peer_settings,
+        identity.seed,
+        network,
+        coordinator,
+        policy,
+        policy.registry,
+        clock,
+        on_round_complete=rounds_log,
+    )
+
+    def make_hello() -> bytes:
+        try:
+            current = coordinator.info_at(clock.now_ms()).round
+        except Exception:  # a chain coordinator, or before genesis: what our machine knows
+            current = peer.machine.round
+        hello = Hello(
+            protocol_version=PROTOCOL_VERSION,
+            peer_id=identity.peer_id,
+            schedule=schedule,
+            current_round=max(0, current),
+            listen_addrs=tuple(network.listen_addrs()),
+            model=config.model[:64],
+        )
+        return seal(hello, identity.seed)
+
+    network.set_hello(make_hello())
+    hellos = await network.subscribe(hello_topic(schedule.swarm_id))
+    hello_stats: dict[str, int] = {"hellos_accepted": 0, "hellos_rejected": 0}
+
+    def status() -> dict[str, Any]:
+        snapshot = peer.status()
+        snapshot["network"] = network.status()
+        snapshot["hellos"] = dict(hello_stats)
+        snapshot["schedule"] = attrs.asdict(schedule)
+        return snapshot
+
+    info = {
+        "peer_id": identity.peer_id,
+        "listen_addrs": network.listen_addrs(),
+        "schedule": attrs.asdict(schedule),
+        "pid": os.getpid(),
+    }
+    async with trio.open_nursery() as nursery:
+        stopping = trio.Event()
+        nursery.start_soon(_watch_signals, stopping, echo)
+        await nursery.start(peer.run)
+        nursery.start_soon(_hello_loop, network, make_hello, schedule.swarm_id, config.hello_interval_s)
+        nursery.start_soon(_receive_hellos, network, hellos, hello_stats)
+        if config.dashboard_port:
+            from swarmp2p.dashboard import serve_dashboard
+
+            serve = functools.partial(
+                serve_dashboard, status, host=config.dashboard_host, port=config.dashboard_port
+            )
+            info["dashboard_port"] = await nursery.start(serve)
+        node_file = data_dir / NODE_FILE
+        node_file.write_text(json.dumps(info, indent=2))
+        addr = network.listen_addrs()[0]
+        echo(f"listening on {addr}")
+        echo(
+            f"swarm {schedule.swarm_id}: round {schedule.round_ms / 1000:g}s. To join from another "
+            f"terminal:\n  swarmp2p node --data-dir <another dir> --bootstrap {addr}"
+        )
+        task_status.started(info)
+        await stopping.wait()
+        # Stop the trainer at its next step boundary so the worker thread returns promptly.
+        cancel = getattr(policy, "cancel", None)
+        if cancel is not None:
+            cancel()
+        nursery.cancel_scope.cancel()
 
 
 def _build_policy(trainer_config: Any) -> Any:
@@ -415,7 +432,9 @@ async def _watch_signals(stopping: trio.Event, echo: Callable[[str], None]) -> N
             return
 
 
-async def _hello_loop(network: Any, make_hello: Callable[[], bytes], swarm_id: str, interval_s: float) -> None:
+async def _hello_loop(
+    network: Any, make_hello: Callable[[], bytes], swarm_id: str, interval_s: float
+) -> None:
     from swarmp2p.ports import NetworkError
 
     topic = hello_topic(swarm_id)

@@ -120,6 +120,13 @@ class PeerSettings:
     """Share of the time from opening a round to its end spent collecting peers' batches."""
     fetch_timeout_s: float = attrs.field(default=5.0, validator=_positive)
     max_fetch_per_round: int = attrs.field(default=256, validator=attrs.validators.ge(1))
+    fetch_sample: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    """0: fetch and verify EVERY announced batch. N > 0: fetch about N per round, chosen by a
+    per-(round, peer, sender) hash (unbiased, different for every peer), plus one more for each
+    fetch or verification that fails. Bandwidth and CPU per round then stay O(N), not O(swarm)."""
+    ban_on_proof: bool = True
+    """Ban at once on signed proof of lying (a forged reward, two batches for one round), instead
+    of waiting for `ban_threshold` strikes: honest peers cannot produce such proof by accident."""
     fetch_concurrency: int = attrs.field(default=8, validator=attrs.validators.ge(1))
     poll_interval_s: float = attrs.field(default=1.0, validator=_positive)
     max_announce_bytes: int = attrs.field(default=1024 + 256, validator=attrs.validators.ge(1))
@@ -159,6 +166,15 @@ class RoundRecord:
         return data
 
 
+@attrs.frozen
+class _FetchJob:
+    round: int
+    stage: int
+    sender: str
+    digest: bytes
+    group_count: int
+
+
 @attrs.define
 class _RoundState:
     """Mutable working state of the round in progress."""
@@ -176,18 +192,16 @@ class _RoundState:
     announced: dict[str, bytes] = attrs.Factory(dict)  # sender -> announced digest
     duplicates: Counter[str] = attrs.Factory(Counter)
     fetches: int = 0
+    fetch_probability: float = 1.0
+    deferred: dict[str, tuple[float, _FetchJob]] = attrs.Factory(dict)  # sampled out, for top-ups
     rejected: Counter[str] = attrs.Factory(Counter)
     trained_on: tuple[str, ...] = ()
     train_metrics: dict[str, float] = attrs.Factory(dict)
 
 
-@attrs.frozen
-class _FetchJob:
-    round: int
-    stage: int
-    sender: str
-    digest: bytes
-    group_count: int
+PROOF_OF_LYING = frozenset({"forged_reward", "equivocation"})
+"""Rejection reasons backed by the sender's own signature: a batch whose claimed rewards the
+deterministic re-scoring contradicts, or two different batches signed for one round."""
 
 
 def _thread_offload() -> Offload:
@@ -352,6 +366,9 @@ class Peer:
             collect_until = now + int(self.settings.collect_fraction * remaining)
             self._abandoned = self._state  # kept for the record if the machine abandons it
             self._state = _RoundState(round=info.round, stage=info.stage, opened_ms=now)
+            if self.settings.fetch_sample:
+                expected = max(1, len(self.network.connected_peers()))
+                self._state.fetch_probability = min(1.0, self.settings.fetch_sample / expected)
             self._feed(RoundOpened(info.round, collect_until, max(info.stage_ends_ms, collect_until)))
 
     def _feed(self, event: Any) -> None:
@@ -555,12 +572,20 @@ class Peer:
     # ---- inbound: announcements, fetches, verification -----------------------------------
 
     async def _receive_loop(self, channel: Any) -> None:
-        async for message in channel:
-            try:
-                self._on_announcement(message)
-            except Exception:
-                log.exception("%s: handling an announcement failed", self.peer_id)
-                self._reject("internal_error", blame=None)
+        async for first in channel:
+            # Drain whatever else is already queued without yielding per message: a burst of
+            # announcements then costs one scheduler round trip, not one each.
+            message = first
+            while True:
+                try:
+                    self._on_announcement(message)
+                except Exception:
+                    log.exception("%s: handling an announcement failed", self.peer_id)
+                    self._reject("internal_error", blame=None)
+                try:
+                    message = channel.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
 
     def _reject(self, reason: str, *, blame: str | None) -> None:
         self.rejections[reason] += 1
@@ -568,6 +593,8 @@ class Peer:
             self._state.rejected[reason] += 1
         if blame is not None and blame != self.peer_id:
             self.scores.record_invalid(blame, reason)
+            if self.settings.ban_on_proof and reason in PROOF_OF_LYING:
+                self.scores.banned.add(blame)
 
     def _on_announcement(self, message: InboundMessage) -> None:
         sender = message.transport_sender
@@ -650,6 +677,15 @@ class Peer:
             digest=announcement.batch_digest,
             group_count=announcement.group_count,
         )
+        if state.fetch_probability < 1.0:
+            priority = derive_seed(self.settings.seed, state.round, self.peer_id, sender, "fetch") / 2**63
+            if priority >= state.fetch_probability:
+                state.deferred[sender] = (priority, job)
+                self.counters["fetch_deferred"] += 1
+                return
+        self._enqueue_fetch(state, job)
+
+    def _enqueue_fetch(self, state: _RoundState, job: _FetchJob) -> None:
         assert self._fetch_send is not None
         try:
             self._fetch_send.send_nowait(job)
@@ -657,14 +693,29 @@ class Peer:
         except trio.WouldBlock:
             self._reject("fetch_queue_full", blame=None)
 
+    def _top_up(self, round_number: int) -> None:
+        """A sampled fetch failed: fetch the next deferred batch instead (lowest priority first)."""
+        state = self._current(round_number)
+        if state is None or not state.deferred or not self._still_collecting(round_number):
+            return
+        sender = min(state.deferred, key=lambda peer: (state.deferred[peer][0], peer))
+        _, job = state.deferred.pop(sender)
+        if self.scores.is_banned(sender):
+            self._top_up(round_number)
+            return
+        self._enqueue_fetch(state, job)
+
     async def _fetch_worker(self, receive: trio.MemoryReceiveChannel[_FetchJob]) -> None:
         async with receive:
             async for job in receive:
                 try:
-                    await self._fetch_and_verify(job)
+                    accepted = await self._fetch_and_verify(job)
                 except Exception:
                     log.exception("%s: fetching from %s failed unexpectedly", self.peer_id, job.sender)
                     self._reject("internal_error", blame=None)
+                    accepted = False
+                if not accepted:
+                    self._top_up(job.round)
 
     def _still_collecting(self, round_number: int) -> bool:
         return self.machine.round == round_number and self.machine.phase in (
@@ -672,32 +723,32 @@ class Peer:
             Phase.COLLECTING,
         )
 
-    async def _fetch_and_verify(self, job: _FetchJob) -> None:
+    async def _fetch_and_verify(self, job: _FetchJob) -> bool:
         if not self._still_collecting(job.round):
             self._reject("late", blame=None)
-            return
+            return False
         fetched = await self._fetch(job)
         if fetched is None:
             self._reject("fetch_failed", blame=None)
-            return
+            return False
         envelope, direct = fetched
         digest = hashlib.sha256(envelope).digest()
         if digest != job.digest:
             # From the announcer itself this is a lie; from the DHT it may be someone else's record.
             self._reject("digest_mismatch", blame=job.sender if direct else None)
-            return
+            return False
         try:
             opened = self.cache.open(envelope, max_size=self.settings.max_batch_bytes)
         except ProtocolError as error:
             self._reject(error.reason, blame=job.sender)
-            return
+            return False
         batch = opened.message
         if not isinstance(batch, RolloutBatch):
             self._reject("wrong_kind", blame=job.sender)
-            return
+            return False
         if opened.signer != job.sender:
             self._reject("sender_mismatch", blame=job.sender)
-            return
+            return False
         if (
             batch.swarm_id != self.settings.swarm_id
             or batch.round != job.round
@@ -705,25 +756,26 @@ class Peer:
             or len(batch.groups) != job.group_count
         ):
             self._reject("batch_mismatch", blame=job.sender)
-            return
+            return False
         verdict = self.cache.verdict(digest, functools.partial(self._verify, batch))
         if not verdict.ok:
             self._reject(verdict.reason or "invalid_batch", blame=job.sender)
-            return
+            return False
         if not self._still_collecting(job.round):
             self._reject("late", blame=None)
-            return
+            return False
         state = self._state
         assert state is not None
         if self.scores.is_banned(job.sender):
             self._reject("banned", blame=None)
-            return
+            return False
         self.scores.record_valid(job.sender)
         state.external[job.sender] = batch.groups
         reward = _mean_reward(batch.groups)
         if reward is not None:
             state.external_reward[job.sender] = reward
         self.counters["accepted_batches"] += 1
+        return True
 
     def _verify(self, batch: RolloutBatch) -> Any:
         settings = self.settings

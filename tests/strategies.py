@@ -52,7 +52,7 @@ stages = uints(limits.MAX_STAGES - 1)
 rewards = st.floats(min_value=limits.MIN_REWARD, max_value=limits.MAX_REWARD, allow_nan=False)
 
 question_refs = st.builds(QuestionRef, task=task_names, dataset_seed=uints(), index=uints())
-completions = st.builds(Completion, text=bounded_text(512), reward=rewards)
+completions = st.builds(Completion, text=bounded_text(256), reward=rewards)
 
 
 def question_groups(max_completions: int = 4) -> st.SearchStrategy[QuestionGroup]:
@@ -99,7 +99,7 @@ batches = st.builds(
     round=rounds,
     stage=stages,
     peer_id=peer_ids,
-    groups=st.lists(question_groups(), max_size=6).map(tuple),
+    groups=st.lists(question_groups(), max_size=5).map(tuple),
 )
 fetch_requests = st.builds(FetchRequest, swarm_id=swarm_ids, round=rounds, stage=stages, peer_id=peer_ids)
 fetch_responses = st.one_of(

@@ -6,6 +6,7 @@ test FAILS with a message saying what to run: a skipped interop test would hide 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -34,7 +35,9 @@ SWARM = "interop-swarm"
 def _require_js() -> str:
     node = shutil.which("node")
     if node is None:
-        pytest.fail("Node.js is not installed: install node >= 20, then run `npm install --prefix interop/js`")
+        pytest.fail(
+            "Node.js is not installed: install node >= 20, then run `npm install --prefix interop/js`"
+        )
     for package in ("libp2p", "@libp2p/gossipsub", "@libp2p/kad-dht", "@chainsafe/libp2p-noise"):
         if not (JS_DIR / "node_modules" / package / "package.json").exists():
             pytest.fail(f"npm package {package} is missing: run `npm install --prefix interop/js`")
@@ -84,8 +87,6 @@ def _signed_batch(seed: bytes, peer_id: str) -> tuple[bytes, bytes]:
         ),
     )
     envelope = seal(batch, seed)
-    import hashlib
-
     announcement = RolloutAnnouncement(
         swarm_id=SWARM,
         round=3,

@@ -18,7 +18,9 @@ from swarmp2p.ports import NetworkError
 FAST = NetworkSettings(handler_timeout_s=2.0, peer_exchange_interval_s=0.5, upkeep_interval_s=0.2)
 
 
-def run_swarm(count: int, body: Callable[[list[LibP2PNetwork]], Awaitable[None]], timeout_s: float = 60) -> None:
+def run_swarm(
+    count: int, body: Callable[[list[LibP2PNetwork]], Awaitable[None]], timeout_s: float = 60
+) -> None:
     """Start `count` hosts, connect each to the first (a star), run `body`, shut down."""
 
     async def main() -> None:
@@ -197,7 +199,7 @@ def test_dht_records_are_namespaced_validated_and_shared() -> None:
         with pytest.raises(NetworkError, match="refused"):
             await a.dht_put("k", b"signed:" + b"x" * FAST.max_dht_value_bytes)
         # Strict validation: a key outside our namespace is refused by the DHT itself.
-        with pytest.raises(Exception, match="[Vv]alidator"):
+        with pytest.raises(Exception, match=r"[Vv]alidator"):
             await a.dht.put_value("/other/key", b"signed:x")
         assert a.counters["dht_rejected"] >= 2
 
@@ -223,7 +225,9 @@ def test_bad_settings_and_addresses_are_clear_errors() -> None:
         NetworkSettings(max_gossip_bytes=2 * 1024 * 1024)
 
     async def bad_bootstrap() -> None:
-        async with open_libp2p_network(create_new_key_pair(), NetworkSettings(bootstrap=("/ip4/1.2.3.4/tcp/1",))):
+        async with open_libp2p_network(
+            create_new_key_pair(), NetworkSettings(bootstrap=("/ip4/1.2.3.4/tcp/1",))
+        ):
             pass
 
     with pytest.raises(ValueError, match="p2p"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -11,7 +13,7 @@ from swarmp2p.net.frames import HEADER_SIZE, FrameDecoder, FrameTooLarge, encode
 
 def _chunks(data: bytes, cuts: list[int]) -> list[bytes]:
     points = sorted({c % (len(data) + 1) for c in cuts} | {0, len(data)})
-    return [data[a:b] for a, b in zip(points, points[1:], strict=False)]
+    return [data[a:b] for a, b in itertools.pairwise(points)]
 
 
 @given(

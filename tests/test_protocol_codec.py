@@ -18,11 +18,15 @@ from protocol.messages import (
     KIND_OF,
     PROTOCOL_VERSION,
     Completion,
+    FetchRequest,
     FetchResponse,
+    Hello,
     QuestionGroup,
     QuestionRef,
     RewardReport,
+    RolloutAnnouncement,
     RolloutBatch,
+    SwarmSchedule,
     WinnersVote,
 )
 
@@ -322,3 +326,32 @@ def test_key_changes_are_rejected_or_still_valid(case):
             codec.decode(data)
     else:
         decode_or_protocol_error(data)
+
+
+def test_every_small_kind_fits_its_cap_even_with_every_field_at_its_maximum():
+    # Only a batch (and the fetch response carrying one) can outgrow its cap field by field;
+    # every gossip-sized kind must always fit, or valid messages would be unsendable.
+    peer = "p" * limits.MAX_PEER_ID_BYTES
+    swarm = "s" * limits.MAX_SWARM_ID_BYTES
+    big = limits.MAX_UINT63
+    schedule = SwarmSchedule(swarm, big, big, limits.MAX_STAGES, big)
+    stage = limits.MAX_STAGES - 1
+    largest = [
+        Hello(
+            big,
+            peer,
+            schedule,
+            big,
+            ("a" * limits.MAX_LISTEN_ADDR_BYTES,) * limits.MAX_LISTEN_ADDRS,
+            "m" * 128,
+        ),
+        RolloutAnnouncement(
+            swarm, big, stage, peer, b"d" * 32, limits.MAX_GROUPS_PER_BATCH, limits.MAX_ENVELOPE_BYTES
+        ),
+        FetchRequest(swarm, big, stage, peer),
+        FetchResponse(True, b"e" * limits.MAX_ENVELOPE_BYTES),
+        RewardReport(swarm, big, stage, peer, 1.0),
+        WinnersVote(swarm, big, peer, (peer,) * limits.MAX_WINNERS),
+    ]
+    for message in largest:
+        assert codec.decode(codec.encode(message)) == message

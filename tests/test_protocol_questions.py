@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import peer_ids
 
-from protocol import limits
+from protocol import limits, questions
 from protocol.questions import (
     EVAL_INDEX_BASE,
     EVAL_INDEX_LIMIT,
@@ -79,6 +79,16 @@ def test_tasks_are_uniform_and_weights_are_respected():
     )
     assert set(weighted) == {"a", "b"}
     assert 2850 <= weighted["a"] <= 3150
+
+
+def test_duplicate_draws_are_redrawn(monkeypatch):
+    # With a 3-item index space, collisions are certain; every draw must still be distinct.
+    monkeypatch.setattr(questions, "TRAIN_INDEX_LIMIT", 3)
+    for round_ in range(50):
+        drawn = questions_for(1, round_, 0, "p", ["a"], 3)
+        assert sorted(q.index for q in drawn) == [0, 1, 2]
+    with pytest.raises(ValueError):
+        questions_for(1, 0, 0, "p", ["a"], 4)
 
 
 def test_evaluation_questions_are_disjoint_from_training():

@@ -11,7 +11,7 @@ import pytest
 VECTORS = Path(__file__).resolve().parent / "vectors"
 sys.path.insert(0, str(VECTORS))
 
-from fixtures import MESSAGES, PEER, SEALED_MESSAGE, SEALED_NAME, SIGNING_SEED  # noqa: E402
+from golden_fixtures import MESSAGES, PEER, SEALED_MESSAGE, SEALED_NAME, SIGNING_SEED  # noqa: E402
 
 from protocol.codec import decode, encode  # noqa: E402
 from protocol.envelope import open_envelope, seal  # noqa: E402

@@ -87,6 +87,8 @@ class TrainerConfig:
     clip_eps_high: float = attrs.field(default=0.28, converter=float, validator=_non_negative)
     beta: float = attrs.field(default=0.0, converter=float, validator=_non_negative)
     """KL coefficient to the frozen initial model; 0 skips the reference model entirely."""
+    kl_ratio_correction: bool = attrs.field(default=True, validator=v.instance_of(bool))
+    """Multiply the per-token KL by the importance ratio (unbiased reverse-KL gradient; TRL's default)."""
     loss_aggregation: str = attrs.field(default="token", validator=v.in_(LOSS_AGGREGATIONS))
     """"token": mean over all completion tokens of the batch (TRL "dapo");
     "sequence": mean per sequence, then over sequences (TRL "grpo")."""

@@ -4,7 +4,7 @@ Read top to bottom, this is one GRPO step:
   1. group-normalised advantages: A_i = (r_i - mean(r)) / (std(r) + 1e-4) within a question's group;
   2. per-token log-probs of each completion under the policy (and the frozen reference if beta > 0);
   3. ratio = exp(logp - logp_old); surrogate = -min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A);
-  4. plus beta * KL(policy || reference) per token (the k3 estimator);
+  4. plus beta * ratio * KL(policy || reference) per token (k3 estimator, ratio-corrected);
   5. token-level mean over every completion token of the batch (or per-sequence mean, then batch mean).
 The formulas follow TRL's GRPOTrainer so that the loss can be checked against it (tests do).
 """
@@ -122,6 +122,7 @@ def grpo_loss(
     ref_logps: torch.Tensor | None = None,
     aggregation: str = "token",
     normalizer: float | None = None,
+    kl_ratio_correction: bool = True,
 ) -> LossParts:
     """The clipped GRPO surrogate with optional KL, aggregated per token or per sequence.
 
@@ -140,8 +141,12 @@ def grpo_loss(
             raise ValueError("beta > 0 needs reference log-probs")
         delta = ref_logps - logps
         per_token_kl = torch.exp(delta) - delta - 1.0
+        mean_kl = float((per_token_kl.detach() * mask).sum() / mask.sum().clamp(min=1.0))
+        if kl_ratio_correction:
+            # weighting by the (differentiable) ratio makes the KL gradient the unbiased reverse-KL
+            # gradient (DeepSeek-V3.2); TRL does this by default, so do we
+            per_token_kl = per_token_kl * ratio
         per_token = per_token + beta * per_token_kl
-        mean_kl = float((per_token_kl * mask).sum() / mask.sum().clamp(min=1.0))
     if aggregation == "token":
         denominator = mask.sum().clamp(min=1.0) if normalizer is None else max(normalizer, 1.0)
         loss = (per_token * mask).sum() / denominator

@@ -215,6 +215,7 @@ class TrainerPolicy:
             logps, logps.detach(), advantages[start:end].to(device), comp_mask,
             self.config.clip_eps_low, self.config.clip_eps_high, self.config.beta, ref_logps,
             self.config.loss_aggregation, normalizer=total_tokens,
+            kl_ratio_correction=self.config.kl_ratio_correction,
         )
         loss = parts.loss
         if self.config.loss_aggregation == "sequence":

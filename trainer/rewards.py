@@ -28,15 +28,22 @@ def extract_answer(completion: str) -> str | None:
 
 
 def format_score(completion: str) -> float:
-    """1.0 for exactly one well-formed answer block, partial credit for each tag on its way there.
+    """Graded credit for the answer format, 0.2 per condition met: an opening tag, a closing tag,
+    exactly one of each, and nothing but whitespace after the closing tag.
 
-    The partial credit gives GRPO a gradient before the model has ever produced a full block.
+    The gradation gives GRPO a within-group difference to learn from long before the model
+    writes a perfect block; 1.0 means the completion is exactly `...<answer>X</answer>`.
     """
     opens = completion.count(ANSWER_OPEN)
     closes = completion.count(ANSWER_CLOSE)
-    if opens == 1 and closes == 1 and _ANSWER_RE.search(completion):
-        return 1.0
-    return 0.25 * min(opens, 1) + 0.25 * min(closes, 1)
+    checks = (
+        opens >= 1,
+        closes >= 1,
+        opens == 1,
+        closes == 1,
+        closes >= 1 and completion.rsplit(ANSWER_CLOSE, 1)[1].strip() == "" and _ANSWER_RE.search(completion),
+    )
+    return 0.2 * sum(bool(check) for check in checks)
 
 
 def safe_score(score_answer: Callable[[str | None, dict[str, Any]], float], answer: str | None,

@@ -195,7 +195,9 @@ class LibP2PNetwork:
     async def request(self, peer_id: str, data: bytes, timeout_s: float) -> bytes:
         if len(data) > self.settings.max_request_bytes:
             raise NetworkError(f"request of {len(data)} bytes exceeds {self.settings.max_request_bytes}")
-        body = await self._roundtrip(peer_id, FETCH_PROTOCOL, data, self.settings.max_response_bytes + 1, timeout_s)
+        body = await self._roundtrip(
+            peer_id, FETCH_PROTOCOL, data, self.settings.max_response_bytes + 1, timeout_s
+        )
         if not body:
             self.counters.add("response_garbage")
             raise NetworkError(f"empty response from {peer_id}")
@@ -230,7 +232,9 @@ class LibP2PNetwork:
             except NetworkError:
                 raise
             except (FrameError, Exception) as error:
-                raise NetworkError(f"{protocol} to {peer_id} failed: {type(error).__name__}: {error}") from error
+                raise NetworkError(
+                    f"{protocol} to {peer_id} failed: {type(error).__name__}: {error}"
+                ) from error
             finally:
                 if stream is not None:
                     with trio.CancelScope(shield=True), trio.move_on_after(1.0):

@@ -63,7 +63,9 @@ class PeerBook:
         return True
 
     def _evict_one(self) -> bool:
-        candidates = [(e.failures, pid) for pid, e in self._entries.items() if not e.pinned and not e.connected]
+        candidates = [
+            (e.failures, pid) for pid, e in self._entries.items() if not e.pinned and not e.connected
+        ]
         if not candidates:
             return False
         _, worst = max(candidates)

@@ -1,4 +1,4 @@
-"""Settings of the libp2p network adapter, with defaults chosen against py-libp2p 0.8.1's silent-loss traps."""
+"""Settings of the libp2p network adapter; defaults chosen against py-libp2p 0.8.1's silent-loss traps."""
 
 from __future__ import annotations
 

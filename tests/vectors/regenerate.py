@@ -12,7 +12,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from fixtures import MESSAGES, SEALED_MESSAGE, SEALED_NAME, SIGNING_SEED  # noqa: E402
+from golden_fixtures import MESSAGES, SEALED_MESSAGE, SEALED_NAME, SIGNING_SEED  # noqa: E402
 
 from protocol.codec import encode  # noqa: E402
 from protocol.envelope import seal  # noqa: E402

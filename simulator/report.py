@@ -1,0 +1,226 @@
+"""Turn a SimulationResult into a JSON report, PNG plots and a summary table.
+
+The JSON report is a pure function of the run: sorted keys, floats rounded to 6 places, virtual
+times only (no wall clock, no absolute paths), peers named by index and id. So the same seed
+gives byte-identical JSON, which the tests check.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from simulator.runner import HONEST, SimulationResult
+
+REPORT_VERSION = 1
+
+
+def _r(value: float | None) -> float | None:
+    if value is None or not math.isfinite(value):
+        return None
+    return round(value, 6)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def build_report(result: SimulationResult) -> dict[str, Any]:
+    scenario = result.scenario
+    round_ms = result.round_ms
+    plans = result.plans
+    honest = [plan for plan in plans if plan.honest]
+    byzantine = [plan for plan in plans if not plan.honest]
+    honest_ids = {plan.peer_id for plan in honest}
+    rounds: list[dict[str, Any]] = []
+    for round_number in range(scenario.rounds):
+        done = [
+            record
+            for plan in honest
+            for record in result.records[plan.peer_id]
+            if record.round == round_number and record.completed
+        ]
+        rewards = [record.reward for record in done if record.reward is not None]
+        durations = [record.finished_ms - record.opened_ms for record in done]
+        present = [plan for plan in honest if plan.present_for(round_number, round_ms)]
+        stats = result.stats.get(round_number, Counter())
+        rejected: Counter[str] = Counter()
+        for record in done:
+            rejected.update(record.rejected)
+        rounds.append(
+            {
+                "round": round_number,
+                "honest_present": len(present),
+                "honest_completed": len(done),
+                "reward_mean": _r(statistics.fmean(rewards)) if rewards else None,
+                "reward_std": _r(statistics.pstdev(rewards)) if rewards else None,
+                "reward_min": _r(min(rewards)) if rewards else None,
+                "reward_p10": _r(_quantile(rewards, 0.1)) if rewards else None,
+                "reward_p90": _r(_quantile(rewards, 0.9)) if rewards else None,
+                "reward_max": _r(max(rewards)) if rewards else None,
+                "rollouts_in_mean": _r(statistics.fmean(r.rollouts_in for r in done)) if done else None,
+                "external_peers_trained_on_mean": _r(
+                    statistics.fmean(len(r.external_peers_trained_on) for r in done)
+                )
+                if done
+                else None,
+                "completion_ms_mean": _r(statistics.fmean(durations)) if durations else None,
+                "completion_ms_max": max(durations) if durations else None,
+                "messages": stats["gossip_messages"]
+                + stats["requests"]
+                + stats["dht_puts"]
+                + stats["dht_gets"],
+                "bytes": stats["gossip_bytes"]
+                + stats["request_bytes"]
+                + stats["response_bytes"]
+                + stats["dht_bytes"],
+                "network": dict(sorted(stats.items())),
+                "rejected": dict(sorted(rejected.items())),
+            }
+        )
+    banned_by_honest: dict[str, int] = {}
+    for plan in plans:
+        banned_by_honest[plan.peer_id] = sum(
+            1 for peer, banned in result.banned_by.items() if peer in honest_ids and plan.peer_id in banned
+        )
+    peers = []
+    for plan in plans:
+        records = result.records[plan.peer_id]
+        completed = [r for r in records if r.completed]
+        present_rounds = [r for r in range(scenario.rounds) if plan.present_for(r, round_ms)]
+        completed_rounds = {r.round for r in completed}
+        peers.append(
+            {
+                "index": plan.index,
+                "peer_id": plan.peer_id,
+                "role": plan.role,
+                "slow": plan.slow,
+                "events": list(plan.events),
+                "rounds_present": len(present_rounds),
+                "rounds_completed": len(completed),
+                "present_but_not_completed": [r for r in present_rounds if r not in completed_rounds],
+                "final_reward": _r(completed[-1].reward)
+                if completed and completed[-1].reward is not None
+                else None,
+                "final_skill": _r(result.skills.get(plan.peer_id)),
+                "banned_by_honest_peers": banned_by_honest[plan.peer_id],
+            }
+        )
+    means = [row["reward_mean"] for row in rounds if row["reward_mean"] is not None]
+    present_total = sum(p["rounds_present"] for p in peers if p["role"] == HONEST)
+    missed_total = sum(len(p["present_but_not_completed"]) for p in peers if p["role"] == HONEST)
+    summary = {
+        "honest_peers": len(honest),
+        "byzantine_peers": len(byzantine),
+        "reward_first_round": means[0] if means else None,
+        "reward_last_round": means[-1] if means else None,
+        "reward_cumulative": _r(sum(means)),
+        "honest_rounds_present": present_total,
+        "honest_rounds_present_not_completed": missed_total,
+        "trained_on_invalid_groups": len(result.invalid_trained),
+        "byzantine_banned_by_all_honest": sum(
+            1
+            for plan in byzantine
+            if banned_by_honest[plan.peer_id] == len(result.banned_by.keys() & honest_ids)
+        ),
+        "honest_banned_by_honest": sum(banned_by_honest[plan.peer_id] for plan in honest),
+        "rejections": dict(sorted(result.rejections.items())),
+        "messages_total": sum(row["messages"] for row in rounds),
+        "bytes_total": sum(row["bytes"] for row in rounds),
+        "verify_cache_hits": result.cache_hits,
+        "verify_cache_misses": result.cache_misses,
+        "round_agreement": result.agreement,
+    }
+    return {
+        "report_version": REPORT_VERSION,
+        "scenario": scenario.to_json(),
+        "summary": summary,
+        "rounds": rounds,
+        "peers": peers,
+    }
+
+
+def report_json(report: dict[str, Any]) -> str:
+    return json.dumps(report, sort_keys=True, indent=1, allow_nan=False) + "\n"
+
+
+def write_plots(report: dict[str, Any], out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["rounds"]
+    x = [row["round"] for row in rows]
+    name = report["scenario"]["name"]
+    written = []
+
+    def series(key: str) -> list[float]:
+        return [math.nan if row[key] is None else row[key] for row in rows]
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.fill_between(x, series("reward_min"), series("reward_max"), alpha=0.15, label="min-max")
+    ax.fill_between(x, series("reward_p10"), series("reward_p90"), alpha=0.3, label="p10-p90")
+    ax.plot(x, series("reward_mean"), label="mean", linewidth=2)
+    ax.set(xlabel="round", ylabel="reward (honest peers)", title=f"{name}: reward per round", ylim=(0, 1))
+    ax.legend(loc="upper left")
+    written.append(_save(fig, out_dir / "reward.png"))
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.plot(x, [row["messages"] for row in rows], label="messages", color="tab:blue")
+    ax.set(xlabel="round", ylabel="messages", title=f"{name}: network traffic per round")
+    ax2 = ax.twinx()
+    ax2.plot(x, [row["bytes"] / 1e6 for row in rows], label="MB", color="tab:orange")
+    ax2.set_ylabel("MB")
+    fig.legend(loc="upper right")
+    written.append(_save(fig, out_dir / "traffic.png"))
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    ax.plot(x, [math.nan if v is None else v / 1000 for v in series("completion_ms_mean")], label="mean")
+    ax.plot(
+        x,
+        [math.nan if row["completion_ms_max"] is None else row["completion_ms_max"] / 1000 for row in rows],
+        label="max",
+    )
+    ax.set(xlabel="round", ylabel="seconds (virtual)", title=f"{name}: round completion time")
+    ax.legend()
+    written.append(_save(fig, out_dir / "completion.png"))
+    plt.close("all")
+    return written
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata={"Software": None})
+    return path
+
+
+def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    summary = report["summary"]
+    scenario = report["scenario"]
+    rejections = summary["rejections"]
+    top = ", ".join(f"{k}={v}" for k, v in sorted(rejections.items(), key=lambda kv: -kv[1])[:6]) or "none"
+    return [
+        ("scenario", f"{scenario['name']} (seed {scenario['seed']})"),
+        ("peers", f"{summary['honest_peers']} honest + {summary['byzantine_peers']} byzantine"),
+        ("rounds", str(scenario["rounds"])),
+        ("reward first -> last round", f"{summary['reward_first_round']} -> {summary['reward_last_round']}"),
+        ("cumulative reward", str(summary["reward_cumulative"])),
+        (
+            "honest rounds completed",
+            f"{summary['honest_rounds_present'] - summary['honest_rounds_present_not_completed']}"
+            f" / {summary['honest_rounds_present']} present",
+        ),
+        ("groups trained on with forged rewards", str(summary["trained_on_invalid_groups"])),
+        ("byzantine banned by every honest peer", f"{summary['byzantine_banned_by_all_honest']}"),
+        ("messages / bytes", f"{summary['messages_total']} / {summary['bytes_total'] / 1e6:.1f} MB"),
+        ("rejections (top)", top),
+    ]

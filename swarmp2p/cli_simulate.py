@@ -1,0 +1,89 @@
+"""`swarmp2p simulate`: many virtual peers running the real round loop on a virtual clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    app.command(name="simulate")(simulate)
+
+
+def simulate(
+    peers: int = typer.Option(None, "--peers", help="Number of peers (scenario default: 10)."),
+    rounds: int = typer.Option(None, "--rounds", help="Number of rounds (scenario default: 10)."),
+    seed: int = typer.Option(None, "--seed", help="Seed: the same seed gives a byte-identical report."),
+    scenario: str = typer.Option(
+        None, "--scenario", help="Scenario TOML file, or a built-in name: baseline, churn30, partition, ..."
+    ),
+    local: int = typer.Option(None, "--local", help="Local groups per training step (n_local)."),
+    external: int = typer.Option(None, "--external", help="External groups per training step (n_external)."),
+    fetch_sample: int = typer.Option(
+        None, "--fetch-sample", help="Batches each peer fetches and verifies per round (0 = all)."
+    ),
+    policy: str = typer.Option(
+        None, "--policy", help="sim (the cheap simulated learner; the only one wired so far)."
+    ),
+    out: Path = typer.Option(Path("runs/simulate"), "--out", help="Directory for report.json and plots."),
+    plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots."),
+) -> None:
+    """Simulate a swarm in one process (in-memory network, virtual clock) and write a report."""
+    import logging
+
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+
+    from simulator.report import build_report, report_json, summary_rows, write_plots
+    from simulator.runner import run_simulation
+    from simulator.scenario import ScenarioError, load_scenario
+
+    console = Console(stderr=True)
+    try:
+        chosen = load_scenario(
+            scenario,
+            peers=peers,
+            rounds=rounds,
+            seed=seed,
+            n_local=local,
+            n_external=external,
+            fetch_sample=fetch_sample,
+            policy=policy,
+        )
+    except ScenarioError as error:
+        console.print(f"[red]{error}[/red]")
+        raise typer.Exit(2) from None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        console.print(f"[red]cannot create output directory {out}: {error.strerror}[/red]")
+        raise typer.Exit(2) from None
+    logging.basicConfig(level=logging.ERROR)
+
+    with Progress(
+        TextColumn("[bold]simulating[/bold] {task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("rounds"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        task = progress.add_task(f"{chosen.name}: {chosen.peers} peers", total=chosen.rounds)
+        result = run_simulation(
+            chosen,
+            on_round=lambda _round: progress.advance(task),
+        )
+    report = build_report(result)
+    report_path = out / "report.json"
+    report_path.write_text(report_json(report))
+    written = write_plots(report, out) if plots else []
+
+    table = Table(title=f"swarmp2p simulate: {chosen.name}")
+    table.add_column("metric")
+    table.add_column("value")
+    for name, value in summary_rows(report):
+        table.add_row(name, value)
+    Console().print(table)
+    console.print(f"report: {report_path}" + "".join(f"\nplot: {path}" for path in written))

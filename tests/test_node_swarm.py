@@ -1,0 +1,312 @@
+"""Real `swarmp2p node` OS processes on 127.0.0.1: a 5-node swarm with a SIGKILL and a rejoin, and
+a node under attack from garbage, oversized, replayed and impersonated messages.
+
+The tiny model is built and warmed up ONCE (a few supervised steps, so that GRPO groups have
+reward variance and are not all dropped) and saved as a model folder every node loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+TASKS = ("basic_arithmetic", "base_conversion")
+ROUND_SECONDS = 8.0
+
+
+@pytest.fixture(scope="module")
+def warm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from trainer.config import TrainerConfig
+    from trainer.policy import TrainerPolicy
+
+    root = tmp_path_factory.mktemp("model")
+    config = TrainerConfig(
+        model="tiny", data_dir=str(root), tasks=TASKS, threads=1, format_reward=0.5, tiny_hidden_size=64
+    )
+    policy = TrainerPolicy(config)
+    policy.warmup(40)
+    folder = root / "warm-tiny"
+    policy.model.save_pretrained(folder)
+    policy.tokenizer.save_pretrained(folder)
+    return folder
+
+
+def write_config(path: Path, **node: Any) -> Path:
+    node_lines = "\n".join(f"{key} = {json.dumps(value)}" for key, value in node.items())
+    path.write_text(
+        f"""
+[node]
+round_seconds = {ROUND_SECONDS}
+hello_interval_s = 2.0
+questions_per_round = 4
+{node_lines}
+
+[trainer]
+tasks = {json.dumps(list(TASKS))}
+threads = 1
+format_reward = 0.5
+max_new_tokens = 32
+"""
+    )
+    return path
+
+
+class NodeProcess:
+    """One `swarmp2p node` OS process, started through the CLI."""
+
+    def __init__(self, data_dir: Path, config: Path, model: Path, extra: list[str]) -> None:
+        self.data_dir = data_dir
+        self.args = [
+            sys.executable, "-m", "swarmp2p.cli", "node",
+            "--config", str(config), "--data-dir", str(data_dir), "--model", str(model), *extra,
+        ]  # fmt: skip
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        (self.data_dir / "node.json").unlink(missing_ok=True)
+        self.starts += 1
+        log = (self.data_dir / f"stdout-{self.starts}.log").open("wb")
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        self.process = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    def info(self, timeout_s: float = 90) -> dict[str, Any]:
+        path = self.data_dir / "node.json"
+        wait_for(lambda: path.exists() or self.exited(), timeout_s, f"{self.data_dir} to start")
+        assert not self.exited(), f"node exited early:\n{self.output()}"
+        return json.loads(path.read_text())
+
+    def rounds(self) -> list[dict[str, Any]]:
+        path = self.data_dir / "rounds.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def exited(self) -> bool:
+        return self.process is not None and self.process.poll() is not None
+
+    def output(self) -> str:
+        return "\n".join(
+            p.read_text(errors="replace")[-3000:] for p in sorted(self.data_dir.glob("stdout-*.log"))
+        )
+
+    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 15) -> int | None:
+        if self.process is None or self.exited():
+            return self.process.returncode if self.process else None
+        self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            return None
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def by_round(node: NodeProcess) -> dict[int, dict[str, Any]]:
+    return {record["round"]: record for record in node.rounds()}
+
+
+@pytest.mark.slow
+def test_five_node_swarm_survives_sigkill_and_rejoin(tmp_path: Path, warm_model: Path) -> None:
+    config = write_config(tmp_path / "swarm.toml")
+    nodes = [NodeProcess(tmp_path / f"node{i}", config, warm_model, []) for i in range(5)]
+    try:
+        nodes[0].start()
+        boot = nodes[0].info()
+        bootstrap = boot["listen_addrs"][0]
+        for node in nodes[1:]:
+            node.args += ["--bootstrap", bootstrap]
+            node.start()
+        infos = [boot] + [node.info() for node in nodes[1:]]
+        ids = [info["peer_id"] for info in infos]
+        assert len(set(ids)) == 5
+        assert all(info["schedule"] == boot["schedule"] for info in infos), "joiners learned another schedule"
+        round_ms = boot["schedule"]["round_ms"]
+        genesis_ms = boot["schedule"]["genesis_ms"]
+
+        # The first round every node started from its beginning, then three full rounds.
+        wait_for(lambda: all(node.rounds() for node in nodes), 120, "every node to finish a round")
+        first = max(node.rounds()[0]["round"] for node in nodes) + 1
+        checked = [first, first + 1, first + 2]
+        wait_for(
+            lambda: all(checked[-1] in by_round(node) for node in nodes),
+            (len(checked) + 2) * ROUND_SECONDS + 30,
+            f"rounds {checked} on every node",
+        )
+        for node, peer_id in zip(nodes, ids, strict=True):
+            records = by_round(node)
+            for r in checked:
+                record = records[r]
+                assert record["completed"], (peer_id, record)
+                trained_on = set(record["external_peers_trained_on"])
+                assert peer_id not in trained_on
+                assert trained_on <= set(ids)
+                assert len(trained_on) >= 2, f"{peer_id} round {r} trained on {trained_on}\n{node.output()}"
+                assert record["rollouts_out"] > 0
+                # Peer exchange meshes the swarm: nobody hangs off the bootstrap peer alone.
+                assert record["peers"] >= 3, (peer_id, record)
+
+        # SIGKILL node 4 in the middle of a round; the other four still complete that round.
+        victim = nodes[4]
+        kill_round = checked[-1] + 1
+        kill_at_ms = genesis_ms + kill_round * round_ms + int(0.4 * round_ms)
+        time.sleep(max(0.0, kill_at_ms / 1000 - time.time()))
+        victim.process.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+        victim.process.wait(timeout=10)  # type: ignore[union-attr]
+        wait_for(
+            lambda: all(kill_round in by_round(node) for node in nodes[:4]),
+            3 * ROUND_SECONDS + 20,
+            f"survivors to finish round {kill_round}",
+        )
+        for node in nodes[:4]:
+            assert by_round(node)[kill_round]["completed"], node.output()
+
+        # Restart with the same identity: same peer id, joining at the CURRENT round (no replay).
+        rounds_before = len(victim.rounds())
+        victim.start()
+        restarted = victim.info()
+        assert restarted["peer_id"] == ids[4]
+        wait_for(
+            lambda: len(victim.rounds()) > rounds_before, 6 * ROUND_SECONDS + 30, "the restarted node's round"
+        )
+        rejoined = victim.rounds()[rounds_before]
+        now_round = (int(time.time() * 1000) - genesis_ms) // round_ms
+        assert kill_round < rejoined["round"] <= now_round
+        # ... and the swarm takes its rollouts again.
+        back = rejoined["round"] + 1
+        wait_for(
+            lambda: all(back in by_round(node) for node in nodes[:4]), 3 * ROUND_SECONDS + 20, f"round {back}"
+        )
+        assert any(ids[4] in by_round(node)[back]["accepted_peers"] for node in nodes[:4])
+
+        # Clean shutdown on SIGTERM within a few seconds.
+        for node in nodes:
+            started = time.monotonic()
+            assert node.stop(signal.SIGTERM, timeout_s=15) == 0, node.output()
+            assert time.monotonic() - started < 15
+            assert "stopped" in node.output()
+    finally:
+        for node in nodes:
+            node.stop(signal.SIGKILL, timeout_s=5)
+
+
+def _status(port: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=5) as response:
+        return json.loads(response.read())
+
+
+@pytest.mark.slow
+def test_node_counts_garbage_oversized_replayed_and_impersonated(tmp_path: Path, warm_model: Path) -> None:
+    import socket
+
+    import trio
+    from libp2p.crypto.ed25519 import create_new_key_pair
+    from libp2p.peer.id import ID
+
+    from protocol.envelope import seal
+    from protocol.messages import RolloutAnnouncement
+    from swarmp2p.net import FETCH_PROTOCOL, NetworkSettings, open_libp2p_network
+    from swarmp2p.node import open_hello
+    from swarmp2p.peer import announce_topic
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = write_config(tmp_path / "one.toml")
+    node = NodeProcess(tmp_path / "victim", config, warm_model, ["--dashboard-port", str(port)])
+    node.start()
+    info = node.info()
+    target = info["peer_id"]
+    swarm = info["schedule"]["swarm_id"]
+    topic = announce_topic(swarm)
+    seed = os.urandom(32)
+    other_seed = os.urandom(32)
+    attacker_key = create_new_key_pair(seed)
+    net_peer_id: list[str] = []
+
+    async def attack() -> None:
+        async with open_libp2p_network(attacker_key, NetworkSettings()) as net:
+            net_peer_id.append(net.local_peer_id)
+            await net.connect(info["listen_addrs"][0])
+            hello = open_hello(await net.request_hello(target), target)
+            current = (int(time.time() * 1000) - hello.schedule.genesis_ms) // hello.schedule.round_ms
+            await trio.sleep(3)  # gossip mesh with the node
+
+            def announcement(author_seed: bytes, author: str, round_number: int) -> bytes:
+                message = RolloutAnnouncement(
+                    swarm_id=swarm,
+                    round=round_number,
+                    stage=0,
+                    peer_id=author,
+                    batch_digest=bytes(32),
+                    group_count=4,
+                    size_bytes=100,
+                )
+                return seal(message, author_seed)
+
+            other_id = ID.from_pubkey(create_new_key_pair(other_seed).public_key).to_base58()
+            # Replayed first (replays are counted but not blamed; three blamed faults ban us).
+            stale = announcement(seed, net.local_peer_id, 0)
+            await net.publish(topic, stale)
+            await net.publish(topic, stale)
+            # Garbage: not an envelope at all.
+            await net.publish(topic, b"\x00\xffnot msgpack at all")
+            # Oversized: a gossip message far over the announcement cap.
+            await net.publish(topic, b"\x81" + os.urandom(64 * 1024))
+            # Impersonated: a validly signed announcement by another peer, sent as our own.
+            await net.publish(topic, announcement(other_seed, other_id, current))
+            # Now banned: whatever else we send is dropped as "banned".
+            await net.publish(topic, b"more garbage")
+            # The fetch protocol: garbage and an oversized frame claim.
+            for payload in (b"\x00\x00\x00\x05abc", (2**31).to_bytes(4, "big")):
+                stream = await net.host.new_stream(ID.from_base58(target), [FETCH_PROTOCOL])
+                await stream.write(payload)
+                await stream.close()
+            with trio.move_on_after(3):
+                assert await net.request(target, b"\x93garbage", 5) is not None
+            await trio.sleep(3)
+
+    # Replays are for a round the node has long finished.
+    wait_for(lambda: any(r["round"] >= 2 for r in node.rounds()), 6 * ROUND_SECONDS + 60, "round 2")
+    trio.run(attack)
+    try:
+        wait_for(
+            lambda: sum(_status(port).get("rejections", {}).values()) >= 4, 20, "rejections to be counted"
+        )
+        status = _status(port)
+        rejections = status["rejections"]
+        assert rejections.get("oversized", 0) >= 1, rejections
+        assert rejections.get("sender_mismatch", 0) >= 1, rejections
+        assert rejections.get("stale_round", 0) >= 2, rejections
+        assert rejections.get("malformed", 0) >= 1, rejections  # the garbage gossip
+        assert rejections.get("request_malformed", 0) >= 1, rejections  # the garbage fetch request
+        assert rejections.get("banned", 0) >= 1, rejections  # three blamed faults ban the sender
+        assert status["banned"] == [net_peer_id[0]]
+        drops = status["network"]["drops"]
+        assert drops["request_garbage"] >= 1 and drops["request_oversized"] >= 1, drops
+        assert not node.exited(), node.output()
+        # ... and it keeps doing rounds.
+        done = len(node.rounds())
+        wait_for(lambda: len(node.rounds()) > done, 3 * ROUND_SECONDS + 20, "another round after the attack")
+        assert node.stop(signal.SIGINT) == 0, node.output()
+    finally:
+        node.stop(signal.SIGKILL, timeout_s=5)

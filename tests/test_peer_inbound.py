@@ -1,0 +1,217 @@
+"""The Peer's inbound path: every kind of bad input is a counted rejection, never a crash."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+import pytest
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from protocol import codec
+from protocol.envelope import peer_id_from_seed, seal
+from protocol.messages import FetchRequest, FetchResponse, RewardReport, RolloutAnnouncement, SwarmSchedule
+from simulator.adversary import forged_envelope
+from simulator.network import LinkModel, SimWorld
+from simulator.policy import CheckpointStore, SimPolicy
+from simulator.registry import SimTaskRegistry
+from swarmp2p.peer import Peer, PeerSettings, announce_topic
+from swarmp2p.schedule import ScheduleCoordinator, TrioClock
+
+ROUND_MS = 10_000
+SWARM = "t"
+
+
+def seed_of(name: str) -> bytes:
+    return hashlib.sha256(name.encode()).digest()
+
+
+class Harness:
+    """Three honest peers and one raw attacker port on an in-memory network, on virtual time."""
+
+    def __init__(self) -> None:
+        self.clock = TrioClock(0)
+        self.coordinator = ScheduleCoordinator(SwarmSchedule(SWARM, 0, ROUND_MS, 1, 5), self.clock)
+        self.world = SimWorld(
+            LinkModel(), seed=1, now_ms=self.clock.now_ms, round_of=lambda now: now // ROUND_MS
+        )
+        self.registry = SimTaskRegistry()
+        self.settings = PeerSettings(
+            swarm_id=SWARM, seed=5, tasks=self.registry.task_names(), poll_interval_s=1.0
+        )
+        self.store = CheckpointStore()
+        self.peers = [self.make_peer(f"honest-{i}") for i in range(3)]
+        self.attacker_seed = seed_of("attacker")
+        self.attacker = self.world.attach(peer_id_from_seed(self.attacker_seed))
+
+    def make_peer(self, name: str) -> Peer:
+        seed = seed_of(name)
+        network = self.world.attach(peer_id_from_seed(seed))
+        policy = SimPolicy(network.local_peer_id, self.registry, seed=5, store=self.store)
+
+        async def inline(fn, *args):  # type: ignore[no-untyped-def]
+            result = fn(*args)  # inline, then the policy's virtual compute time
+            await trio.sleep(policy.take_cost())
+            return result
+
+        return Peer(
+            self.settings, seed, network, self.coordinator, policy, self.registry, self.clock, offload=inline
+        )
+
+    def run(self, rounds: int, attack) -> None:  # type: ignore[no-untyped-def]
+        async def main() -> None:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.world.run_deliveries)
+                for peer in self.peers:
+                    await nursery.start(peer.run)
+                await self.attacker.subscribe(announce_topic(SWARM))
+                nursery.start_soon(attack, self)
+                await trio.sleep(rounds * ROUND_MS / 1000)
+                nursery.cancel_scope.cancel()
+
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def announcement(round_number: int, peer_id: str, swarm: str = SWARM) -> RolloutAnnouncement:
+    return RolloutAnnouncement(swarm, round_number, 0, peer_id, b"\x01" * 32, 4, 500)
+
+
+def test_every_kind_of_bad_announcement_is_counted_and_the_sender_banned() -> None:
+    harness = Harness()
+    topic = announce_topic(SWARM)
+    victim = harness.peers[0]
+    captured: list[bytes] = []
+
+    async def attack(h: Harness) -> None:
+        me = h.attacker.local_peer_id
+        rng = random.Random(3)
+        # Capture an honest peer's round-0 announcement to replay later.
+        listener = await h.world.attach(peer_id_from_seed(seed_of("listener"))).subscribe(topic)
+        await trio.sleep(ROUND_MS / 1000 * 1.2)
+        async with listener:
+            while True:
+                try:
+                    captured.append(listener.receive_nowait().data)
+                except trio.WouldBlock:
+                    break
+
+        # One attacker identity per bad message, so that no ban hides a later reason.
+        def attacker(i: int) -> tuple[str, bytes]:
+            seed = seed_of(f"attacker-{i}")
+            return peer_id_from_seed(seed), seed
+
+        bad = [
+            lambda me, key: rng.randbytes(100),  # malformed
+            lambda me, key: rng.randbytes(10_000),  # oversized
+            lambda me, key: seal(RewardReport(SWARM, 1, 0, me, 0.5), key),  # wrong kind
+            lambda me, key: seal(announcement(1, me, swarm="other"), key),  # wrong swarm
+            lambda me, key: forged_envelope(announcement(1, victim.peer_id), key),  # impersonation
+            lambda me, key: captured[0],  # replay of someone else's announcement: sender mismatch
+            lambda me, key: seal(announcement(0, me), key),  # stale round
+            lambda me, key: seal(announcement(7, me), key),  # far future round
+        ]
+        for i, make in enumerate(bad):
+            me, key = attacker(i)
+            port = h.world.attach(me)
+            await port.publish(topic, make(me, key))
+            await trio.sleep(0.01)
+        # The main attacker keeps sending garbage: banned after 3 strikes, then ignored.
+        for _ in range(5):
+            await h.attacker.publish(topic, rng.randbytes(50))
+            await trio.sleep(0.01)
+
+    harness.run(3, attack)
+    for reason in (
+        "malformed",
+        "oversized",
+        "wrong_kind",
+        "wrong_swarm",
+        "impersonation",
+        "sender_mismatch",
+        "stale_round",
+        "future_round",
+        "banned",
+    ):
+        assert victim.rejections[reason] >= 1, (reason, dict(victim.rejections))
+    assert harness.attacker.local_peer_id in victim.banned_peers()
+    for peer in harness.peers:
+        completed = [record.round for record in peer.history if record.completed]
+        assert completed == [0, 1, 2]
+        assert peer.rejections["internal_error"] == 0
+        # Honest peers trained on each other in every round.
+        assert all(len(record.accepted_peers) == 2 for record in peer.history)
+        assert not [p for p in peer.banned_peers() if p != harness.attacker.local_peer_id]
+
+
+def test_equivocation_and_digest_lies_ban_the_liar() -> None:
+    harness = Harness()
+    topic = announce_topic(SWARM)
+
+    async def attack(h: Harness) -> None:
+        async def serve_junk(requester: str, data: bytes) -> bytes:
+            return codec.encode(FetchResponse(found=True, envelope=b"junk" * 10))
+
+        h.attacker.set_request_handler(serve_junk)
+        await trio.sleep(0.5)
+        for _ in range(3):
+            digest = hashlib.sha256(random.randbytes(8)).digest()
+            message = RolloutAnnouncement(SWARM, 0, 0, h.attacker.local_peer_id, digest, 4, 500)
+            await h.attacker.publish(topic, seal(message, h.attacker_seed))
+
+    harness.run(1, attack)
+    for peer in harness.peers:
+        assert peer.rejections["equivocation"] >= 1
+        assert peer.rejections["digest_mismatch"] == 1  # the first one was fetched and lied about
+        assert harness.attacker.local_peer_id in peer.banned_peers()
+        assert peer.history[0].completed
+
+
+def test_fetch_requests_with_garbage_get_not_found() -> None:
+    harness = Harness()
+    peer = harness.peers[0]
+
+    async def main() -> list[bytes]:
+        return [
+            await peer._serve_fetch("x", b"\xc1garbage"),
+            await peer._serve_fetch("x", codec.encode(RewardReport(SWARM, 0, 0, "x", 0.1))),
+            await peer._serve_fetch("x", codec.encode(FetchRequest(SWARM, 0, 0, "someone-else"))),
+            await peer._serve_fetch("x", codec.encode(FetchRequest(SWARM, 99, 0, peer.peer_id))),
+        ]
+
+    for response in trio.run(main):
+        decoded = codec.decode(response)
+        assert isinstance(decoded, FetchResponse) and not decoded.found
+    assert peer.rejections["request_malformed"] == 1
+    assert peer.rejections["bad_request"] == 1
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.binary(max_size=2000), st.sampled_from(["attacker", "honest-1"]))
+def test_random_announcement_bytes_never_raise(data: bytes, sender: str) -> None:
+    from swarmp2p.ports import InboundMessage
+
+    peer = _STANDALONE
+    before = sum(peer.rejections.values())
+    peer._on_announcement(InboundMessage(announce_topic(SWARM), sender, data))
+    assert sum(peer.rejections.values()) == before + 1 or peer.scores.is_banned(sender)
+
+
+_STANDALONE = Harness().peers[0]
+
+
+def test_peer_refuses_a_key_that_is_not_the_networks() -> None:
+    harness = Harness()
+    network = harness.world.attach(peer_id_from_seed(seed_of("a")))
+    with pytest.raises(ValueError, match="does not match"):
+        Peer(
+            harness.settings,
+            seed_of("b"),
+            network,
+            harness.coordinator,
+            SimPolicy("b", harness.registry, seed=1),
+            harness.registry,
+            harness.clock,
+        )

@@ -1,0 +1,65 @@
+"""`swarmp2p simulate` end to end, and the scenario loader's one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from simulator.scenario import ScenarioError, builtin_scenarios, load_scenario
+from swarmp2p.cli import app
+
+
+def test_simulate_writes_a_reproducible_report_and_plots(tmp_path: Path) -> None:
+    runner = CliRunner()
+    args = ["simulate", "--peers", "6", "--rounds", "3", "--seed", "7", "--scenario", "byzantine10"]
+    first = runner.invoke(app, [*args, "--out", str(tmp_path / "a")])
+    assert first.exit_code == 0, first.output
+    second = runner.invoke(app, [*args, "--out", str(tmp_path / "b"), "--no-plots"])
+    assert second.exit_code == 0, second.output
+    data = (tmp_path / "a" / "report.json").read_bytes()
+    assert data == (tmp_path / "b" / "report.json").read_bytes()
+    report = json.loads(data)
+    assert report["scenario"]["peers"] == 6 and len(report["rounds"]) == 3
+    assert str(tmp_path) not in data.decode()
+    for plot in ("reward.png", "traffic.png", "completion.png"):
+        assert (tmp_path / "a" / plot).read_bytes().startswith(b"\x89PNG")
+    assert "cumulative reward" in first.output
+
+
+def test_simulate_bad_scenario_is_one_line_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("peers = 5\n[network]\nlatncy_ms = 3\n")
+    result = CliRunner().invoke(app, ["simulate", "--scenario", str(bad), "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "network.latncy_ms: unknown key" in result.output
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("peers = 'ten'", "peers: expected int"),
+        ("peers = 1", "peers"),
+        ("[faults]\nchurn_leave = 2.0", "churn_leave"),
+        ("[byzantine]\nkinds = ['nice']", "unknown ['nice']"),
+        ("[[faults.partition]]\nstart_round = 5\nheal_round = 2", "heal_round"),
+        ("peers = [", "invalid TOML"),
+    ],
+)
+def test_scenario_errors_name_the_key(tmp_path: Path, text: str, needle: str) -> None:
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    with pytest.raises(ScenarioError) as error:
+        load_scenario(path)
+    assert needle in str(error.value) and "\n" not in str(error.value)
+
+
+def test_missing_file_and_builtins() -> None:
+    with pytest.raises(ScenarioError, match="file not found"):
+        load_scenario("/nonexistent/x.toml")
+    assert builtin_scenarios() == ["baseline", "byzantine10", "churn30", "lossy", "partition"]
+    for name in builtin_scenarios():
+        scenario = load_scenario(name, rounds=2)
+        assert scenario.name == name and scenario.rounds == 2

@@ -1,0 +1,165 @@
+"""Properties of whole simulated runs (small swarms), over seeds and sizes, plus fixed scenarios."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import attrs
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator.report import build_report, report_json
+from simulator.runner import SimulationResult, run_simulation
+from simulator.scenario import BYZANTINE_KINDS, ByzantineSpec, FaultSpec, NetworkSpec, PartitionSpec, Scenario
+
+SLOW = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+
+
+def honest_completes_every_present_round(result: SimulationResult) -> None:
+    for plan in result.plans:
+        if not plan.honest:
+            continue
+        completed = {record.round for record in result.records[plan.peer_id] if record.completed}
+        for round_number in range(result.scenario.rounds):
+            if plan.present_for(round_number, result.round_ms):
+                assert round_number in completed, (plan.index, round_number, plan.online)
+
+
+def never_trained_on_forgeries(result: SimulationResult) -> None:
+    assert result.invalid_trained == []
+
+
+def no_honest_rollouts_lost(result: SimulationResult) -> None:
+    """Lossless network, every batch fetched: each honest peer present for a round accepted the
+    batch of every other honest peer present for it."""
+    honest = [plan for plan in result.plans if plan.honest]
+    for round_number in range(result.scenario.rounds):
+        present = [p for p in honest if p.present_for(round_number, result.round_ms)]
+        for receiver in present:
+            record = next(
+                r for r in result.records[receiver.peer_id] if r.round == round_number and r.completed
+            )
+            expected = {p.peer_id for p in present if p is not receiver}
+            assert expected <= set(record.accepted_peers), (round_number, receiver.index)
+
+
+@SLOW
+@given(seed=st.integers(0, 10**6), peers=st.integers(5, 12), rounds=st.integers(3, 6))
+def test_lossless_honest_swarm(seed: int, peers: int, rounds: int) -> None:
+    result = run_simulation(Scenario(peers=peers, rounds=rounds, seed=seed, fetch_sample=0))
+    honest_completes_every_present_round(result)
+    never_trained_on_forgeries(result)
+    no_honest_rollouts_lost(result)
+    # Every peer trained on external rollouts from at least 2 others in every round.
+    for records in result.records.values():
+        assert all(len(r.external_peers_trained_on) >= 2 for r in records)
+
+
+@SLOW
+@given(
+    seed=st.integers(0, 10**6),
+    peers=st.integers(6, 14),
+    churn=st.floats(0.0, 0.3),
+    crash=st.floats(0.0, 0.2),
+    loss=st.sampled_from([0.0, 0.05]),
+    sample=st.sampled_from([0, 3]),
+)
+def test_faulty_swarms_keep_honest_peers_going(
+    seed: int, peers: int, churn: float, crash: float, loss: float, sample: int
+) -> None:
+    scenario = Scenario(
+        peers=peers,
+        rounds=6,
+        seed=seed,
+        fetch_sample=sample,
+        network=NetworkSpec(loss=loss),
+        faults=FaultSpec(
+            churn_leave=churn, crash_rate=crash, late_join_fraction=0.2, late_join_round=2, slow_fraction=0.2
+        ),
+        byzantine=ByzantineSpec(fraction=0.15),
+    )
+    result = run_simulation(scenario)
+    honest_completes_every_present_round(result)
+    never_trained_on_forgeries(result)
+
+
+@cache
+def byzantine_run() -> SimulationResult:
+    return run_simulation(
+        Scenario(peers=18, rounds=6, seed=11, fetch_sample=0, byzantine=ByzantineSpec(fraction=6 / 18))
+    )
+
+
+def test_byzantine_senders_are_banned_by_every_honest_peer() -> None:
+    result = byzantine_run()
+    byzantine = [plan for plan in result.plans if not plan.honest]
+    assert sorted(plan.role for plan in byzantine) == sorted(BYZANTINE_KINDS)
+    honest = [plan for plan in result.plans if plan.honest]
+    for plan in honest:
+        banned = set(result.banned_by[plan.peer_id])
+        # Replayers only relay other peers' messages and are caught as sender mismatches.
+        assert {b.peer_id for b in byzantine} <= banned, plan.index
+        assert not banned & {h.peer_id for h in honest}
+    honest_completes_every_present_round(result)
+    never_trained_on_forgeries(result)
+    no_honest_rollouts_lost(result)
+    for reason in (
+        "forged_reward",
+        "malformed",
+        "oversized",
+        "sender_mismatch",
+        "impersonation",
+        "equivocation",
+    ):
+        assert result.rejections[reason] > 0, reason
+
+
+def test_partition_heals_and_honest_peers_agree_on_the_round() -> None:
+    scenario = Scenario(
+        peers=12,
+        rounds=8,
+        seed=5,
+        fetch_sample=0,
+        faults=FaultSpec(partition=(PartitionSpec(start_round=2, heal_round=5, fraction=0.5),)),
+    )
+    result = run_simulation(scenario)
+    honest_completes_every_present_round(result)
+    side = set(p.peer_id for p in result.plans[:6])
+    for plan in result.plans:
+        for record in result.records[plan.peer_id]:
+            accepted = set(record.accepted_peers)
+            if 2 <= record.round < 5:  # cut off: only its own side
+                assert accepted <= (
+                    side if plan.peer_id in side else set(p.peer_id for p in result.plans) - side
+                )
+            else:
+                assert len(accepted) == 11
+    # Stated bound: from the first round after the heal, at every mid-round sample all honest
+    # online peers are in the schedule's current round.
+    for sample in result.agreement:
+        if sample["round"] >= 5:
+            assert sample["on_current_round"] == sample["honest_online"] > 0
+
+
+def test_same_seed_gives_a_byte_identical_report() -> None:
+    scenario = Scenario(
+        peers=10,
+        rounds=4,
+        seed=3,
+        faults=FaultSpec(churn_leave=0.2, crash_rate=0.1, slow_fraction=0.2),
+        network=NetworkSpec(loss=0.05),
+        byzantine=ByzantineSpec(fraction=0.2),
+    )
+    first = report_json(build_report(run_simulation(scenario)))
+    second = report_json(build_report(run_simulation(scenario)))
+    assert first == second
+    other = report_json(build_report(run_simulation(attrs.evolve(scenario, seed=4))))
+    assert other != first
+
+
+def test_sharing_rollouts_beats_training_alone() -> None:
+    def cumulative(n_local: int, n_external: int) -> float:
+        scenario = Scenario(peers=8, rounds=12, seed=2, n_local=n_local, n_external=n_external)
+        return build_report(run_simulation(scenario))["summary"]["reward_cumulative"]
+
+    assert cumulative(4, 4) > cumulative(8, 0)
