@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 TASKS = ("basic_arithmetic", "base_conversion")
-ROUND_SECONDS = 8.0
+ROUND_SECONDS = 10.0
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,12 @@ def write_config(path: Path, **node: Any) -> Path:
 [node]
 round_seconds = {ROUND_SECONDS}
 hello_interval_s = 2.0
-questions_per_round = 4
+# Two local groups + up to four external ones (at most two per peer) keep a round's training
+# short enough for five processes sharing two cores.
+questions_per_round = 2
+n_local = 2
+n_external = 4
+max_groups_per_peer = 2
 {node_lines}
 
 [trainer]

@@ -1,0 +1,30 @@
+"""With the tiny model on an easy task, after a short warm-up, GRPO raises mean reward."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from trainer.config import TrainerConfig
+from trainer.policy import TrainerPolicy
+
+
+@pytest.mark.slow
+def test_mean_reward_rises_under_grpo(tmp_path: Path) -> None:
+    # The reward is the answer format (weight 1.0): learnable by a 0.1M-param model in seconds, and
+    # exactly what a fresh model has to learn first. Seeds are fixed, so the run is reproducible.
+    config = TrainerConfig(
+        data_dir=str(tmp_path), tasks=("basic_arithmetic",), tiny_hidden_size=64, threads=1, lr=2e-3,
+        max_new_tokens=24, num_generations=4, format_reward=1.0, seed=0,
+    )
+    policy = TrainerPolicy(config)
+    policy.warmup(15, lr=3e-3)
+    rng = random.Random(0)
+    rewards = []
+    for _ in range(40):
+        metrics = policy.train(policy.generate(policy.registry.sample(rng, 8, config.seed)))
+        rewards.append(metrics["reward_mean"])
+    first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
+    assert last > first + 0.07, f"reward did not rise clearly: first 10 steps {first:.3f}, last 10 {last:.3f}"
