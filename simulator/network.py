@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+from array import array
 import math
 import random
 from collections import Counter, OrderedDict
@@ -94,10 +95,14 @@ class SimWorld:
         self.partitions: list[Partition] = []
         self.dht: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
         self.stats: dict[int, Counter[str]] = {}
-        self._heap: list[tuple[float, int, str, Any]] = []  # gossip deliveries and timed wakeups
+        # (at, seq, receivers, message) gossip deliveries and (at, seq, None, Event) timed wakeups
+        self._heap: list[tuple[float, int, list[_Node] | None, Any]] = []
         self._seq = 0
         self._wakeup = trio.Event()
         self._latency_cache: dict[tuple[str, str], float] = {}
+        self._members_version = 0
+        self._topic_members: dict[str, tuple[int, list[_Node]]] = {}
+        self._sender_bases: dict[tuple[str, str], tuple[int, array]] = {}
 
     # ---- membership ----------------------------------------------------------------------
 
@@ -110,6 +115,7 @@ class SimWorld:
         node.handler = None
         node.subscriptions = {}
         node.upload_factor = upload_factor
+        self._membership_changed()
         return SimNetwork(self, peer_id)
 
     def detach(self, peer_id: str) -> None:
@@ -122,6 +128,7 @@ class SimWorld:
         for channel in node.subscriptions.values():
             channel.close()
         node.subscriptions = {}
+        self._membership_changed()
 
     def is_online(self, peer_id: str) -> bool:
         node = self.nodes.get(peer_id)
@@ -156,7 +163,10 @@ class SimWorld:
         return self.model.loss > 0 and self.rng.random() < self.model.loss
 
     def _count(self, **amounts: int) -> None:
-        stats = self.stats.setdefault(self.round_of(self.now_ms()), Counter())
+        self._count_at(self.now_ms(), **amounts)
+
+    def _count_at(self, now_ms: int, **amounts: int) -> None:
+        stats = self.stats.setdefault(self.round_of(now_ms), Counter())
         for key, amount in amounts.items():
             stats[key] += amount
 
@@ -169,30 +179,77 @@ class SimWorld:
 
     # ---- gossip --------------------------------------------------------------------------
 
+    def _audience(self, sender: str, topic: str) -> tuple[list[_Node], array]:
+        """The online subscribers of `topic` (attach order, `sender` included) and the base
+        latency from `sender` to each, aligned. Cached until membership or a subscription changes:
+        rebuilding them on every publish was a third of the cost of gossip."""
+        version = self._members_version
+        cached = self._topic_members.get(topic)
+        if cached is None or cached[0] != version:
+            members = [node for node in self.nodes.values() if node.online and topic in node.subscriptions]
+            self._topic_members[topic] = (version, members)
+        else:
+            members = cached[1]
+        bases = self._sender_bases.get((sender, topic))
+        if bases is None or bases[0] != version:
+            bases = (
+                version,
+                array("d", (self._base_latency_s(sender, node.peer_id) for node in members)),
+            )
+            self._sender_bases[(sender, topic)] = bases
+        return members, bases[1]
+
+    def _membership_changed(self) -> None:
+        self._members_version += 1
+
     def publish(self, sender: str, topic: str, data: bytes) -> None:
         node = self.nodes.get(sender)
         if node is None or not node.online:
             raise NetworkError("publishing peer is offline")
         now = trio.current_time()
+        now_ms = self.now_ms()
         size = len(data)
         # Gossip is relayed through the mesh: the sender uploads about one copy, not one per peer.
         sent_at = self._upload_done_at(node, size) - now
+        start = now + sent_at
+        cuts = [p for p in self.partitions if p.start_ms <= now_ms < p.heal_ms]
+        sender_cut = [sender in p.side for p in cuts]
+        loss = self.model.loss
+        jitter_ms = self.model.jitter_ms
+        random_draw = self.rng.random
+        # Every receiver gets the SAME immutable message object (as from one gossip frame), and
+        # receivers due in the same millisecond share one heap entry: one pop, one pass.
+        message = InboundMessage(topic, sender, data)
+        slots: dict[float, list[_Node]] = {}
         delivered = lost = cut = 0
-        for receiver in self.nodes.values():
-            if receiver.peer_id == sender or not receiver.online or topic not in receiver.subscriptions:
+        members, bases = self._audience(sender, topic)
+        for receiver, base in zip(members, bases, strict=True):
+            if receiver is node:
                 continue
-            if not self.reachable(sender, receiver.peer_id):
+            if cuts and any(
+                (receiver.peer_id in p.side) != side for p, side in zip(cuts, sender_cut, strict=True)
+            ):
                 cut += 1
                 continue
-            if self._lost():
+            if loss > 0 and random_draw() < loss:
                 lost += 1
                 continue
             delivered += 1
-            at = _on_grid(now + sent_at + self.latency_s(sender, receiver.peer_id))
+            at = _on_grid(start + (base + random_draw() * jitter_ms / 1000))
+            slot = slots.get(at)
+            if slot is None:
+                slots[at] = [receiver]
+            else:
+                slot.append(receiver)
+        for at, receivers in slots.items():
             self._seq += 1
-            heapq.heappush(self._heap, (at, self._seq, receiver.peer_id, InboundMessage(topic, sender, data)))
-        self._count(
-            gossip_messages=delivered, gossip_bytes=delivered * size, dropped_loss=lost, dropped_partition=cut
+            heapq.heappush(self._heap, (at, self._seq, receivers, message))
+        self._count_at(
+            now_ms,
+            gossip_messages=delivered,
+            gossip_bytes=delivered * size,
+            dropped_loss=lost,
+            dropped_partition=cut,
         )
         self._wakeup.set()
 
@@ -204,7 +261,7 @@ class SimWorld:
             return
         event = trio.Event()
         self._seq += 1
-        heapq.heappush(self._heap, (at, self._seq, "", event))
+        heapq.heappush(self._heap, (at, self._seq, None, event))
         self._wakeup.set()
         await event.wait()
 
@@ -223,19 +280,20 @@ class SimWorld:
                 self._wakeup = trio.Event()
                 continue
             while heap and heap[0][0] <= at:
-                _, _, receiver_id, item = heapq.heappop(heap)
-                if isinstance(item, trio.Event):
+                _, _, receivers, item = heapq.heappop(heap)
+                if receivers is None:
                     item.set()
                     continue
-                receiver = self.nodes.get(receiver_id)
-                channel = receiver.subscriptions.get(item.topic) if receiver and receiver.online else None
-                if channel is None:
-                    self._count(dropped_offline=1)
-                    continue
-                try:
-                    channel.send_nowait(item)
-                except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
-                    self._count(dropped_queue=1)
+                topic = item.topic
+                for receiver in receivers:
+                    channel = receiver.subscriptions.get(topic) if receiver.online else None
+                    if channel is None:
+                        self._count(dropped_offline=1)
+                        continue
+                    try:
+                        channel.send_nowait(item)
+                    except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+                        self._count(dropped_queue=1)
 
     # ---- direct requests -----------------------------------------------------------------
 
@@ -314,6 +372,7 @@ class SimNetwork:
         node = self._node()
         send, receive = trio.open_memory_channel[InboundMessage](self._world.model.subscription_buffer)
         node.subscriptions[topic] = send
+        self._world._membership_changed()
         await trio.lowlevel.checkpoint()
         return receive
 

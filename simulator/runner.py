@@ -166,8 +166,14 @@ def _seed_trio_scheduler(seed: int) -> None:
     # trio shuffles the order of runnable tasks with a module-level Random (to shake out
     # ordering bugs). Seeding it makes a simulated run reproducible; this is the same hook
     # pytest-trio and hypothesis-trio use for deterministic scheduling.
+    # The shuffle alone is not enough: outside hypothesis, trio only reverses each batch of
+    # runnable tasks, and the batch's order comes from cancel-scope deadline ties broken by id()
+    # and Event wake-ups in set order, i.e. memory addresses, which differ between runs (the
+    # lossy scenario diverged between two runs in one process). Deterministic mode sorts each
+    # batch by task creation order before the seeded shuffle; hypothesis turns on the same flag.
     import trio._core._run as trio_run
 
+    trio_run._ALLOW_DETERMINISTIC_SCHEDULING = True  # type: ignore[misc]
     trio_run._r.seed(derive_seed(seed, "trio-scheduler"))
 
 

@@ -1,15 +1,25 @@
-"""A cache of envelope-opening and batch-verification outcomes, keyed by the envelope's sha256.
+"""A cache of decoding, envelope-opening and batch-verification outcomes, keyed by sha256.
 
 Why: every batch is checked by every other peer. Opening an envelope costs an Ed25519 verify
-(~50-100 µs) and verifying a batch re-scores every completion. Both outcomes are a pure function
-of the envelope bytes (given the swarm's settings: seed, tasks, questions per round, limits), so a
-node that sees the same bytes twice (gossip duplicates, DHT fallback after a direct fetch,
-replays) can skip the work. In the simulator ONE cache is shared by all virtual peers of a swarm
-(same settings), which turns N verifications of a batch into one: that is what makes
-100 peers x 100 rounds feasible on 2 cores.
+(~50-100 µs), strict decoding walks the whole message, and verifying a batch re-scores every
+completion. All three outcomes are a pure function of the bytes (given the swarm's settings:
+seed, tasks, questions per round, limits), so a node that sees the same bytes twice (gossip
+duplicates, DHT fallback after a direct fetch, replays) can skip the work. In the simulator ONE
+cache is shared by all virtual peers of a swarm (same settings), which turns N verifications of
+a batch into one: that is what makes 100 peers x 100 rounds feasible on 2 cores.
 
-Failures are cached too (a replayed garbage message costs one sha256 and a dict lookup).
-Bounded: least recently used entries are evicted beyond `max_entries`.
+Two levels:
+- by content: sha256 of the bytes -> outcome (bounded LRU). Serves a real node, whose duplicates
+  arrive as fresh byte strings.
+- by identity: the very same `bytes` object seen again -> outcome, without hashing it. In the
+  simulator every receiver of a gossip message or a fetch response gets the same object, so this
+  skips a sha256 per delivery. The memo holds a reference to each object it remembers, so an id()
+  can never be reused by another object while its entry exists (bounded FIFO).
+
+Decoded messages and opened envelopes are frozen attrs objects: sharing them between peers is
+safe. Failures are cached too (a replayed garbage message costs one lookup). Inputs larger than
+`max_item_bytes` are processed but not remembered, so a real node's memory stays bounded by
+entries x item size even when peers send multi-megabyte batches.
 """
 
 from __future__ import annotations
@@ -19,34 +29,114 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from protocol import codec
 from protocol.envelope import Opened, open_envelope
 from protocol.errors import ProtocolError
+from protocol.messages import WireMessage
+
+
+class _IdentityMemo:
+    """id(obj) -> (obj, value) for the last `max_entries` objects, oldest dropped first."""
+
+    def __init__(self, max_entries: int) -> None:
+        self.max_entries = max_entries
+        self._table: dict[int, tuple[object, Any]] = {}
+
+    def get(self, obj: object) -> tuple[object, Any] | None:
+        entry = self._table.get(id(obj))
+        return entry if entry is not None and entry[0] is obj else None
+
+    def put(self, obj: object, value: Any) -> None:
+        table = self._table
+        table[id(obj)] = (obj, value)
+        if len(table) > self.max_entries:
+            del table[next(iter(table))]
 
 
 class VerifyCache:
-    def __init__(self, max_entries: int = 50_000) -> None:
-        if max_entries < 1:
-            raise ValueError("max_entries must be >= 1")
+    def __init__(
+        self, max_entries: int = 50_000, *, identity_entries: int = 1024, max_item_bytes: int = 256 * 1024
+    ) -> None:
+        if max_entries < 1 or identity_entries < 1 or max_item_bytes < 0:
+            raise ValueError("max_entries and identity_entries must be >= 1, max_item_bytes >= 0")
         self.max_entries = max_entries
+        self.max_item_bytes = max_item_bytes
         self._opened: OrderedDict[bytes, Opened | ProtocolError] = OrderedDict()
         self._verdicts: OrderedDict[bytes, Any] = OrderedDict()
+        self._decoded: OrderedDict[bytes, WireMessage | ProtocolError] = OrderedDict()
+        self._opened_by_identity = _IdentityMemo(identity_entries)
+        self._decoded_by_identity = _IdentityMemo(identity_entries)
+        self._digest_by_identity = _IdentityMemo(identity_entries)
         self.hits = 0
         self.misses = 0
+        self.decode_hits = 0
+        self.decode_misses = 0
+
+    def digest(self, data: bytes) -> bytes:
+        """sha256(data), remembered for the object so a shared buffer is hashed once."""
+        entry = self._digest_by_identity.get(data)
+        if entry is not None:
+            return entry[1]
+        value = hashlib.sha256(data).digest()
+        if self._memoizable(data):
+            self._digest_by_identity.put(data, value)
+        return value
+
+    def _memoizable(self, data: object) -> bool:
+        # Only immutable buffers may be remembered by identity (a bytearray could change).
+        return type(data) is bytes and len(data) <= self.max_item_bytes
 
     def open(self, data: bytes, *, max_size: int | None = None) -> Opened:
-        """`protocol.envelope.open_envelope(data)`, memoized by sha256(data). Raises ProtocolError."""
-        key = hashlib.sha256(data).digest()
-        outcome = self._opened.get(key)
-        if outcome is None:
-            self.misses += 1
-            try:
-                outcome = open_envelope(data, max_size=max_size)
-            except ProtocolError as error:
-                outcome = error
-            self._remember(self._opened, key, outcome)
-        else:
+        """`protocol.envelope.open_envelope(data, max_size=...)`, memoized. Raises ProtocolError."""
+        if max_size is not None and isinstance(data, bytes | bytearray | memoryview) and len(data) > max_size:
+            # The cache is keyed by content only, so a context's tighter cap is applied here.
+            raise ProtocolError("oversized", f"envelope: {len(data)} bytes > {max_size}")
+        entry = self._opened_by_identity.get(data)
+        if entry is not None:
             self.hits += 1
-            self._opened.move_to_end(key)
+            outcome = entry[1]
+        else:
+            key = self.digest(data) if self._memoizable(data) else None
+            outcome = self._opened.get(key) if key is not None else None
+            if outcome is None:
+                self.misses += 1
+                try:
+                    outcome = open_envelope(data, max_size=max_size)
+                except ProtocolError as error:
+                    outcome = error
+                if key is not None:
+                    self._remember(self._opened, key, outcome)
+            else:
+                self.hits += 1
+                self._opened.move_to_end(key)
+            if key is not None:
+                self._opened_by_identity.put(data, outcome)
+        if isinstance(outcome, ProtocolError):
+            raise ProtocolError(outcome.reason, outcome.message)
+        return outcome
+
+    def decode(self, data: bytes) -> WireMessage:
+        """`protocol.codec.decode(data)`, memoized. Raises ProtocolError."""
+        entry = self._decoded_by_identity.get(data)
+        if entry is not None:
+            self.decode_hits += 1
+            outcome = entry[1]
+        else:
+            key = self.digest(data) if self._memoizable(data) else None
+            outcome = self._decoded.get(key) if key is not None else None
+            if outcome is None:
+                self.decode_misses += 1
+                try:
+                    outcome = codec.decode(data)
+                except ProtocolError as error:
+                    outcome = error
+                if key is not None:
+                    self._remember(self._decoded, key, outcome)
+            else:
+                self.decode_hits += 1
+                self._decoded.move_to_end(key)
+            if key is not None:
+                self._decoded_by_identity.put(data, outcome)
         if isinstance(outcome, ProtocolError):
             raise ProtocolError(outcome.reason, outcome.message)
         return outcome

@@ -49,7 +49,8 @@ class NetworkSettings:
     dht_timeout_s: float = attrs.field(default=10.0, validator=_positive)
 
     # connection upkeep
-    target_peers: int = attrs.field(default=16, validator=_positive)
+    # Above the swarm sizes we run (<= 20 on one machine): every fetch finds a live connection.
+    target_peers: int = attrs.field(default=32, validator=_positive)
     upkeep_interval_s: float = attrs.field(default=0.5, validator=_positive)
     peer_exchange_interval_s: float = attrs.field(default=2.0, validator=_positive)
     redial_backoff_initial_s: float = attrs.field(default=0.5, validator=_positive)

@@ -1,0 +1,256 @@
+"""Round-exchange latency of the libp2p adapter across real OS processes on 127.0.0.1.
+
+One exchange = what a swarm round does: the publisher gossips a small announcement and serves
+its batch over /swarmp2p/fetch/1.0.0; every other process fetches the batch on hearing the
+announcement. Latency = from publish until the LAST process holds the batch. Reported per
+(processes, batch size): p50 / p99 of that latency, batches lost, and CPU seconds per process
+during the exchange phase. Ratios are against the first configuration measured in this run.
+
+    python bench/bench_network.py                      # 5, 10, 20 processes x 10 KB, 200 KB, 1 MB
+    python bench/bench_network.py --procs 5 --sizes 10000 --messages 20
+
+Targets (issue 6): p99 < 0.5 s at 20 processes with 10 KB batches; 1 MB batches with nothing lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TOPIC = "bench/announce"
+
+
+# ---- worker process -------------------------------------------------------------------------
+
+
+def worker(args: argparse.Namespace) -> None:
+    import msgpack
+    import trio
+    from libp2p.crypto.ed25519 import create_new_key_pair
+
+    from swarmp2p.net import NetworkSettings, open_libp2p_network
+    from swarmp2p.ports import NetworkError
+
+    out = Path(args.out)
+    sizes = [int(s) for s in args.sizes.split(",")]
+
+    async def main() -> None:
+        settings = NetworkSettings(bootstrap=(args.bootstrap,) if args.bootstrap else ())
+        async with open_libp2p_network(create_new_key_pair(), settings) as net:
+            payloads: dict[int, bytes] = {}
+
+            async def serve(requester: str, data: bytes) -> bytes:
+                return payloads.get(int(data.decode()), b"")
+
+            net.set_request_handler(serve)
+            channel = await net.subscribe(TOPIC)
+            if args.index == 0:
+                (out / "addr").write_text(net.listen_addrs()[0])
+            # Ready once connected to most of the swarm (peer exchange builds the mesh).
+            want = min(args.procs - 1, settings.target_peers)
+            while len(net.connected_peers()) < want:
+                await trio.sleep(0.2)
+            (out / f"ready-{args.index}").write_text("1")
+            start_file = out / "start"
+            while not start_file.exists():
+                await trio.sleep(0.05)
+            start = float(start_file.read_text())
+            received: dict[int, float] = {}
+            published: dict[int, float] = {}
+            cpu_before = resource.getrusage(resource.RUSAGE_SELF)
+
+            async def fetch(msg_id: int, sender: str) -> None:
+                for _attempt in range(3):
+                    try:
+                        data = await net.request(sender, str(msg_id).encode(), timeout_s=10)
+                    except NetworkError:
+                        continue
+                    if len(data) == expected_size(msg_id):
+                        received[msg_id] = time.time()
+                        return
+
+            def expected_size(msg_id: int) -> int:
+                return sizes[msg_id // args.messages]
+
+            async def listen(nursery: trio.Nursery) -> None:
+                async for message in channel:
+                    msg_id = msgpack.unpackb(message.data)["id"]
+                    nursery.start_soon(fetch, msg_id, message.transport_sender)
+
+            total = len(sizes) * args.messages
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(listen, nursery)
+                for msg_id in range(total):
+                    at = start + msg_id * args.interval
+                    await trio.sleep(max(0.0, at - time.time()))
+                    if msg_id % args.procs == args.index:
+                        payloads[msg_id] = os.urandom(expected_size(msg_id))
+                        published[msg_id] = time.time()
+                        await net.publish(TOPIC, msgpack.packb({"id": msg_id}))
+                await trio.sleep(max(5.0, 3 * args.interval))
+                nursery.cancel_scope.cancel()
+            cpu_after = resource.getrusage(resource.RUSAGE_SELF)
+            cpu = (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime)
+            result = {
+                "index": args.index,
+                "peer_id": net.local_peer_id,
+                "received": received,
+                "published": published,
+                "cpu_s": cpu,
+                "drops": net.counters.snapshot(),
+            }
+            (out / f"result-{args.index}.json").write_text(json.dumps(result))
+
+    trio.run(main)
+
+
+# ---- orchestration --------------------------------------------------------------------------
+
+
+def run_config(procs: int, sizes: list[int], messages: int, interval: float) -> dict[int, dict[str, float]]:
+    with tempfile.TemporaryDirectory(prefix="bench-net-") as tmp:
+        out = Path(tmp)
+        base = [sys.executable, __file__, "--worker", "--out", tmp, "--procs", str(procs)]
+        base += [
+            "--sizes",
+            ",".join(map(str, sizes)),
+            "--messages",
+            str(messages),
+            "--interval",
+            str(interval),
+        ]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        workers = [subprocess.Popen([*base, "--index", "0"], env=env, stderr=subprocess.DEVNULL)]
+        try:
+            wait(lambda: (out / "addr").exists(), 60, "the first process")
+            addr = (out / "addr").read_text()
+            for i in range(1, procs):
+                cmd = [*base, "--index", str(i), "--bootstrap", addr]
+                workers.append(subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL))
+            wait(lambda: all((out / f"ready-{i}").exists() for i in range(procs)), 30 + 6 * procs, "the mesh")
+            (out / "start").write_text(str(time.time() + 2.0))
+            for process in workers:
+                process.wait(timeout=120 + len(sizes) * messages * interval)
+            results = [json.loads((out / f"result-{i}.json").read_text()) for i in range(procs)]
+        finally:
+            for process in workers:
+                if process.poll() is None:
+                    process.kill()
+    published: dict[int, float] = {}
+    for result in results:
+        published.update({int(k): v for k, v in result["published"].items()})
+    rows: dict[int, dict[str, float]] = {}
+    for s_index, size in enumerate(sizes):
+        ids = range(s_index * messages, (s_index + 1) * messages)
+        latencies, lost = [], 0
+        for msg_id in ids:
+            done = []
+            for result in results:
+                if str(msg_id) in result["published"]:
+                    continue
+                t = result["received"].get(str(msg_id))
+                if t is None:
+                    lost += 1
+                else:
+                    done.append(t)
+            if msg_id in published and done:
+                latencies.append(max(done) - published[msg_id])
+        latencies.sort()
+        rows[size] = {
+            "p50": statistics.median(latencies) if latencies else float("nan"),
+            "p99": percentile(latencies, 0.99),
+            "lost": lost,
+            "cpu_s": statistics.mean(r["cpu_s"] for r in results) / len(sizes),
+            # Message drops only: failed dials are connection churn, not lost data.
+            "drops": sum(v for r in results for k, v in r["drops"].items() if k != "dial_failed"),
+            "dial_failed": sum(r["drops"].get("dial_failed", 0) for r in results),
+        }
+    return rows
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    k = min(len(values) - 1, max(0, round(q * (len(values) - 1))))
+    return values[k]
+
+
+def wait(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--procs", default="5,10,20")
+    parser.add_argument("--sizes", default="10000,200000,1000000")
+    parser.add_argument("--messages", type=int, default=20, help="exchanges per batch size")
+    parser.add_argument("--interval", type=float, default=1.0, help="seconds between exchanges")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--bootstrap", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--out", default="", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        args.procs = int(args.procs)
+        worker(args)
+        return
+
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    sizes = [int(s) for s in args.sizes.split(",")]
+    proc_counts = [int(p) for p in args.procs.split(",")]
+    table = Table(
+        title=f"round exchange on 127.0.0.1 ({os.cpu_count()} cores, {args.messages} exchanges/size)"
+    )
+    for column in (
+        "procs",
+        "batch",
+        "p50 s",
+        "p99 s",
+        "p99 / base",
+        "lost",
+        "drops",
+        "CPU s/proc",
+        "CPU / base",
+    ):
+        table.add_column(column, justify="right")
+    baseline: dict[str, float] | None = None
+    with Progress() as progress:
+        task = progress.add_task("configurations", total=len(proc_counts))
+        for procs in proc_counts:
+            rows = run_config(procs, sizes, args.messages, args.interval)
+            for size, row in rows.items():
+                baseline = baseline or row
+                table.add_row(
+                    str(procs),
+                    f"{size / 1000:g} KB",
+                    f"{row['p50']:.3f}",
+                    f"{row['p99']:.3f}",
+                    f"{row['p99'] / baseline['p99']:.2f}x",
+                    str(row["lost"]),
+                    str(row["drops"]),
+                    f"{row['cpu_s']:.2f}",
+                    f"{row['cpu_s'] / baseline['cpu_s']:.2f}x",
+                )
+            progress.advance(task)
+    Console().print(table)
+
+
+if __name__ == "__main__":
+    main()
