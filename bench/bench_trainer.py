@@ -42,9 +42,17 @@ def main() -> None:
     console = Console()
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="bench-trainer-"))
     config = TrainerConfig(
-        data_dir=str(data_dir), tasks=("basic_arithmetic", "calendar_arithmetic"), tiny_hidden_size=args.hidden,
-        tiny_layers=args.layers, threads=args.threads, num_generations=args.generations,
-        max_new_tokens=args.tokens, temperature=1.0, lr=1e-4, format_reward=0.5, seed=0,
+        data_dir=str(data_dir),
+        tasks=("basic_arithmetic", "calendar_arithmetic"),
+        tiny_hidden_size=args.hidden,
+        tiny_layers=args.layers,
+        threads=args.threads,
+        num_generations=args.generations,
+        max_new_tokens=args.tokens,
+        temperature=1.0,
+        lr=1e-4,
+        format_reward=0.5,
+        seed=0,
     )
     policy = TrainerPolicy(config)
     initial_weights = copy.deepcopy(policy.model.state_dict())
@@ -76,10 +84,16 @@ def main() -> None:
     for column in ("trainer", "s/step (median)", "s/step (mean)", "completion tok/s", "time ratio vs TRL"):
         table.add_column(column, justify="right")
     trl_median = statistics.median(trl_times)
-    for name, times, tokens in (("TRL GRPOTrainer", trl_times, trl_tokens), ("swarmp2p", ours_times, ours_tokens)):
+    for name, times, tokens in (
+        ("TRL GRPOTrainer", trl_times, trl_tokens),
+        ("swarmp2p", ours_times, ours_tokens),
+    ):
         median = statistics.median(times)
         table.add_row(
-            name, f"{median:.3f}", f"{statistics.mean(times):.3f}", f"{sum(tokens) / sum(times):.0f}",
+            name,
+            f"{median:.3f}",
+            f"{statistics.mean(times):.3f}",
+            f"{sum(tokens) / sum(times):.0f}",
             f"{median / trl_median:.2f}x",
         )
     console.print(table)
@@ -88,7 +102,9 @@ def main() -> None:
     console.print(f"ours / TRL time per step = {ratio:.2f}x ({verdict} the <= 0.8x target)")
 
 
-def run_trl(policy, initial_weights, questions, args, data_dir: Path, config) -> tuple[list[float], list[int]]:
+def run_trl(
+    policy, initial_weights, questions, args, data_dir: Path, config
+) -> tuple[list[float], list[int]]:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainerCallback
@@ -122,16 +138,34 @@ def run_trl(policy, initial_weights, questions, args, data_dir: Path, config) ->
     timer = StepTimer()
     batch = args.questions * args.generations
     trl_args = GRPOConfig(
-        output_dir=str(data_dir / "trl"), per_device_train_batch_size=batch, num_generations=args.generations,
-        max_completion_length=args.tokens, temperature=1.0, learning_rate=1e-4, beta=0.0, epsilon=0.2,
-        epsilon_high=0.28, loss_type="dapo", max_steps=len(questions), bf16=False, use_cpu=True,
-        report_to=[], logging_steps=10_000, save_strategy="no", shuffle_dataset=False, seed=0,
+        output_dir=str(data_dir / "trl"),
+        per_device_train_batch_size=batch,
+        num_generations=args.generations,
+        max_completion_length=args.tokens,
+        temperature=1.0,
+        learning_rate=1e-4,
+        beta=0.0,
+        epsilon=0.2,
+        epsilon_high=0.28,
+        loss_type="dapo",
+        max_steps=len(questions),
+        bf16=False,
+        use_cpu=True,
+        report_to=[],
+        logging_steps=10_000,
+        save_strategy="no",
+        shuffle_dataset=False,
+        seed=0,
         disable_tqdm=True,
     )
     # TRL repeats each prompt G times itself: give it each question once, in step order
     trainer = GRPOTrainer(
-        model=model, reward_funcs=[reward], args=trl_args, processing_class=policy.tokenizer,
-        train_dataset=Dataset.from_dict({"prompt": prompts}), callbacks=[timer],
+        model=model,
+        reward_funcs=[reward],
+        args=trl_args,
+        processing_class=policy.tokenizer,
+        train_dataset=Dataset.from_dict({"prompt": prompts}),
+        callbacks=[timer],
     )
     trainer.train()
     return timer.times[args.skip :], token_counts[args.skip :]

@@ -95,7 +95,7 @@ class SimWorld:
         self.partitions: list[Partition] = []
         self.dht: OrderedDict[str, tuple[str, bytes]] = OrderedDict()
         self.stats: dict[int, Counter[str]] = {}
-        # (at, seq, receivers, message) gossip deliveries and (at, seq, None, Event) timed wakeups
+        # (at, seq, receivers, message) gossip deliveries and (at, seq, None, [task]) timed wakeups
         self._heap: list[tuple[float, int, list[_Node] | None, Any]] = []
         self._seq = 0
         self._wakeup = trio.Event()
@@ -166,7 +166,10 @@ class SimWorld:
         self._count_at(self.now_ms(), **amounts)
 
     def _count_at(self, now_ms: int, **amounts: int) -> None:
-        stats = self.stats.setdefault(self.round_of(now_ms), Counter())
+        round_number = self.round_of(now_ms)
+        stats = self.stats.get(round_number)
+        if stats is None:  # not setdefault(..., Counter()): that builds a Counter on every call
+            stats = self.stats[round_number] = Counter()
         for key, amount in amounts.items():
             stats[key] += amount
 
@@ -254,16 +257,24 @@ class SimWorld:
         self._wakeup.set()
 
     async def _wait_until(self, at: float) -> None:
-        """Park until virtual time `at` (on the ms grid) without a cancel scope per wait: the
-        delivery task wakes every waiter due at one instant in a single pass."""
+        """Park until virtual time `at` (on the ms grid).
+
+        The task parks itself with trio's low-level primitives and the delivery task
+        reschedules it when `at` comes: no cancel scope and no Event per wait (a fetch waits
+        twice). If the waiter is cancelled first, its heap entry is disarmed and skipped."""
         if at <= trio.current_time():
             await trio.lowlevel.checkpoint()
             return
-        event = trio.Event()
+        waiter = [trio.lowlevel.current_task()]
         self._seq += 1
-        heapq.heappush(self._heap, (at, self._seq, None, event))
+        heapq.heappush(self._heap, (at, self._seq, None, waiter))
         self._wakeup.set()
-        await event.wait()
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            waiter[0] = None  # disarm: run_deliveries must not reschedule a task that moved on
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
 
     async def run_deliveries(self) -> None:
         """The one task that hands gossip to subscribers and wakes waiters when their time comes."""
@@ -282,7 +293,10 @@ class SimWorld:
             while heap and heap[0][0] <= at:
                 _, _, receivers, item = heapq.heappop(heap)
                 if receivers is None:
-                    item.set()
+                    task = item[0]
+                    if task is not None:
+                        item[0] = None
+                        trio.lowlevel.reschedule(task)
                     continue
                 topic = item.topic
                 for receiver in receivers:

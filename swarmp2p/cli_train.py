@@ -12,19 +12,31 @@ def register(app: typer.Typer) -> None:
 
 
 def train(
-    model: str = typer.Option(None, "--model", help='"tiny" (built offline), a Hugging Face id, or a folder.'),
+    model: str = typer.Option(
+        None, "--model", help='"tiny" (built offline), a Hugging Face id, or a folder.'
+    ),
     steps: int = typer.Option(50, "--steps", min=1, help="GRPO updates to run."),
     questions: int = typer.Option(8, "--questions", min=1, help="Questions per step (G completions each)."),
     warmup_steps: int = typer.Option(
-        -1, "--warmup-steps", help="Supervised format warm-up steps before GRPO (-1: 15 for tiny, 0 otherwise)."
+        -1,
+        "--warmup-steps",
+        help="Supervised format warm-up steps before GRPO (-1: 15 for tiny, 0 otherwise).",
     ),
-    data_dir: Path = typer.Option(None, "--data-dir", help="Checkpoints and model cache (default .swarmp2p)."),
-    out: Path = typer.Option(Path("runs/train"), "--out", help="Output folder: reward_curve.png, metrics.jsonl."),
+    data_dir: Path = typer.Option(
+        None, "--data-dir", help="Checkpoints and model cache (default .swarmp2p)."
+    ),
+    out: Path = typer.Option(
+        Path("runs/train"), "--out", help="Output folder: reward_curve.png, metrics.jsonl."
+    ),
     config_file: Path = typer.Option(None, "--config", help="TOML file with a [trainer] section."),
     device: str = typer.Option(None, "--device", help="auto, cpu, cuda or mps."),
     tasks: str = typer.Option(None, "--tasks", help="Comma-separated reasoning-gym tasks."),
-    format_reward: float = typer.Option(None, "--format-reward", help="Weight of the format reward in [0, 1]."),
-    eval_every: int = typer.Option(None, "--eval-every", help="Held-out evaluation every K steps (0: never)."),
+    format_reward: float = typer.Option(
+        None, "--format-reward", help="Weight of the format reward in [0, 1]."
+    ),
+    eval_every: int = typer.Option(
+        None, "--eval-every", help="Held-out evaluation every K steps (0: never)."
+    ),
     seed: int = typer.Option(None, "--seed"),
     resume: bool = typer.Option(True, "--resume/--fresh", help="Continue from the newest checkpoint."),
     save_every: int = typer.Option(10, "--save-every", min=1, help="Checkpoint every N steps."),
@@ -45,8 +57,13 @@ def train(
 
     console = Console(stderr=True)
     overrides = {
-        "model": model, "data_dir": None if data_dir is None else str(data_dir), "device": device,
-        "tasks": tasks, "format_reward": format_reward, "eval_every": eval_every, "seed": seed,
+        "model": model,
+        "data_dir": None if data_dir is None else str(data_dir),
+        "device": device,
+        "tasks": tasks,
+        "format_reward": format_reward,
+        "eval_every": eval_every,
+        "seed": seed,
     }
     config = config_or_exit(TrainerConfig, section="trainer", file=config_file, overrides=overrides)
     try:
@@ -83,8 +100,12 @@ def train(
     with (
         open(out / "metrics.jsonl", "a", encoding="utf-8") as log,
         Progress(
-            TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.fields[status]}"), console=console,
+            TextColumn("[bold]train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[status]}"),
+            console=console,
         ) as progress,
     ):
         bar = progress.add_task("train", total=steps, status="")
@@ -93,16 +114,22 @@ def train(
             metrics = policy.train(groups)
             rewards.append(metrics["reward_mean"])
             log.write(json.dumps(metrics) + "\n")
-            if policy.last_eval is not None and policy.last_eval["step"] == policy.step and metrics.get("updated"):
+            if (
+                policy.last_eval is not None
+                and policy.last_eval["step"] == policy.step
+                and metrics.get("updated")
+            ):
                 evals.append((policy.step, policy.last_eval["reward"]))
             if policy.step != start_step and policy.step % save_every == 0:
                 policy.save()
             progress.update(
-                bar, advance=1,
+                bar,
+                advance=1,
                 status=f"step {policy.step} reward {metrics['reward_mean']:.3f} "
                 f"loss {metrics.get('loss', 0.0):+.3f} groups {int(metrics['groups_used'])}/{questions}",
             )
-    policy.save()
+    if policy.step % save_every != 0:  # the loop already saved this step otherwise
+        policy.save()
     png = plot_rewards(out / "reward_curve.png", rewards, [(s - start_step, r) for s, r in evals])
     head = sum(rewards[:10]) / min(10, len(rewards))
     tail = sum(rewards[-10:]) / min(10, len(rewards))

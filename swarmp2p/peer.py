@@ -194,10 +194,21 @@ class _RoundState:
     fetches: int = 0
     fetch_probability: float = 1.0
     fetch_hash_prefix: Any = None  # hashlib sha256 state over (seed, round, me), see _fetch_priority
-    deferred: dict[str, tuple[float, _FetchJob]] = attrs.Factory(dict)  # sampled out, for top-ups
+    # sampled out, kept for top-ups: sender -> (priority, announcement)
+    deferred: dict[str, tuple[float, RolloutAnnouncement]] = attrs.Factory(dict)
     rejected: Counter[str] = attrs.Factory(Counter)
     trained_on: tuple[str, ...] = ()
     train_metrics: dict[str, float] = attrs.Factory(dict)
+
+
+def _job_for(announcement: RolloutAnnouncement) -> _FetchJob:
+    return _FetchJob(
+        round=announcement.round,
+        stage=announcement.stage,
+        sender=announcement.peer_id,
+        digest=announcement.batch_digest,
+        group_count=announcement.group_count,
+    )
 
 
 PROOF_OF_LYING = frozenset({"forged_reward", "equivocation"})
@@ -671,20 +682,14 @@ class Peer:
             self._reject("fetch_limit", blame=None)
             return
         state.announced[sender] = announcement.batch_digest
-        job = _FetchJob(
-            round=announcement.round,
-            stage=announcement.stage,
-            sender=sender,
-            digest=announcement.batch_digest,
-            group_count=announcement.group_count,
-        )
         if state.fetch_probability < 1.0:
             priority = self._fetch_priority(state, sender)
             if priority >= state.fetch_probability:
-                state.deferred[sender] = (priority, job)
+                # Most announcements end here when sampling: keep them cheap (no job object yet).
+                state.deferred[sender] = (priority, announcement)
                 self.counters["fetch_deferred"] += 1
                 return
-        self._enqueue_fetch(state, job)
+        self._enqueue_fetch(state, _job_for(announcement))
 
     def _fetch_priority(self, state: _RoundState, sender: str) -> float:
         """derive_seed(seed, round, me, sender, "fetch") / 2**63, from a per-round hash prefix:
@@ -713,11 +718,11 @@ class Peer:
         if state is None or not state.deferred or not self._still_collecting(round_number):
             return
         sender = min(state.deferred, key=lambda peer: (state.deferred[peer][0], peer))
-        _, job = state.deferred.pop(sender)
+        _, announcement = state.deferred.pop(sender)
         if self.scores.is_banned(sender):
             self._top_up(round_number)
             return
-        self._enqueue_fetch(state, job)
+        self._enqueue_fetch(state, _job_for(announcement))
 
     async def _fetch_worker(self, receive: trio.MemoryReceiveChannel[_FetchJob]) -> None:
         async with receive:
@@ -811,7 +816,7 @@ class Peer:
 
     async def _fetch(self, job: _FetchJob) -> tuple[bytes, bool] | None:
         """The batch envelope from its announcer (direct stream), else from the DHT."""
-        request = codec.encode(
+        request = self.cache.encode(
             FetchRequest(
                 swarm_id=self.settings.swarm_id, round=job.round, stage=job.stage, peer_id=job.sender
             )

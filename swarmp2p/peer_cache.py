@@ -67,6 +67,8 @@ class VerifyCache:
         self._opened_by_identity = _IdentityMemo(identity_entries)
         self._decoded_by_identity = _IdentityMemo(identity_entries)
         self._digest_by_identity = _IdentityMemo(identity_entries)
+        self._identity_entries = identity_entries
+        self._encoded: dict[WireMessage, bytes] = {}
         self.hits = 0
         self.misses = 0
         self.decode_hits = 0
@@ -140,6 +142,18 @@ class VerifyCache:
         if isinstance(outcome, ProtocolError):
             raise ProtocolError(outcome.reason, outcome.message)
         return outcome
+
+    def encode(self, message: WireMessage) -> bytes:
+        """`protocol.codec.encode(message)`, memoized by the (immutable, hashable) message: every
+        peer asking one sender for one round's batch sends the same FetchRequest bytes, and the
+        server's `decode` then hits by identity. Raises ProtocolError."""
+        encoded = self._encoded.get(message)
+        if encoded is None:
+            encoded = codec.encode(message)
+            self._encoded[message] = encoded
+            if len(self._encoded) > self._identity_entries:
+                del self._encoded[next(iter(self._encoded))]
+        return encoded
 
     def verdict(self, digest: bytes, compute: Callable[[], Any]) -> Any:
         """The verification verdict for the batch envelope with sha256 `digest`; computed once."""

@@ -16,8 +16,15 @@ def test_mean_reward_rises_under_grpo(tmp_path: Path) -> None:
     # The reward is the answer format (weight 1.0): learnable by a 0.1M-param model in seconds, and
     # exactly what a fresh model has to learn first. Seeds are fixed, so the run is reproducible.
     config = TrainerConfig(
-        data_dir=str(tmp_path), tasks=("basic_arithmetic",), tiny_hidden_size=64, threads=1, lr=2e-3,
-        max_new_tokens=24, num_generations=4, format_reward=1.0, seed=0,
+        data_dir=str(tmp_path),
+        tasks=("basic_arithmetic",),
+        tiny_hidden_size=64,
+        threads=1,
+        lr=2e-3,
+        max_new_tokens=24,
+        num_generations=4,
+        format_reward=1.0,
+        seed=0,
     )
     policy = TrainerPolicy(config)
     policy.warmup(15, lr=3e-3)

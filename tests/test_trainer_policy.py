@@ -22,8 +22,14 @@ TASKS = ("basic_arithmetic", "calendar_arithmetic")
 
 def small_config(data_dir: Path, **overrides: object) -> TrainerConfig:
     fields = dict(
-        data_dir=str(data_dir), tasks=TASKS, tiny_hidden_size=64, threads=1, max_new_tokens=16,
-        num_generations=4, format_reward=0.5, seed=3,
+        data_dir=str(data_dir),
+        tasks=TASKS,
+        tiny_hidden_size=64,
+        threads=1,
+        max_new_tokens=16,
+        num_generations=4,
+        format_reward=0.5,
+        seed=3,
     )
     fields.update(overrides)
     return TrainerConfig(**fields)
@@ -70,8 +76,13 @@ def test_train_drops_zero_advantage_groups_and_updates_on_informative_ones(model
 
     # an external group: plain text this policy never generated, re-tokenized locally
     external = QuestionGroup(
-        ref, (Completion("<answer>12</answer>", 1.0), Completion("no idea", 0.0), Completion("<answer>", 0.2),
-              Completion("", 0.0))
+        ref,
+        (
+            Completion("<answer>12</answer>", 1.0),
+            Completion("no idea", 0.0),
+            Completion("<answer>", 0.2),
+            Completion("", 0.0),
+        ),
     )
     metrics = policy.train([flat, external])
     assert metrics["groups_used"] == 1 and metrics["updated"] == 1 and policy.step == 1
@@ -86,8 +97,12 @@ def test_micro_batches_give_the_full_batch_gradient(model_cache: Path) -> None:
     groups = whole.generate(questions)
     # the chunked policy samples the same texts, so both train on the same cached sampled token ids
     assert chunked.generate(questions) == groups
-    groups = [QuestionGroup(g.question, tuple(Completion(c.text, float(i % 2)) for i, c in enumerate(g.completions)))
-              for g in groups]
+    groups = [
+        QuestionGroup(
+            g.question, tuple(Completion(c.text, float(i % 2)) for i, c in enumerate(g.completions))
+        )
+        for g in groups
+    ]
     captured: dict[str, list[torch.Tensor]] = {}
     for label, policy in (("whole", whole), ("chunked", chunked)):
         # capture the gradient the optimizer would apply (Adam's first step is ~sign(grad), which

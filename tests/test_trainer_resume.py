@@ -58,8 +58,11 @@ def test_resume_after_sigkill_restores_optimizer_state_and_continues(tmp_path: P
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(
-        [sys.executable, "-c", TRAINER_SCRIPT, str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env=env,
+        [sys.executable, "-c", TRAINER_SCRIPT, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     try:
         deadline = time.monotonic() + 180
@@ -71,7 +74,9 @@ def test_resume_after_sigkill_restores_optimizer_state_and_continues(tmp_path: P
                 break
             if line.startswith("saved"):
                 saved = int(line.split()[1])
-        assert saved >= 4, f"trainer never reached 4 checkpoints: {process.stderr.read() if process.stderr else ''}"
+        assert saved >= 4, (
+            f"trainer never reached 4 checkpoints: {process.stderr.read() if process.stderr else ''}"
+        )
         time.sleep(0.05)  # land inside the next step (or its save) before killing
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=30)
@@ -80,8 +85,16 @@ def test_resume_after_sigkill_restores_optimizer_state_and_continues(tmp_path: P
             process.kill()
     assert process.returncode == -signal.SIGKILL
 
-    config = TrainerConfig(data_dir=str(tmp_path), tasks=("basic_arithmetic",), tiny_hidden_size=64, threads=1,
-                           max_new_tokens=16, format_reward=1.0, checkpoint_keep=2, seed=5)
+    config = TrainerConfig(
+        data_dir=str(tmp_path),
+        tasks=("basic_arithmetic",),
+        tiny_hidden_size=64,
+        threads=1,
+        max_new_tokens=16,
+        format_reward=1.0,
+        checkpoint_keep=2,
+        seed=5,
+    )
     on_disk = checkpoint.list_checkpoints(config.checkpoint_dir)
     assert len(on_disk) == 2  # keep-K held even across the kill
     last_step, last_path = on_disk[-1]

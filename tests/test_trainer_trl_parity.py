@@ -23,7 +23,9 @@ TEMPERATURE = 0.9
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[TrainerConfig, Path]:
     config = TrainerConfig(
-        data_dir=str(tmp_path_factory.mktemp("parity")), tasks=("basic_arithmetic",), tiny_hidden_size=64,
+        data_dir=str(tmp_path_factory.mktemp("parity")),
+        tasks=("basic_arithmetic",),
+        tiny_hidden_size=64,
         threads=1,
     )
     return config
@@ -44,8 +46,9 @@ def _batch(pad_id: int, vocab: int) -> tuple:
     ("loss_type", "aggregation", "beta"),
     [("dapo", "token", 0.0), ("dapo", "token", 0.04), ("grpo", "sequence", 0.04)],
 )
-def test_loss_and_gradients_match_trl(tiny_folder: TrainerConfig, loss_type: str, aggregation: str,
-                                      beta: float, tmp_path: Path) -> None:
+def test_loss_and_gradients_match_trl(
+    tiny_folder: TrainerConfig, loss_type: str, aggregation: str, beta: float, tmp_path: Path
+) -> None:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
@@ -63,20 +66,38 @@ def test_loss_and_gradients_match_trl(tiny_folder: TrainerConfig, loss_type: str
         ref_logps = current + 0.3 * torch.randn(current.shape, generator=noise)
 
     args = GRPOConfig(
-        output_dir=str(tmp_path / "trl"), per_device_train_batch_size=6, num_generations=3,
-        max_completion_length=width, temperature=TEMPERATURE, beta=beta, epsilon=0.2, epsilon_high=0.28,
-        loss_type=loss_type, bf16=False, use_cpu=True, report_to=[], logging_steps=1000, save_strategy="no",
+        output_dir=str(tmp_path / "trl"),
+        per_device_train_batch_size=6,
+        num_generations=3,
+        max_completion_length=width,
+        temperature=TEMPERATURE,
+        beta=beta,
+        epsilon=0.2,
+        epsilon_high=0.28,
+        loss_type=loss_type,
+        bf16=False,
+        use_cpu=True,
+        report_to=[],
+        logging_steps=1000,
+        save_strategy="no",
     )
     trainer = GRPOTrainer(
-        model=model, reward_funcs=[lambda completions, **_: [0.0] * len(completions)], args=args,
-        train_dataset=Dataset.from_dict({"prompt": ["a", "b", "c"]}), processing_class=tokenizer,
+        model=model,
+        reward_funcs=[lambda completions, **_: [0.0] * len(completions)],
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": ["a", "b", "c"]}),
+        processing_class=tokenizer,
     )
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1
     inputs = {
-        "prompt_ids": batch.prompt_ids, "prompt_mask": batch.prompt_mask,
-        "completion_ids": batch.completion_ids, "completion_mask": batch.completion_mask,
-        "advantages": advantages, "old_per_token_logps": old_logps, "ref_per_token_logps": ref_logps,
+        "prompt_ids": batch.prompt_ids,
+        "prompt_mask": batch.prompt_mask,
+        "completion_ids": batch.completion_ids,
+        "completion_mask": batch.completion_mask,
+        "advantages": advantages,
+        "old_per_token_logps": old_logps,
+        "ref_per_token_logps": ref_logps,
         "num_items_in_batch": mask.sum(),
     }
     trl_loss = trainer.compute_loss(trainer.model, inputs)
@@ -94,6 +115,8 @@ def test_loss_and_gradients_match_trl(tiny_folder: TrainerConfig, loss_type: str
     for name, param in ours.named_parameters():
         other = trl_params[name]
         assert param.grad is not None and other.grad is not None, name
-        torch.testing.assert_close(param.grad, other.grad, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}")
+        torch.testing.assert_close(
+            param.grad, other.grad, rtol=1e-4, atol=1e-6, msg=lambda m, n=name: f"{n}: {m}"
+        )
         compared += 1
     assert compared > 5

@@ -94,9 +94,7 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
         raise CorruptCheckpoint(f"{path.name}: cannot decode: {error}") from error
 
 
-def read_newest_valid(
-    folder: Path, report: Callable[[str], None]
-) -> tuple[int, dict[str, Any]] | None:
+def read_newest_valid(folder: Path, report: Callable[[str], None]) -> tuple[int, dict[str, Any]] | None:
     """The newest checkpoint that passes its checks; each one skipped is `report`ed."""
     for step, path in reversed(list_checkpoints(folder)):
         try:

@@ -118,9 +118,7 @@ class TrainerConfig:
         if len(set(self.tasks)) != len(self.tasks):
             raise ValueError(f"trainer.tasks has duplicates: {self.tasks}")
         if self.weights and len(self.weights) != len(self.tasks):
-            raise ValueError(
-                f"trainer.weights has {len(self.weights)} entries for {len(self.tasks)} tasks"
-            )
+            raise ValueError(f"trainer.weights has {len(self.weights)} entries for {len(self.tasks)} tasks")
         if any(w < 0 for w in self.weights) or (self.weights and sum(self.weights) <= 0):
             raise ValueError(f"trainer.weights must be >= 0 with a positive sum, got {self.weights}")
 

@@ -47,8 +47,12 @@ def sample(
 
     cache = DynamicCache()
     out = model(
-        input_ids=ids, attention_mask=mask, position_ids=position_ids_for(mask), past_key_values=cache,
-        use_cache=True, logits_to_keep=1,
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=position_ids_for(mask),
+        past_key_values=cache,
+        use_cache=True,
+        logits_to_keep=1,
     )
     logits = out.logits[:, -1, :]
     if repeats > 1:
@@ -79,8 +83,11 @@ def sample(
             break
         mask = torch.cat([mask, ones], dim=1)
         out = model(
-            input_ids=chosen.unsqueeze(1), attention_mask=mask, position_ids=next_position + step,
-            past_key_values=cache, use_cache=True,
+            input_ids=chosen.unsqueeze(1),
+            attention_mask=mask,
+            position_ids=next_position + step,
+            past_key_values=cache,
+            use_cache=True,
         )
         logits = out.logits[:, -1, :]
 

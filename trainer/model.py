@@ -53,8 +53,12 @@ def model_folder(config: TrainerConfig) -> str:
 
         return str(
             ensure_tiny(
-                config.data_path, config.tasks, config.tiny_hidden_size, config.tiny_layers,
-                config.tiny_vocab_size, config.seed,
+                config.data_path,
+                config.tasks,
+                config.tiny_hidden_size,
+                config.tiny_layers,
+                config.tiny_vocab_size,
+                config.seed,
             )
         )
     return config.model

@@ -6,8 +6,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 
-def plot_rewards(path: Path, rewards: Sequence[float], evals: Sequence[tuple[int, float]] = (),
-                 window: int = 10) -> Path:
+def plot_rewards(
+    path: Path, rewards: Sequence[float], evals: Sequence[tuple[int, float]] = (), window: int = 10
+) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -23,7 +24,9 @@ def plot_rewards(path: Path, rewards: Sequence[float], evals: Sequence[tuple[int
         ]
         axis.plot(steps, smoothed, color="tab:blue", label=f"moving mean ({window})")
     if evals:
-        axis.plot([s for s, _ in evals], [r for _, r in evals], "o-", color="tab:orange", label="held-out reward")
+        axis.plot(
+            [s for s, _ in evals], [r for _, r in evals], "o-", color="tab:orange", label="held-out reward"
+        )
     axis.set_xlabel("training step")
     axis.set_ylabel("reward")
     axis.set_ylim(-0.02, 1.02)

@@ -54,7 +54,9 @@ class TrainerPolicy:
             self.ref_model = copy.deepcopy(self.model).eval()
             self.ref_model.requires_grad_(False)
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay,
+            self.model.parameters(),
+            lr=config.lr,
+            weight_decay=config.weight_decay,
             foreach=self.device != "cpu" or None,
         )
         self.sampler = torch.Generator(device="cpu").manual_seed(config.seed)
@@ -63,7 +65,9 @@ class TrainerPolicy:
         self._cancel = threading.Event()
         self._prompt_cache: OrderedDict[QuestionRef, list[int]] = OrderedDict()
         self._completion_cache: OrderedDict[tuple[QuestionRef, str], list[int]] = OrderedDict()
-        self._use_chat_template = config.model != "tiny" and bool(getattr(self.tokenizer, "chat_template", None))
+        self._use_chat_template = config.model != "tiny" and bool(
+            getattr(self.tokenizer, "chat_template", None)
+        )
 
     # --- cancellation ---
     def cancel(self) -> None:
@@ -111,16 +115,24 @@ class TrainerPolicy:
         """G sampled completions per question, each scored by the local registry."""
         return self._generate(questions, self.config.num_generations, self.config.temperature)
 
-    def _generate(self, questions: Sequence[QuestionRef], repeats: int, temperature: float) -> list[QuestionGroup]:
+    def _generate(
+        self, questions: Sequence[QuestionRef], repeats: int, temperature: float
+    ) -> list[QuestionGroup]:
         self._check_cancel()
         if not questions:
             return []
         prompts = [self.prompt_ids(ref) for ref in questions]
         self.model.eval()
         rows = sample(
-            self.model, prompts, repeats, self.config.max_new_tokens, temperature,
-            eos_id=self.tokenizer.eos_token_id, pad_id=self.tokenizer.pad_token_id,
-            generator=self.sampler, cancel=self._cancel,
+            self.model,
+            prompts,
+            repeats,
+            self.config.max_new_tokens,
+            temperature,
+            eos_id=self.tokenizer.eos_token_id,
+            pad_id=self.tokenizer.pad_token_id,
+            generator=self.sampler,
+            cancel=self._cancel,
         )
         groups = []
         for q, ref in enumerate(questions):
@@ -171,7 +183,9 @@ class TrainerPolicy:
         loss_sum, kl_sum, clip_sum = 0.0, 0.0, 0.0
         for start in range(0, rows, chunk):
             self._check_cancel()
-            loss, kl, clip = self._chunk_loss(batch, advantage_tensor, start, min(rows, start + chunk), total_tokens)
+            loss, kl, clip = self._chunk_loss(
+                batch, advantage_tensor, start, min(rows, start + chunk), total_tokens
+            )
             loss.backward()
             share = (min(rows, start + chunk) - start) / rows
             loss_sum += float(loss.detach())
@@ -183,8 +197,13 @@ class TrainerPolicy:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         metrics.update(
-            loss=loss_sum, kl=kl_sum, clip_fraction=clip_sum, grad_norm=float(grad_norm),
-            completion_tokens=total_tokens, updated=1.0, step=float(self.step),
+            loss=loss_sum,
+            kl=kl_sum,
+            clip_fraction=clip_sum,
+            grad_norm=float(grad_norm),
+            completion_tokens=total_tokens,
+            updated=1.0,
+            step=float(self.step),
             seconds=time.perf_counter() - started,
         )
         if self.config.eval_every and self.step % self.config.eval_every == 0:
@@ -210,11 +229,20 @@ class TrainerPolicy:
         ref_logps = None
         if self.ref_model is not None:
             with torch.no_grad():
-                ref_logps = completion_logps(self.ref_model, input_ids, attention, keep_c, self.config.temperature)
+                ref_logps = completion_logps(
+                    self.ref_model, input_ids, attention, keep_c, self.config.temperature
+                )
         parts = grpo_loss(
-            logps, logps.detach(), advantages[start:end].to(device), comp_mask,
-            self.config.clip_eps_low, self.config.clip_eps_high, self.config.beta, ref_logps,
-            self.config.loss_aggregation, normalizer=total_tokens,
+            logps,
+            logps.detach(),
+            advantages[start:end].to(device),
+            comp_mask,
+            self.config.clip_eps_low,
+            self.config.clip_eps_high,
+            self.config.beta,
+            ref_logps,
+            self.config.loss_aggregation,
+            normalizer=total_tokens,
             kl_ratio_correction=self.config.kl_ratio_correction,
         )
         loss = parts.loss
@@ -238,7 +266,9 @@ class TrainerPolicy:
             },
             "model_name": self.config.model,
         }
-        path = checkpoint.write_checkpoint(self.config.checkpoint_dir, self.step, state, self.config.checkpoint_keep)
+        path = checkpoint.write_checkpoint(
+            self.config.checkpoint_dir, self.step, state, self.config.checkpoint_keep
+        )
         self.log(f"checkpoint saved: {path.name}")
 
     def load(self) -> bool:
@@ -282,8 +312,12 @@ class TrainerPolicy:
             "accuracy": sum(t["accuracy"] for t in per_task.values()) / len(per_task),
             "per_task": per_task,
             "samples": [
-                {"task": g.question.task, "index": g.question.index, "completion": g.completions[0].text,
-                 "reward": g.completions[0].reward}
+                {
+                    "task": g.question.task,
+                    "index": g.question.index,
+                    "completion": g.completions[0].text,
+                    "reward": g.completions[0].reward,
+                }
                 for g in groups[:samples_to_log]
             ],
         }
@@ -293,7 +327,9 @@ class TrainerPolicy:
             handle.write(json.dumps(result) + "\n")
         self.log(
             f"eval step {self.step}: reward {result['reward']:.3f} accuracy {result['accuracy']:.3f}; "
-            f"sample: {result['samples'][0]['completion'][:80]!r}" if result["samples"] else ""
+            f"sample: {result['samples'][0]['completion'][:80]!r}"
+            if result["samples"]
+            else ""
         )
         return result
 

@@ -46,8 +46,9 @@ def format_score(completion: str) -> float:
     return 0.2 * sum(bool(check) for check in checks)
 
 
-def safe_score(score_answer: Callable[[str | None, dict[str, Any]], float], answer: str | None,
-               entry: dict[str, Any]) -> float:
+def safe_score(
+    score_answer: Callable[[str | None, dict[str, Any]], float], answer: str | None, entry: dict[str, Any]
+) -> float:
     """`score_answer(answer, entry)` clamped to [0, 1]; any exception or non-finite value scores 0.
 
     Some reasoning-gym scorers raise on malformed answers (prime_factorization, for one).

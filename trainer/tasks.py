@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from protocol.messages import QuestionRef
+from protocol.questions import EVAL_INDEX_BASE, TRAIN_INDEX_LIMIT
 from trainer.rewards import combine, extract_answer, format_score, safe_score
 
-TRAIN_INDEX_LIMIT = 1_000_000
-"""Training questions use indices below this."""
-EVAL_INDEX_START = 10_000_000
-"""Held-out evaluation questions use indices from here on: disjoint from training by construction."""
+# Training questions use indices below TRAIN_INDEX_LIMIT; held-out evaluation questions start at
+# EVAL_INDEX_START. Both come from protocol.questions so that every peer agrees on the split.
+EVAL_INDEX_START = EVAL_INDEX_BASE
 
 DENIED_TASKS: dict[str, str] = {
     "game_of_life_halting": "reward-hackable: any non-empty answer scores 1.0",
@@ -97,15 +97,18 @@ class ReasoningGymRegistry:
         """(prompt text, reference answer) for `ref`. Raises TaskError for unknown or denied tasks."""
         _dataset, entry = self._dataset_and_entry(ref)
         answer = entry.get("answer")
-        return PROMPT_TEMPLATE.format(question=entry["question"]), (
-            None if answer is None else str(answer)
-        )
+        return PROMPT_TEMPLATE.format(question=entry["question"]), (None if answer is None else str(answer))
 
     def entry(self, ref: QuestionRef) -> dict[str, Any]:
         return self._dataset_and_entry(ref)[1]
 
-    def sample(self, rng: random.Random, count: int, dataset_seed: int,
-               index_range: tuple[int, int] = (0, TRAIN_INDEX_LIMIT)) -> list[QuestionRef]:
+    def sample(
+        self,
+        rng: random.Random,
+        count: int,
+        dataset_seed: int,
+        index_range: tuple[int, int] = (0, TRAIN_INDEX_LIMIT),
+    ) -> list[QuestionRef]:
         """`count` training questions drawn by task weight, indices uniform in `index_range`."""
         tasks = rng.choices(self._names, weights=self._weights, k=count)
         return [QuestionRef(task, dataset_seed, rng.randrange(*index_range)) for task in tasks]
@@ -113,7 +116,9 @@ class ReasoningGymRegistry:
     def eval_questions(self, per_task: int, dataset_seed: int) -> list[QuestionRef]:
         """The held-out set: the first `per_task` evaluation indices of every task."""
         return [
-            QuestionRef(task, dataset_seed, EVAL_INDEX_START + i) for task in self._names for i in range(per_task)
+            QuestionRef(task, dataset_seed, EVAL_INDEX_START + i)
+            for task in self._names
+            for i in range(per_task)
         ]
 
     # --- internals ---

@@ -29,8 +29,14 @@ _FORMAT_VERSION = 1
 
 def tiny_fingerprint(tasks: Sequence[str], hidden: int, layers: int, vocab: int, seed: int) -> str:
     blob = json.dumps(
-        {"v": _FORMAT_VERSION, "tasks": list(tasks), "hidden": hidden, "layers": layers, "vocab": vocab,
-         "seed": seed},
+        {
+            "v": _FORMAT_VERSION,
+            "tasks": list(tasks),
+            "hidden": hidden,
+            "layers": layers,
+            "vocab": vocab,
+            "seed": seed,
+        },
         sort_keys=True,
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -94,7 +100,9 @@ def build_tiny(folder: Path, tasks: Sequence[str], hidden: int, layers: int, voc
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def ensure_tiny(data_dir: Path, tasks: Sequence[str], hidden: int, layers: int, vocab: int, seed: int) -> Path:
+def ensure_tiny(
+    data_dir: Path, tasks: Sequence[str], hidden: int, layers: int, vocab: int, seed: int
+) -> Path:
     """The cached tiny model folder, built on first use."""
     folder = data_dir / "models" / f"tiny-{tiny_fingerprint(tasks, hidden, layers, vocab, seed)}"
     if not (folder / "config.json").exists():

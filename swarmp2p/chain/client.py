@@ -127,6 +127,7 @@ class _SignedTx:
     hash: bytes
     nonce: int
     call: dict[str, Any]  # from/to/data/gas: what to replay to recover a revert reason
+    send_attempts: int = 0
 
 
 class ContractClient:
@@ -283,16 +284,20 @@ class ContractClient:
     def _send_raw(self, signed: _SignedTx) -> None:
         from web3.exceptions import Web3RPCError
 
+        signed.send_attempts += 1
+        # A send whose answer was lost may still have reached the node: if the transaction is
+        # already mined, do not send it again (nodes answer a duplicate with assorted errors).
+        if signed.send_attempts > 1 and self._receipt_or_none(signed) is not None:
+            return
         try:
             self.w3.eth.send_raw_transaction(signed.raw)
         except Web3RPCError as error:
             message = str(error).lower()
             if "already known" in message or "already imported" in message:
-                return  # an earlier attempt got through
+                return  # an earlier attempt got through and is pending
             if "nonce too low" in message:
                 if self._receipt_or_none(signed) is not None:
                     return  # it was ours, and it is mined
-                self._next_nonce = None
                 raise ChainError(f"nonce {signed.nonce} already used by another transaction") from None
             if "underpriced" in message or "fee" in message:
                 self._gas_price = None
