@@ -227,6 +227,7 @@ async def _simulate(
         seed=derive_seed(scenario.seed, "network"),
         now_ms=clock.now_ms,
         round_of=lambda now_ms: max(0, (now_ms - EPOCH_MS) // round_ms),
+        inline_gossip=True,
     )
     for spec in scenario.faults.partition:
         cut = math.ceil(spec.fraction * len(plans))

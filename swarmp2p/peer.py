@@ -23,6 +23,12 @@ ONE message is logged and counted as "internal_error".
 Threads: `offload` runs the synchronous policy calls. A real node passes
 `trio.to_thread.run_sync` bound to ONE CapacityLimiter (the default); the simulator runs them
 inline, because worker threads would break MockClock's deterministic virtual time.
+
+Optional network capability: `network.subscribe_inline(topic, handler) -> bool`. A transport
+that can hand each inbound message to a synchronous handler at delivery time (the simulator's
+in-memory network) returns True, and the Peer then runs no receive task of its own; any other
+transport (libp2p) lacks the method or returns False and is read through `subscribe`. Either
+way every message goes through the same `_handle_announcement`.
 """
 
 from __future__ import annotations
@@ -308,13 +314,16 @@ class Peer:
         except Exception:
             log.exception("%s: loading the checkpoint failed; starting fresh", self.peer_id)
             self.counters["load_failed"] += 1
-        channel = await self.network.subscribe(self.topic)
+        subscribe_inline = getattr(self.network, "subscribe_inline", None)
+        inline = subscribe_inline is not None and subscribe_inline(self.topic, self._handle_announcement)
+        channel = None if inline else await self.network.subscribe(self.topic)
         self.network.set_request_handler(self._serve_fetch)
         await self._register()
         send, receive = trio.open_memory_channel[_FetchJob](self.settings.max_fetch_per_round)
         self._fetch_send = send
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._receive_loop, channel)
+            if channel is not None:
+                nursery.start_soon(self._receive_loop, channel)
             for _ in range(self.settings.fetch_concurrency):
                 nursery.start_soon(self._fetch_worker, receive.clone())
             task_status.started()
@@ -589,15 +598,20 @@ class Peer:
             # announcements then costs one scheduler round trip, not one each.
             message = first
             while True:
-                try:
-                    self._on_announcement(message)
-                except Exception:
-                    log.exception("%s: handling an announcement failed", self.peer_id)
-                    self._reject("internal_error", blame=None)
+                self._handle_announcement(message)
                 try:
                     message = channel.receive_nowait()
                 except (trio.WouldBlock, trio.EndOfChannel):
                     break
+
+    def _handle_announcement(self, message: InboundMessage) -> None:
+        """One inbound announcement, from the receive loop or a transport's inline delivery
+        (`subscribe_inline`). Never raises."""
+        try:
+            self._on_announcement(message)
+        except Exception:
+            log.exception("%s: handling an announcement failed", self.peer_id)
+            self._reject("internal_error", blame=None)
 
     def _reject(self, reason: str, *, blame: str | None) -> None:
         self.rejections[reason] += 1
