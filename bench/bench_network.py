@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 TOPIC = "bench/announce"
 
@@ -64,14 +65,18 @@ def worker(args: argparse.Namespace) -> None:
                 await trio.sleep(0.05)
             start = float(start_file.read_text())
             received: dict[int, float] = {}
+            heard: dict[int, float] = {}  # when the announcement arrived (gossip latency)
             published: dict[int, float] = {}
+            errors: dict[str, int] = {}
             cpu_before = resource.getrusage(resource.RUSAGE_SELF)
 
             async def fetch(msg_id: int, sender: str) -> None:
                 for _attempt in range(3):
                     try:
                         data = await net.request(sender, str(msg_id).encode(), timeout_s=10)
-                    except NetworkError:
+                    except NetworkError as error:
+                        reason = str(error).split(":")[0][:80]
+                        errors[reason] = errors.get(reason, 0) + 1
                         continue
                     if len(data) == expected_size(msg_id):
                         received[msg_id] = time.time()
@@ -83,6 +88,7 @@ def worker(args: argparse.Namespace) -> None:
             async def listen(nursery: trio.Nursery) -> None:
                 async for message in channel:
                     msg_id = msgpack.unpackb(message.data)["id"]
+                    heard[msg_id] = time.time()
                     nursery.start_soon(fetch, msg_id, message.transport_sender)
 
             total = len(sizes) * args.messages
@@ -103,6 +109,8 @@ def worker(args: argparse.Namespace) -> None:
                 "index": args.index,
                 "peer_id": net.local_peer_id,
                 "received": received,
+                "heard": heard,
+                "errors": errors,
                 "published": published,
                 "cpu_s": cpu,
                 "drops": net.counters.snapshot(),
@@ -115,7 +123,7 @@ def worker(args: argparse.Namespace) -> None:
 # ---- orchestration --------------------------------------------------------------------------
 
 
-def run_config(procs: int, sizes: list[int], messages: int, interval: float) -> dict[int, dict[str, float]]:
+def run_config(procs: int, sizes: list[int], messages: int, interval: float) -> dict[int, dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="bench-net-") as tmp:
         out = Path(tmp)
         base = [sys.executable, __file__, "--worker", "--out", tmp, "--procs", str(procs)]
@@ -147,12 +155,16 @@ def run_config(procs: int, sizes: list[int], messages: int, interval: float) -> 
     published: dict[int, float] = {}
     for result in results:
         published.update({int(k): v for k, v in result["published"].items()})
-    rows: dict[int, dict[str, float]] = {}
+    reasons: dict[str, int] = {}
+    for result in results:
+        for reason, count in result["errors"].items():
+            reasons[reason] = reasons.get(reason, 0) + count
+    rows: dict[int, dict[str, Any]] = {}
     for s_index, size in enumerate(sizes):
         ids = range(s_index * messages, (s_index + 1) * messages)
-        latencies, lost = [], 0
+        latencies, gossip, lost = [], [], 0
         for msg_id in ids:
-            done = []
+            done, heard = [], []
             for result in results:
                 if str(msg_id) in result["published"]:
                     continue
@@ -161,12 +173,22 @@ def run_config(procs: int, sizes: list[int], messages: int, interval: float) -> 
                     lost += 1
                 else:
                     done.append(t)
+                h = result["heard"].get(str(msg_id))
+                if h is not None:
+                    heard.append(h)
             if msg_id in published and done:
                 latencies.append(max(done) - published[msg_id])
+            if msg_id in published and heard:
+                gossip.append(max(heard) - published[msg_id])
         latencies.sort()
+        gossip.sort()
         rows[size] = {
             "p50": statistics.median(latencies) if latencies else float("nan"),
             "p99": percentile(latencies, 0.99),
+            # Until the LAST process heard the announcement: the gossip share of the latency.
+            "gossip_p99": percentile(gossip, 0.99),
+            "fetch_errors": sum(sum(r["errors"].values()) for r in results),
+            "error_reasons": reasons,
             "lost": lost,
             "cpu_s": statistics.mean(r["cpu_s"] for r in results) / len(sizes),
             # Message drops only: failed dials are connection churn, not lost data.
@@ -224,17 +246,23 @@ def main() -> None:
         "p50 s",
         "p99 s",
         "p99 / base",
+        "gossip p99 s",
         "lost",
+        "fetch errors",
         "drops",
         "CPU s/proc",
         "CPU / base",
     ):
         table.add_column(column, justify="right")
-    baseline: dict[str, float] | None = None
+    baseline: dict[str, Any] | None = None
+    notes: list[str] = []
     with Progress() as progress:
         task = progress.add_task("configurations", total=len(proc_counts))
         for procs in proc_counts:
             rows = run_config(procs, sizes, args.messages, args.interval)
+            reasons = next(iter(rows.values()))["error_reasons"]  # per run, all sizes together
+            if reasons:
+                notes.append(f"{procs} procs fetch errors: {reasons}")
             for size, row in rows.items():
                 baseline = baseline or row
                 table.add_row(
@@ -243,13 +271,18 @@ def main() -> None:
                     f"{row['p50']:.3f}",
                     f"{row['p99']:.3f}",
                     f"{row['p99'] / baseline['p99']:.2f}x",
+                    f"{row['gossip_p99']:.3f}",
                     str(row["lost"]),
+                    str(row["fetch_errors"]),
                     str(row["drops"]),
                     f"{row['cpu_s']:.2f}",
                     f"{row['cpu_s'] / baseline['cpu_s']:.2f}x",
                 )
             progress.advance(task)
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    for note in notes:
+        console.print(note)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ model picks up), anything else earns 0.0. It never raises.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 from protocol.messages import QuestionRef
@@ -20,7 +21,13 @@ _OPEN, _CLOSE = "<answer>", "</answer>"
 
 def reference_answer(question: QuestionRef) -> str:
     """The one correct answer of a simulated question (a small number, as text)."""
-    key = f"{question.task}|{question.dataset_seed}|{question.index}".encode()
+    return _answer(question.task, question.dataset_seed, question.index)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _answer(task: str, dataset_seed: int, index: int) -> str:
+    # Cached: every question is scored by its author and by each peer that verifies it.
+    key = f"{task}|{dataset_seed}|{index}".encode()
     return str(int.from_bytes(hashlib.blake2b(key, digest_size=4).digest(), "big") % 1000)
 
 

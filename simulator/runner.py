@@ -135,13 +135,37 @@ def plan_peers(scenario: Scenario) -> list[PeerPlan]:
     return plans
 
 
+class _GroupAudit:
+    """The oracle's verdict per trained group, shared by all peers' `_AuditedPolicy`: an
+    accepted external group is the same object for every peer that trains on it, so it is
+    re-scored once, not once per trainer. Remembered by identity (the entry holds the group, so
+    its id cannot be reused); bounded."""
+
+    def __init__(self, registry: Any, max_entries: int = 20_000) -> None:
+        self.registry = registry
+        self.max_entries = max_entries
+        self._seen: dict[int, tuple[QuestionGroup, bool]] = {}
+
+    def honest(self, group: QuestionGroup) -> bool:
+        entry = self._seen.get(id(group))
+        if entry is not None and entry[0] is group:
+            return entry[1]
+        ok = all(
+            abs(self.registry.score(group.question, c.text) - c.reward) <= 1e-6 for c in group.completions
+        )
+        self._seen[id(group)] = (group, ok)
+        if len(self._seen) > self.max_entries:
+            del self._seen[next(iter(self._seen))]
+        return ok
+
+
 class _AuditedPolicy:
     """Delegates to a policy and checks, as an outside oracle, every group it is trained on:
     any claimed reward the registry disagrees with means a forged batch got through."""
 
-    def __init__(self, inner: Any, registry: Any, on_invalid: Callable[[], None]) -> None:
+    def __init__(self, inner: Any, audit: _GroupAudit, on_invalid: Callable[[], None]) -> None:
         self.inner = inner
-        self.registry = registry
+        self.audit = audit
         self.on_invalid = on_invalid
 
     def generate(self, questions: Sequence[QuestionRef]) -> list[QuestionGroup]:
@@ -149,9 +173,7 @@ class _AuditedPolicy:
 
     def train(self, groups: Sequence[QuestionGroup]) -> dict[str, float]:
         for group in groups:
-            if any(
-                abs(self.registry.score(group.question, c.text) - c.reward) > 1e-6 for c in group.completions
-            ):
+            if not self.audit.honest(group):
                 self.on_invalid()
         return self.inner.train(groups)
 
@@ -187,6 +209,7 @@ def run_simulation(
 ) -> SimulationResult:
     """Run `scenario` to the end of its last round. `on_round(r)` is called as round r ends."""
     _seed_trio_scheduler(scenario.seed)
+    clock = trio.testing.MockClock(autojump_threshold=0)
     return trio.run(
         _simulate,
         scenario,
@@ -194,7 +217,8 @@ def run_simulation(
         policy_factory,
         registry,
         tasks,
-        clock=trio.testing.MockClock(autojump_threshold=0),
+        clock,
+        clock=clock,
     )
 
 
@@ -204,10 +228,11 @@ async def _simulate(
     policy_factory: Callable[..., Any] | None,
     registry: Any,
     tasks: tuple[str, ...] | None,
+    trio_clock: trio.abc.Clock,
 ) -> SimulationResult:
     round_ms = int(scenario.round_s * 1000)
     end_ms = scenario.rounds * round_ms
-    clock = TrioClock(EPOCH_MS)
+    clock = TrioClock(EPOCH_MS, trio_clock)
     schedule = SwarmSchedule(
         swarm_id=SWARM_ID, genesis_ms=EPOCH_MS, round_ms=round_ms, stage_count=1, seed=scenario.seed
     )
@@ -222,6 +247,7 @@ async def _simulate(
             latency_max_ms=net.latency_max_ms,
             jitter_ms=net.jitter_ms,
             loss=net.loss,
+            gossip_loss=net.gossip_loss,
             upload_bytes_per_s=net.upload_mbit * 125_000,
         ),
         seed=derive_seed(scenario.seed, "network"),
@@ -250,11 +276,13 @@ async def _simulate(
         fetch_timeout_s=min(5.0, scenario.round_s / 6),
         max_fetch_per_round=max(64, 2 * scenario.peers),
         fetch_sample=scenario.fetch_sample,
+        dht_sweep=scenario.dht_sweep,
         poll_interval_s=max(1.0, scenario.round_s / 4),
         verification_limits=VerificationLimits(),
     )
     cache = VerifyCache(max_entries=max(50_000, 20 * scenario.peers))
     store = CheckpointStore()
+    audit = _GroupAudit(registry)
     params = SimPolicyParams(group_size=scenario.group_size)
     records: dict[str, list[RoundRecord]] = {plan.peer_id: [] for plan in plans}
     live: dict[str, Peer] = {}
@@ -277,7 +305,9 @@ async def _simulate(
             take_cost = getattr(policy, "take_cost", None)
             cost = take_cost() if take_cost is not None else 0.0
             if cost > 0:
-                await trio.sleep(cost)
+                # Parked on the world's timer heap: a trio.sleep would end in a Cancelled
+                # exception per call, which costs more than the simulated policy itself.
+                await world.sleep(cost)
             return result
 
         return offload
@@ -292,7 +322,7 @@ async def _simulate(
             policies[plan.peer_id] = policy
             audited = _AuditedPolicy(
                 policy,
-                registry,
+                audit,
                 lambda pid=plan.peer_id: invalid_trained.append(
                     (pid, max(0, (clock.now_ms() - EPOCH_MS) // round_ms))
                 ),

@@ -8,9 +8,10 @@ does nothing):
     round_s = 30.0        questions_per_round = 4
     n_local = 4           n_external = 4       max_groups_per_peer = 2
     collect_fraction = 0.6  group_size = 4     fetch_sample = 8 (0 = fetch every batch)
+    dht_sweep = true
     policy = "sim"          coordinator = "schedule"
 
-    [network]   latency_min_ms, latency_max_ms, jitter_ms, loss, upload_mbit
+    [network]   latency_min_ms, latency_max_ms, jitter_ms, loss, gossip_loss, upload_mbit
     [faults]    churn_leave, churn_join, crash_rate, crash_restart_s, late_join_fraction,
                 late_join_round, slow_fraction, slowdown
     [[faults.partition]]  start_round, heal_round, fraction      (repeatable)
@@ -54,6 +55,8 @@ class NetworkSpec:
     latency_max_ms: float = attrs.field(default=80.0, validator=_non_negative)
     jitter_ms: float = attrs.field(default=5.0, validator=_non_negative)
     loss: float = attrs.field(default=0.0, validator=[_fraction, attrs.validators.lt(1.0)])
+    gossip_loss: float = attrs.field(default=0.0, validator=_fraction)
+    """Extra loss of announcements only (direct fetches and the DHT still work)."""
     upload_mbit: float = attrs.field(default=100.0, validator=_positive)
 
     def __attrs_post_init__(self) -> None:
@@ -117,6 +120,8 @@ class Scenario:
     group_size: int = attrs.field(default=4, validator=attrs.validators.ge(2))
     fetch_sample: int = attrs.field(default=8, validator=attrs.validators.ge(0))
     """Batches each peer fetches and verifies per round (0 = every announced batch)."""
+    dht_sweep: bool = True
+    """Look up in the DHT the batches of known peers whose announcement did not arrive."""
     policy: str = attrs.field(default="sim", validator=attrs.validators.in_(("sim",)))
     # "trainer" (the real tiny model via trainer.policy.TrainerPolicy) is not wired yet.
     coordinator: str = attrs.field(default="schedule", validator=attrs.validators.in_(("schedule",)))
@@ -151,14 +156,14 @@ def _convert(cls: type, field: attrs.Attribute, raw: Any, where: str) -> Any:
         return tuple(_build(PartitionSpec, item, where) for item in raw)
     if isinstance(default, NetworkSpec | FaultSpec | ByzantineSpec):
         return _build(type(default), raw, where)
-    if field.name == "kinds":
+    if field.name in ("kinds", "tasks"):
         if not isinstance(raw, list) or not all(isinstance(item, str) for item in raw):
             raise ScenarioError(f"scenario error: {where}: expected an array of strings")
         return tuple(raw)
     expected = type(default) if default is not attrs.NOTHING else (float if field.name == "fraction" else int)
     if expected is float and isinstance(raw, int) and not isinstance(raw, bool):
         raw = float(raw)
-    if isinstance(raw, bool) or not isinstance(raw, expected):
+    if (isinstance(raw, bool) and expected is not bool) or not isinstance(raw, expected):
         raise ScenarioError(f"scenario error: {where}: expected {expected.__name__}, got {raw!r}")
     return raw
 

@@ -144,6 +144,15 @@ class PeerSettings:
     keep_published_rounds: int = attrs.field(default=3, validator=attrs.validators.ge(1))
     winners_count: int = attrs.field(default=3, validator=attrs.validators.ge(1))
     history_limit: int = attrs.field(default=10_000, validator=attrs.validators.ge(1))
+    dht_sweep: bool = True
+    """At `sweep_fraction` of the collect window, look up in the DHT the batches of peers we know
+    (from earlier rounds or the transport) but heard no announcement from this round: gossip
+    loss and late joining must not cost a peer its rollouts."""
+    sweep_fraction: float = attrs.field(
+        default=0.5, validator=[attrs.validators.ge(0.0), attrs.validators.le(1.0)]
+    )
+    known_peer_rounds: int = attrs.field(default=10, validator=attrs.validators.ge(1))
+    """A peer last seen this many rounds ago is no longer swept for."""
 
 
 @attrs.frozen
@@ -177,8 +186,9 @@ class _FetchJob:
     round: int
     stage: int
     sender: str
-    digest: bytes
-    group_count: int
+    digest: bytes  # b"": unknown (a DHT sweep job: no announcement was seen)
+    group_count: int  # -1: unknown
+    dht_only: bool = False
 
 
 @attrs.define
@@ -200,6 +210,8 @@ class _RoundState:
     fetches: int = 0
     fetch_probability: float = 1.0
     fetch_hash_prefix: Any = None  # hashlib sha256 state over (seed, round, me), see _fetch_priority
+    sweep_at_ms: int = 0
+    swept: bool = False
     # sampled out, kept for top-ups: sender -> (priority, announcement)
     deferred: dict[str, tuple[float, RolloutAnnouncement]] = attrs.Factory(dict)
     rejected: Counter[str] = attrs.Factory(Counter)
@@ -299,6 +311,9 @@ class Peer:
         self._wake = trio.Event()
         # (round, stage) -> encoded FetchResponse carrying our signed batch, for recent rounds.
         self._published: dict[tuple[int, int], bytes] = {}
+        # Peers heard from (announced or served a verified batch) -> last round: swept for in
+        # the DHT when a round brings no announcement from them.
+        self._known: dict[str, int] = {}
         # Announcements for the NEXT round that arrived before our own poll saw it open.
         self._early: dict[int, dict[str, tuple[RolloutAnnouncement, bytes]]] = {}
         self._fetch_send: trio.MemorySendChannel[_FetchJob] | None = None
@@ -368,6 +383,7 @@ class Peer:
             while self._actions:
                 await self._perform(self._actions.popleft())
                 self._feed(Tick())  # the collect deadline may have passed while we worked
+            self._sweep_dht()
             await self._sleep_until_next()
 
     async def _poll(self) -> None:
@@ -387,6 +403,7 @@ class Peer:
             collect_until = now + int(self.settings.collect_fraction * remaining)
             self._abandoned = self._state  # kept for the record if the machine abandons it
             self._state = _RoundState(round=info.round, stage=info.stage, opened_ms=now)
+            self._state.sweep_at_ms = now + int(self.settings.sweep_fraction * (collect_until - now))
             if self.settings.fetch_sample:
                 expected = max(1, len(self.network.connected_peers()))
                 self._state.fetch_probability = min(1.0, self.settings.fetch_sample / expected)
@@ -407,6 +424,9 @@ class Peer:
             wake_at = min(wake_at, self.machine.collect_until_ms)
         if self._last_info is not None and self._last_info.stage_ends_ms >= now:
             wake_at = min(wake_at, self._last_info.stage_ends_ms)
+        state = self._state
+        if self.settings.dht_sweep and state is not None and not state.swept and state.sweep_at_ms > now:
+            wake_at = min(wake_at, state.sweep_at_ms)
         delay_ms = max(1, wake_at - now)
         with trio.move_on_after(delay_ms / 1000):
             await self._wake.wait()
@@ -696,6 +716,7 @@ class Peer:
             self._reject("fetch_limit", blame=None)
             return
         state.announced[sender] = announcement.batch_digest
+        self._known[sender] = state.round
         if state.fetch_probability < 1.0:
             priority = self._fetch_priority(state, sender)
             if priority >= state.fetch_probability:
@@ -717,6 +738,36 @@ class Peer:
         hasher = prefix.copy()
         hasher.update(f"{sender}\x1ffetch".encode())
         return (int.from_bytes(hasher.digest()[:8], "big") >> 1) / 2**63
+
+    def _sweep_dht(self) -> None:
+        """Once per round, at `sweep_at_ms`: queue DHT lookups for the batches of known peers
+        that announced nothing this round (lost gossip, or we joined after they announced)."""
+        state = self._state
+        if (
+            not self.settings.dht_sweep
+            or state is None
+            or state.swept
+            or self.clock.now_ms() < state.sweep_at_ms
+            or not self._still_collecting(state.round)
+        ):
+            return
+        state.swept = True
+        oldest = state.round - self.settings.known_peer_rounds
+        for peer in [p for p, last in self._known.items() if last < oldest]:
+            del self._known[peer]
+        candidates = set(self._known)
+        candidates.update(self.network.connected_peers())
+        for peer in sorted(candidates):
+            if peer == self.peer_id or peer in state.announced or self.scores.is_banned(peer):
+                continue
+            if state.fetch_probability < 1.0 and self._fetch_priority(state, peer) >= state.fetch_probability:
+                continue  # sampled out: we would not have fetched its batch had we heard of it
+            if state.fetches >= self.settings.max_fetch_per_round:
+                break
+            self.counters["sweep_lookups"] += 1
+            self._enqueue_fetch(
+                state, _FetchJob(state.round, state.stage, peer, b"", -1, dht_only=True)
+            )
 
     def _enqueue_fetch(self, state: _RoundState, job: _FetchJob) -> None:
         assert self._fetch_send is not None
@@ -747,7 +798,7 @@ class Peer:
                     log.exception("%s: fetching from %s failed unexpectedly", self.peer_id, job.sender)
                     self._reject("internal_error", blame=None)
                     accepted = False
-                if not accepted:
+                if not accepted and not job.dht_only:
                     self._top_up(job.round)
 
     def _still_collecting(self, round_number: int) -> bool:
@@ -760,13 +811,16 @@ class Peer:
         if not self._still_collecting(job.round):
             self._reject("late", blame=None)
             return False
-        fetched = await self._fetch(job)
+        fetched = await (self._fetch_from_dht(job) if job.dht_only else self._fetch(job))
         if fetched is None:
-            self._reject("fetch_failed", blame=None)
+            if job.dht_only:
+                self.counters["sweep_missing"] += 1  # nothing published, or not reachable: no fault
+            else:
+                self._reject("fetch_failed", blame=None)
             return False
         envelope, direct = fetched
         digest = self.cache.digest(envelope)
-        if digest != job.digest:
+        if job.digest and digest != job.digest:
             # From the announcer itself this is a lie; from the DHT it may be someone else's record.
             self._reject("digest_mismatch", blame=job.sender if direct else None)
             return False
@@ -786,7 +840,7 @@ class Peer:
             batch.swarm_id != self.settings.swarm_id
             or batch.round != job.round
             or batch.stage != job.stage
-            or len(batch.groups) != job.group_count
+            or (job.group_count >= 0 and len(batch.groups) != job.group_count)
         ):
             self._reject("batch_mismatch", blame=job.sender)
             return False
@@ -802,7 +856,16 @@ class Peer:
         if self.scores.is_banned(job.sender):
             self._reject("banned", blame=None)
             return False
+        if job.dht_only:
+            announced = state.announced.setdefault(job.sender, digest)
+            if announced != digest:
+                # Meanwhile the sender announced a different batch for this round. Not blamed
+                # here: the DHT record may predate a restart of the sender within the round.
+                self._reject("sweep_conflict", blame=None)
+                return False
+            self.counters["sweep_recovered"] += 1
         self.scores.record_valid(job.sender)
+        self._known[job.sender] = job.round
         state.external[job.sender] = batch.groups
         reward = _mean_reward(batch.groups)
         if reward is not None:
@@ -845,6 +908,9 @@ class Peer:
             except (NetworkError, ProtocolError):
                 pass
         self.counters["dht_fallbacks"] += 1
+        return await self._fetch_from_dht(job)
+
+    async def _fetch_from_dht(self, job: _FetchJob) -> tuple[bytes, bool] | None:
         with trio.move_on_after(self.settings.fetch_timeout_s):
             try:
                 value = await self.network.dht_get(

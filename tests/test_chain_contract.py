@@ -146,7 +146,9 @@ def test_new_stage_manager_advances(w: World) -> None:
 
 def test_register_peer(w: World) -> None:
     receipt = w.alice.transact("registerPeer", "QmAlice1")
-    assert events(w.alice, receipt, "PeerRegistered") == [{"owner": w.alice.account.address, "peerId": "QmAlice1"}]
+    assert events(w.alice, receipt, "PeerRegistered") == [
+        {"owner": w.alice.account.address, "peerId": "QmAlice1"}
+    ]
     w.alice.transact("registerPeer", "QmAlice2")  # one address may own several peer ids
     w.bob.transact("registerPeer", "QmBob")
     assert w.alice.call("peerOwner", "QmAlice2") == w.alice.account.address

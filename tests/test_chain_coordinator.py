@@ -255,7 +255,9 @@ class FlakyProvider(EthereumTesterProvider):
 
 
 @pytest.mark.parametrize("after", [False, True])
-def test_transient_send_failures_are_retried_without_double_sending(chain: EmbeddedChain, after: bool) -> None:
+def test_transient_send_failures_are_retried_without_double_sending(
+    chain: EmbeddedChain, after: bool
+) -> None:
     provider = FlakyProvider(chain.tester, after=after)
     w3 = Web3(provider)
     sleeps: list[float] = []

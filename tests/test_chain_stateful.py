@@ -151,7 +151,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
         try:
             self.clients[actor].transact(function, *args)
         except ChainRevert as error:
-            assert error.reason == expected, f"{function}{args} by {actor}: chain {error.reason!r}, model {expected!r}"
+            assert error.reason == expected, (
+                f"{function}{args} by {actor}: chain {error.reason!r}, model {expected!r}"
+            )
         else:
             assert expected is None, f"{function}{args} by {actor} succeeded; model expected {expected!r}"
 
@@ -185,7 +187,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
     @rule(
         actor=st.sampled_from(ACTORS),
         round_offset=st.integers(-1, 1),
-        winners=st.lists(st.sampled_from(PEERS[:4] + ("Z9",)), max_size=4),
+        winners=st.lists(st.sampled_from((*PEERS[:4], "Z9")), max_size=4),
         pick=st.integers(0, 2 * len(PEERS)),
     )
     def submit_winners(self, actor: str, round_offset: int, winners: list[str], pick: int) -> None:
@@ -218,7 +220,10 @@ class CoordinatorMachine(RuleBasedStateMachine):
         for peer in PEERS[:4]:
             assert view("totalReward", peer) == m.total_reward.get(peer, 0)
             assert view("totalWins", peer) == m.total_wins.get(peer, 0)
-        for board, totals in ((view("rewardLeaderboard"), m.total_reward), (view("winnerLeaderboard"), m.total_wins)):
+        for board, totals in (
+            (view("rewardLeaderboard"), m.total_reward),
+            (view("winnerLeaderboard"), m.total_wins),
+        ):
             # Fewer peers than board places: every scored peer is on it, sorted, with its total.
             assert {peer for peer, _ in board} == set(totals)
             assert [score for _, score in board] == sorted((score for _, score in board), reverse=True)

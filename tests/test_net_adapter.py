@@ -8,10 +8,13 @@ from typing import Any
 
 import pytest
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 
 from swarmp2p.net import FETCH_PROTOCOL, HELLO_PROTOCOL, LibP2PNetwork, NetworkSettings, open_libp2p_network
+from swarmp2p.net.adapter import next_exchange_interval
 from swarmp2p.net.frames import encode_frame
 from swarmp2p.ports import NetworkError
 
@@ -190,6 +193,11 @@ def test_dht_records_are_namespaced_validated_and_shared() -> None:
             net.set_record_check(only_signed)
 
         await a.dht_put("swarm1/3/0/peerA", b"signed:batch")
+        # Stored locally before dht_put returns (replication runs in the background) ...
+        full_key = b"/swarmp2p/swarm1/3/0/peerA"
+        assert a.dht.value_store.get(full_key).value == b"signed:batch"
+        # ... and replicated to the other peers without anyone asking.
+        await wait_until(lambda: all(n.dht.value_store.get(full_key) is not None for n in (b, c)))
         assert await c.dht_get("swarm1/3/0/peerA") == b"signed:batch"
         assert await c.dht_get("/swarmp2p/swarm1/3/0/peerA") == b"signed:batch"  # same key, full form
         assert await b.dht_get("swarm1/3/0/missing") is None
@@ -232,3 +240,22 @@ def test_bad_settings_and_addresses_are_clear_errors() -> None:
 
     with pytest.raises(ValueError, match="p2p"):
         trio.run(bad_bootstrap)
+
+
+@given(
+    current=st.floats(0.01, 100),
+    learned=st.integers(0, 64),
+    connected=st.integers(0, 64),
+    fast=st.floats(0.01, 5),
+    extra=st.floats(0, 100),
+)
+def test_peer_exchange_backs_off_only_while_it_learns_nothing(
+    current: float, learned: int, connected: int, fast: float, extra: float
+) -> None:
+    slow = fast + extra
+    interval = next_exchange_interval(current, learned=learned, connected=connected, fast_s=fast, slow_s=slow)
+    assert fast <= interval <= slow
+    if learned or not connected:
+        assert interval == fast
+    elif current < slow / 2:
+        assert interval >= min(slow, 2 * current)  # doubles toward the slow interval

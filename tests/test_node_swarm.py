@@ -130,88 +130,115 @@ def by_round(node: NodeProcess) -> dict[int, dict[str, Any]]:
     return {record["round"]: record for record in node.rounds()}
 
 
+def swarm_report(nodes: list[NodeProcess]) -> str:
+    """Every node's round timeline and log tail: printed when the test fails, so that a CI
+    failure says which node fell behind, when, and why (generation, training, network)."""
+    lines = []
+    for node in nodes:
+        state = "not started" if node.process is None else f"exit code {node.process.poll()}"
+        lines.append(f"===== {node.data_dir.name} ({state})")
+        for record in node.rounds():
+            opened = record["opened_ms"]
+            lines.append(
+                f"  round {record['round']:>3} {'done' if record['completed'] else 'ABANDONED'}"
+                f" opened {opened / 1000:.1f} (+{(record['finished_ms'] - opened) / 1000:.1f}s)"
+                f" accepted {len(record['accepted_peers'])} trained_on"
+                f" {len(record['external_peers_trained_on'])} seconds {record.get('seconds', {})}"
+                f" rejected {record['rejected']}"
+            )
+        lines.append(node.output())
+    return "\n".join(lines)
+
+
 @pytest.mark.slow
 def test_five_node_swarm_survives_sigkill_and_rejoin(tmp_path: Path, warm_model: Path) -> None:
     config = write_config(tmp_path / "swarm.toml")
     nodes = [NodeProcess(tmp_path / f"node{i}", config, warm_model, []) for i in range(5)]
     try:
-        nodes[0].start()
-        boot = nodes[0].info()
-        bootstrap = boot["listen_addrs"][0]
-        for node in nodes[1:]:
-            node.args += ["--bootstrap", bootstrap]
-            node.start()
-        infos = [boot] + [node.info() for node in nodes[1:]]
-        ids = [info["peer_id"] for info in infos]
-        assert len(set(ids)) == 5
-        assert all(info["schedule"] == boot["schedule"] for info in infos), "joiners learned another schedule"
-        round_ms = boot["schedule"]["round_ms"]
-        genesis_ms = boot["schedule"]["genesis_ms"]
-
-        # The first round every node started from its beginning, then three full rounds.
-        wait_for(lambda: all(node.rounds() for node in nodes), 120, "every node to finish a round")
-        first = max(node.rounds()[0]["round"] for node in nodes) + 1
-        checked = [first, first + 1, first + 2]
-        wait_for(
-            lambda: all(checked[-1] in by_round(node) for node in nodes),
-            (len(checked) + 2) * ROUND_SECONDS + 30,
-            f"rounds {checked} on every node",
-        )
-        for node, peer_id in zip(nodes, ids, strict=True):
-            records = by_round(node)
-            for r in checked:
-                record = records[r]
-                assert record["completed"], (peer_id, record)
-                trained_on = set(record["external_peers_trained_on"])
-                assert peer_id not in trained_on
-                assert trained_on <= set(ids)
-                assert len(trained_on) >= 2, f"{peer_id} round {r} trained on {trained_on}\n{node.output()}"
-                assert record["rollouts_out"] > 0
-                # Peer exchange meshes the swarm: nobody hangs off the bootstrap peer alone.
-                assert record["peers"] >= 3, (peer_id, record)
-
-        # SIGKILL node 4 in the middle of a round; the other four still complete that round.
-        victim = nodes[4]
-        kill_round = checked[-1] + 1
-        kill_at_ms = genesis_ms + kill_round * round_ms + int(0.4 * round_ms)
-        time.sleep(max(0.0, kill_at_ms / 1000 - time.time()))
-        victim.process.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
-        victim.process.wait(timeout=10)  # type: ignore[union-attr]
-        wait_for(
-            lambda: all(kill_round in by_round(node) for node in nodes[:4]),
-            3 * ROUND_SECONDS + 20,
-            f"survivors to finish round {kill_round}",
-        )
-        for node in nodes[:4]:
-            assert by_round(node)[kill_round]["completed"], node.output()
-
-        # Restart with the same identity: same peer id, joining at the CURRENT round (no replay).
-        rounds_before = len(victim.rounds())
-        victim.start()
-        restarted = victim.info()
-        assert restarted["peer_id"] == ids[4]
-        wait_for(
-            lambda: len(victim.rounds()) > rounds_before, 6 * ROUND_SECONDS + 30, "the restarted node's round"
-        )
-        rejoined = victim.rounds()[rounds_before]
-        now_round = (int(time.time() * 1000) - genesis_ms) // round_ms
-        assert kill_round < rejoined["round"] <= now_round
-        # ... and the swarm takes its rollouts again.
-        back = rejoined["round"] + 1
-        wait_for(
-            lambda: all(back in by_round(node) for node in nodes[:4]), 3 * ROUND_SECONDS + 20, f"round {back}"
-        )
-        assert any(ids[4] in by_round(node)[back]["accepted_peers"] for node in nodes[:4])
-
-        # Clean shutdown on SIGTERM within a few seconds.
-        for node in nodes:
-            started = time.monotonic()
-            assert node.stop(signal.SIGTERM, timeout_s=15) == 0, node.output()
-            assert time.monotonic() - started < 15
-            assert "stopped" in node.output()
+        run_five_node_scenario(nodes)
+    except BaseException:
+        print(swarm_report(nodes))
+        raise
     finally:
         for node in nodes:
             node.stop(signal.SIGKILL, timeout_s=5)
+
+
+def run_five_node_scenario(nodes: list[NodeProcess]) -> None:
+    nodes[0].start()
+    boot = nodes[0].info()
+    bootstrap = boot["listen_addrs"][0]
+    for node in nodes[1:]:
+        node.args += ["--bootstrap", bootstrap]
+        node.start()
+    infos = [boot] + [node.info() for node in nodes[1:]]
+    ids = [info["peer_id"] for info in infos]
+    assert len(set(ids)) == 5
+    assert all(info["schedule"] == boot["schedule"] for info in infos), "joiners learned another schedule"
+    round_ms = boot["schedule"]["round_ms"]
+    genesis_ms = boot["schedule"]["genesis_ms"]
+
+    # The first round every node started from its beginning, then three full rounds.
+    wait_for(lambda: all(node.rounds() for node in nodes), 120, "every node to finish a round")
+    first = max(node.rounds()[0]["round"] for node in nodes) + 1
+    checked = [first, first + 1, first + 2]
+    wait_for(
+        lambda: all(checked[-1] in by_round(node) for node in nodes),
+        (len(checked) + 2) * ROUND_SECONDS + 30,
+        f"rounds {checked} on every node",
+    )
+    for node, peer_id in zip(nodes, ids, strict=True):
+        records = by_round(node)
+        for r in checked:
+            record = records[r]
+            assert record["completed"], (peer_id, record)
+            trained_on = set(record["external_peers_trained_on"])
+            assert peer_id not in trained_on
+            assert trained_on <= set(ids)
+            assert len(trained_on) >= 2, f"{peer_id} round {r} trained on {trained_on}\n{node.output()}"
+            assert record["rollouts_out"] > 0
+            # Peer exchange meshes the swarm: nobody hangs off the bootstrap peer alone.
+            assert record["peers"] >= 3, (peer_id, record)
+
+    # SIGKILL node 4 in the middle of a round; the other four still complete that round.
+    victim = nodes[4]
+    kill_round = checked[-1] + 1
+    kill_at_ms = genesis_ms + kill_round * round_ms + int(0.4 * round_ms)
+    time.sleep(max(0.0, kill_at_ms / 1000 - time.time()))
+    victim.process.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
+    victim.process.wait(timeout=10)  # type: ignore[union-attr]
+    wait_for(
+        lambda: all(kill_round in by_round(node) for node in nodes[:4]),
+        3 * ROUND_SECONDS + 20,
+        f"survivors to finish round {kill_round}",
+    )
+    for node in nodes[:4]:
+        assert by_round(node)[kill_round]["completed"], node.output()
+
+    # Restart with the same identity: same peer id, joining at the CURRENT round (no replay).
+    rounds_before = len(victim.rounds())
+    victim.start()
+    restarted = victim.info()
+    assert restarted["peer_id"] == ids[4]
+    wait_for(
+        lambda: len(victim.rounds()) > rounds_before, 6 * ROUND_SECONDS + 30, "the restarted node's round"
+    )
+    rejoined = victim.rounds()[rounds_before]
+    now_round = (int(time.time() * 1000) - genesis_ms) // round_ms
+    assert kill_round < rejoined["round"] <= now_round
+    # ... and the swarm takes its rollouts again.
+    back = rejoined["round"] + 1
+    wait_for(
+        lambda: all(back in by_round(node) for node in nodes[:4]), 3 * ROUND_SECONDS + 20, f"round {back}"
+    )
+    assert any(ids[4] in by_round(node)[back]["accepted_peers"] for node in nodes[:4])
+
+    # Clean shutdown on SIGTERM within a few seconds.
+    for node in nodes:
+        started = time.monotonic()
+        assert node.stop(signal.SIGTERM, timeout_s=15) == 0, node.output()
+        assert time.monotonic() - started < 15
+        assert "stopped" in node.output()
 
 
 def _status(port: int) -> dict[str, Any]:

@@ -52,7 +52,11 @@ GAS_LIMITS: dict[str, int] = {
 }
 TRANSFER_GAS = 21_000
 
-_REVERT_PREFIXES = ("execution reverted: ", "execution reverted:", "VM Exception while processing transaction: ")
+_REVERT_PREFIXES = (
+    "execution reverted: ",
+    "execution reverted:",
+    "VM Exception while processing transaction: ",
+)
 
 
 @attrs.frozen
@@ -266,7 +270,9 @@ class ContractClient:
         call = {"from": self.account.address, "to": tx.get("to"), "data": tx.get("data", b""), "gas": gas}
         if tx.get("value"):
             call["value"] = tx["value"]
-        return _SignedTx(raw=bytes(signed.raw_transaction), hash=bytes(signed.hash), nonce=tx["nonce"], call=call)
+        return _SignedTx(
+            raw=bytes(signed.raw_transaction), hash=bytes(signed.hash), nonce=tx["nonce"], call=call
+        )
 
     def _confirm(self, what: str, signed: _SignedTx) -> Any:
         try:

@@ -124,7 +124,9 @@ class ChainCoordinator:
             self._limiter = self.embedded.limiter if self.embedded is not None else trio.CapacityLimiter(1)
         now_ms = self.clock.now_ms()
         try:
-            return await trio.to_thread.run_sync(self._in_worker, now_ms, operation, *args, limiter=self._limiter)
+            return await trio.to_thread.run_sync(
+                self._in_worker, now_ms, operation, *args, limiter=self._limiter
+            )
         except CoordinatorError:
             raise
         except Exception as error:  # a bug or library surprise must not kill the node's training
@@ -132,7 +134,9 @@ class ChainCoordinator:
 
     def _in_worker(self, now_ms: int, operation: Callable[..., T], *args: Any) -> T:
         if not self._code_checked:
-            code = self.client._with_retries("eth_getCode", lambda: self.client.w3.eth.get_code(self.client.address))
+            code = self.client._with_retries(
+                "eth_getCode", lambda: self.client.w3.eth.get_code(self.client.address)
+            )
             if len(code) == 0:
                 raise ChainConfigError(f"no contract deployed at {self.client.address}")
             self._code_checked = True
@@ -204,7 +208,9 @@ class ChainCoordinator:
         registered = self.client.call("areRegistered", winners)
         known = [w for w, ok in zip(winners, registered, strict=True) if ok]
         if len(known) != len(winners):
-            log.info("dropping %d unregistered winner(s) from the round %d vote", len(winners) - len(known), round)
+            log.info(
+                "dropping %d unregistered winner(s) from the round %d vote", len(winners) - len(known), round
+            )
         if not known:
             return
         try:

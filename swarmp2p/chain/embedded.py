@@ -50,8 +50,12 @@ class EmbeddedChain:
         self._faucet_account = Account.from_key(keys[1].to_bytes())
         # The tester has no transient failures: fail fast instead of backing off.
         self.retry = RetryPolicy(attempts=1)
-        deployer = ContractClient(self.w3, "0x" + "00" * 20, self.artifact.abi, self.manager_account, retry=self.retry)
-        self.address = deployer.deploy(self.artifact.bytecode, schedule.stage_count, max(schedule.stage_ms // 1000, 1))
+        deployer = ContractClient(
+            self.w3, "0x" + "00" * 20, self.artifact.abi, self.manager_account, retry=self.retry
+        )
+        self.address = deployer.deploy(
+            self.artifact.bytecode, schedule.stage_count, max(schedule.stage_ms // 1000, 1)
+        )
         self.manager = self.client(self.manager_account)
         self._faucet = self.client(self._faucet_account)
         self._funded: set[str] = {self.manager_account.address, self._faucet_account.address}

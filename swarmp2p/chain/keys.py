@@ -27,7 +27,9 @@ def load_key_file(path: Path) -> Any:
     if not stat.S_ISREG(mode):
         raise ChainConfigError(f"key file is not a regular file: {path}")
     if mode & 0o077:
-        raise ChainConfigError(f"key file {path} has mode {mode & 0o777:o}; it must be 600 (chmod 600 {path})")
+        raise ChainConfigError(
+            f"key file {path} has mode {mode & 0o777:o}; it must be 600 (chmod 600 {path})"
+        )
     try:
         text = path.read_text().strip()
     except (OSError, UnicodeDecodeError) as error:

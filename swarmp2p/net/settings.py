@@ -47,12 +47,17 @@ class NetworkSettings:
     dht_namespace: str = "swarmp2p"
     max_dht_value_bytes: int = attrs.field(default=1024 * 1024 - 4096, validator=_positive)
     dht_timeout_s: float = attrs.field(default=10.0, validator=_positive)
+    # Background replications of our own puts in flight at once (each is a lookup + stores).
+    max_dht_replications: int = attrs.field(default=8, validator=_positive)
 
     # connection upkeep
     # Above the swarm sizes we run (<= 20 on one machine): every fetch finds a live connection.
     target_peers: int = attrs.field(default=32, validator=_positive)
     upkeep_interval_s: float = attrs.field(default=0.5, validator=_positive)
-    peer_exchange_interval_s: float = attrs.field(default=2.0, validator=_positive)
+    # Peer exchange runs every `peer_exchange_fast_s` while it teaches us new peers, and backs
+    # off (doubling) to `peer_exchange_interval_s` once it does not.
+    peer_exchange_fast_s: float = attrs.field(default=0.5, validator=_positive)
+    peer_exchange_interval_s: float = attrs.field(default=15.0, validator=_positive)
     redial_backoff_initial_s: float = attrs.field(default=0.5, validator=_positive)
     redial_backoff_max_s: float = attrs.field(default=30.0, validator=_positive)
     max_known_peers: int = attrs.field(default=1024, validator=_positive)

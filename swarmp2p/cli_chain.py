@@ -1,0 +1,218 @@
+"""`swarmp2p chain ...`: compile, deploy and operate the SwarmCoordinator contract.
+
+Heavy imports (web3, vyper) happen inside each command so that `swarmp2p --help` stays fast.
+Every chain failure prints one line `error: <reason>` on stderr and exits with status 1.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import typer
+
+chain_app = typer.Typer(
+    help="The on-chain coordinator: compile, deploy, inspect, run a stage manager.",
+    no_args_is_help=True,
+)
+
+T = TypeVar("T")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(chain_app, name="chain")
+
+
+def _fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(1)
+
+
+def _guarded(action: Callable[[], T]) -> T:
+    from swarmp2p.chain.errors import ChainError
+
+    try:
+        return action()
+    except ChainError as error:
+        _fail(error.reason)
+        raise AssertionError("unreachable") from None
+
+
+def _client(rpc: str, contract: str | None, key: Path | None) -> Any:
+    """A ContractClient for `contract` on `rpc`; a throwaway account if no key (read-only use)."""
+    from eth_account import Account
+    from web3 import HTTPProvider, Web3
+
+    from swarmp2p.chain.artifact import load_artifact
+    from swarmp2p.chain.client import ContractClient
+    from swarmp2p.chain.errors import ChainConfigError
+    from swarmp2p.chain.keys import load_key_file
+
+    if not rpc.startswith(("http://", "https://")):
+        raise ChainConfigError(f"RPC URL must be http:// or https://, got {rpc!r}")
+    if contract is not None and not Web3.is_address(contract):
+        raise ChainConfigError(f"not an Ethereum address: {contract!r}")
+    account = load_key_file(key) if key is not None else Account.create()
+    w3 = Web3(HTTPProvider(rpc, request_kwargs={"timeout": 10}))
+    return ContractClient(w3, contract or "0x" + "00" * 20, load_artifact().abi, account)
+
+
+@chain_app.command("compile")
+def compile_command(
+    check: bool = typer.Option(
+        False, "--check", help="Only verify that the committed artifact is up to date."
+    ),
+) -> None:
+    """Compile contracts/SwarmCoordinator.vy into contracts/SwarmCoordinator.json."""
+    from swarmp2p.chain.artifact import ARTIFACT_PATH, artifact_json, compile_source, write_artifact
+
+    compiled = compile_source()
+    if check:
+        committed = ARTIFACT_PATH.read_text() if ARTIFACT_PATH.exists() else ""
+        if committed != artifact_json(compiled):
+            _fail(f"{ARTIFACT_PATH} is out of date: run `swarmp2p chain compile`")
+        typer.echo(f"{ARTIFACT_PATH.name} is up to date ({compiled.compiler})")
+        return
+    write_artifact(compiled)
+    typer.echo(
+        f"wrote {ARTIFACT_PATH} ({compiled.compiler}, {len(compiled.bytecode) // 2 - 1} bytes of bytecode)"
+    )
+
+
+@chain_app.command("new-key")
+def new_key_command(
+    path: Path = typer.Argument(..., help="Where to write the key (created with mode 600)."),
+) -> None:
+    """Create a new Ethereum private key file and print its address."""
+    import secrets
+
+    from eth_account import Account
+
+    from swarmp2p.chain.keys import write_key_file
+
+    key = secrets.token_bytes(32)
+    try:
+        write_key_file(path, key)
+    except FileExistsError:
+        _fail(f"{path} already exists; refusing to overwrite a key")
+    except OSError as error:
+        _fail(f"cannot write {path}: {error.strerror}")
+    typer.echo(Account.from_key(key).address)
+
+
+@chain_app.command("deploy")
+def deploy_command(
+    rpc: str = typer.Option(..., "--rpc", help="JSON-RPC URL of the chain, e.g. http://127.0.0.1:8545"),
+    key: Path = typer.Option(..., "--key", help="Hex private key file (mode 600) of the deployer."),
+    stage_count: int = typer.Option(2, "--stage-count", min=1, max=16, help="Stages per round."),
+    stage_seconds: int = typer.Option(30, "--stage-seconds", min=0, help="Published stage length (a hint)."),
+) -> None:
+    """Deploy the SwarmCoordinator; the deployer holds every role. Prints the contract address."""
+    from swarmp2p.chain.artifact import load_artifact
+
+    def deploy() -> str:
+        client = _client(rpc, None, key)
+        return client.deploy(load_artifact().bytecode, stage_count, stage_seconds)
+
+    address = _guarded(deploy)
+    typer.echo(f"deployed SwarmCoordinator ({stage_count} stages of {stage_seconds} s)", err=True)
+    typer.echo(address)
+
+
+@chain_app.command("status")
+def status_command(
+    rpc: str = typer.Option(..., "--rpc"),
+    contract: str = typer.Option(..., "--contract"),
+) -> None:
+    """Show the round clock, roles, peers, bootnodes and both leaderboards."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from swarmp2p.chain.coordinator import REWARD_SCALE
+
+    def read() -> dict[str, Any]:
+        client = _client(rpc, contract, None)
+        round_, stage, stage_count, started, duration = client.call("roundInfo")
+        return {
+            "clock": f"round {round_}, stage {stage} of {stage_count} (started at unix {started}, "
+            f"{duration} s stages)",
+            "owner": client.call("owner"),
+            "stage manager": client.call("stageManager"),
+            "peers": client.call("peerCount"),
+            "bootnodes": client.call("getBootnodes"),
+            "rewards": client.call("rewardLeaderboard"),
+            "wins": client.call("winnerLeaderboard"),
+        }
+
+    state = _guarded(read)
+    console = Console()
+    console.print(f"[bold]SwarmCoordinator[/bold] {contract}: {state['clock']}")
+    console.print(f"owner {state['owner']}, stage manager {state['stage manager']}, {state['peers']} peers")
+    for address in state["bootnodes"]:
+        console.print(f"bootnode {address}")
+    table = Table("rank", "peer (by total reward)", "reward", "peer (by wins)", "wins")
+    for rank in range(max(len(state["rewards"]), len(state["wins"]))):
+        reward = state["rewards"][rank] if rank < len(state["rewards"]) else ("", None)
+        wins = state["wins"][rank] if rank < len(state["wins"]) else ("", None)
+        table.add_row(
+            str(rank + 1),
+            reward[0],
+            "" if reward[1] is None else f"{reward[1] / REWARD_SCALE:.6f}",
+            wins[0],
+            "" if wins[1] is None else str(wins[1]),
+        )
+    console.print(table)
+
+
+@chain_app.command("add-bootnodes")
+def add_bootnodes_command(
+    addresses: list[str] = typer.Argument(..., help="libp2p multiaddrs (at most 16 per call)."),
+    rpc: str = typer.Option(..., "--rpc"),
+    contract: str = typer.Option(..., "--contract"),
+    key: Path = typer.Option(..., "--key", help="Key file of the bootnode manager."),
+) -> None:
+    """Publish bootnode addresses on the contract (bootnode manager only)."""
+    _guarded(lambda: _client(rpc, contract, key).transact("addBootnodes", addresses))
+    typer.echo(f"added {len(addresses)} bootnode(s)")
+
+
+@chain_app.command("stage-manager")
+def stage_manager_command(
+    rpc: str = typer.Option(..., "--rpc"),
+    contract: str = typer.Option(..., "--contract"),
+    key: Path = typer.Option(..., "--key", help="Key file of the stage manager."),
+    stage_seconds: float = typer.Option(30.0, "--stage-seconds", min=0.1),
+    stages: int = typer.Option(0, "--stages", min=0, help="Stop after this many advances (0: run forever)."),
+) -> None:
+    """Advance the contract one stage every --stage-seconds. A failed advance is logged and retried."""
+    import trio
+
+    from swarmp2p.chain.errors import ChainError
+
+    client = _guarded(lambda: _client(rpc, contract, key))
+
+    async def run() -> None:
+        limiter = trio.CapacityLimiter(1)
+        done = 0
+        next_at = trio.current_time() + stage_seconds
+        while stages == 0 or done < stages:
+            await trio.sleep_until(next_at)
+            try:
+                receipt = await trio.to_thread.run_sync(
+                    client.transact, "updateStageAndRound", limiter=limiter
+                )
+            except ChainError as error:
+                typer.echo(f"advance failed, retrying in 1 s: {error.reason}", err=True)
+                next_at = trio.current_time() + 1.0
+                continue
+            done += 1
+            round_, stage, *_ = await trio.to_thread.run_sync(client.call, "roundInfo", limiter=limiter)
+            typer.echo(f"round {round_} stage {stage} (block {receipt['blockNumber']})")
+            next_at += stage_seconds
+
+    try:
+        trio.run(run)
+    except KeyboardInterrupt:
+        sys.exit(130)
