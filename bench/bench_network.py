@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import statistics
 import subprocess
@@ -75,7 +76,7 @@ def worker(args: argparse.Namespace) -> None:
                     try:
                         data = await net.request(sender, str(msg_id).encode(), timeout_s=10)
                     except NetworkError as error:
-                        reason = str(error).split(":")[0][:80]
+                        reason = re.sub(r"12D3Koo\w+", "<peer>", str(error))[:120]
                         errors[reason] = errors.get(reason, 0) + 1
                         continue
                     if len(data) == expected_size(msg_id):
@@ -159,6 +160,10 @@ def run_config(procs: int, sizes: list[int], messages: int, interval: float) -> 
     for result in results:
         for reason, count in result["errors"].items():
             reasons[reason] = reasons.get(reason, 0) + count
+    drop_kinds: dict[str, int] = {}
+    for result in results:
+        for kind, count in result["drops"].items():
+            drop_kinds[kind] = drop_kinds.get(kind, 0) + count
     rows: dict[int, dict[str, Any]] = {}
     for s_index, size in enumerate(sizes):
         ids = range(s_index * messages, (s_index + 1) * messages)
@@ -189,6 +194,7 @@ def run_config(procs: int, sizes: list[int], messages: int, interval: float) -> 
             "gossip_p99": percentile(gossip, 0.99),
             "fetch_errors": sum(sum(r["errors"].values()) for r in results),
             "error_reasons": reasons,
+            "drop_kinds": drop_kinds,
             "lost": lost,
             "cpu_s": statistics.mean(r["cpu_s"] for r in results) / len(sizes),
             # Message drops only: failed dials are connection churn, not lost data.
@@ -252,6 +258,7 @@ def main() -> None:
         "drops",
         "CPU s/proc",
         "CPU / base",
+        "load avg",
     ):
         table.add_column(column, justify="right")
     baseline: dict[str, Any] | None = None
@@ -259,10 +266,14 @@ def main() -> None:
     with Progress() as progress:
         task = progress.add_task("configurations", total=len(proc_counts))
         for procs in proc_counts:
+            load_before = os.getloadavg()[0]
             rows = run_config(procs, sizes, args.messages, args.interval)
-            reasons = next(iter(rows.values()))["error_reasons"]  # per run, all sizes together
-            if reasons:
-                notes.append(f"{procs} procs fetch errors: {reasons}")
+            load = f"{load_before:.1f}-{os.getloadavg()[0]:.1f}"
+            first = next(iter(rows.values()))  # errors and drops are per run, all sizes together
+            if first["error_reasons"]:
+                notes.append(f"{procs} procs fetch errors: {first['error_reasons']}")
+            if first["drop_kinds"]:
+                notes.append(f"{procs} procs adapter counters: {first['drop_kinds']}")
             for size, row in rows.items():
                 baseline = baseline or row
                 table.add_row(
@@ -277,9 +288,12 @@ def main() -> None:
                     str(row["drops"]),
                     f"{row['cpu_s']:.2f}",
                     f"{row['cpu_s'] / baseline['cpu_s']:.2f}x",
+                    # The machine's 1-minute load average before-after this configuration: on
+                    # a shared machine, other work competes with the processes measured here.
+                    load,
                 )
             progress.advance(task)
-    console = Console()
+    console = Console(width=160)
     console.print(table)
     for note in notes:
         console.print(note)

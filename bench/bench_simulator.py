@@ -1,10 +1,12 @@
-"""Simulator speed: wall time and peak memory for N peers x R rounds, printed as a table.
+"""Simulator speed: wall time, CPU time and peak memory for N peers x R rounds, as a rich table.
 
-Each size runs in a fresh subprocess so that peak RSS is that run's own. The baseline row is the
-smallest size, and the ratio columns compare against it measured in the same invocation.
+Each size runs in a fresh subprocess (peak RSS is that run's own) that reports after every round,
+so a size that runs past `--cap-s` is stopped and still gets a row: the rounds it finished, its
+measured cost per round, and the total that cost extrapolates to (marked "capped"). Ratios are
+against the first size, measured in the same invocation.
 
-    python bench/bench_simulator.py                       # 100 / 300 / 1000 peers x 50 rounds
-    python bench/bench_simulator.py --sizes 100x100 --fetch-sample 0
+    python bench/bench_simulator.py                      # 100/300/1000 x 50 and 100 x 100
+    python bench/bench_simulator.py --sizes 100x100 --fetch-sample 0 --cap-s 120
 """
 
 from __future__ import annotations
@@ -13,72 +15,147 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 CHILD = """
 import json, resource, sys, time
+t0_wall, t0_cpu = time.perf_counter(), time.process_time()
 from simulator.runner import run_simulation
 from simulator.scenario import Scenario
 peers, rounds, sample = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
-start = time.perf_counter()
-result = run_simulation(Scenario(peers=peers, rounds=rounds, seed=1, fetch_sample=sample))
-wall = time.perf_counter() - start
+
+def emit(**fields):
+    fields["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(fields), flush=True)
+
+start_wall, start_cpu = time.perf_counter(), time.process_time()
+emit(event="start", import_s=start_wall - t0_wall)
+result = run_simulation(
+    Scenario(peers=peers, rounds=rounds, seed=1, fetch_sample=sample),
+    on_round=lambda r: emit(event="round", round=r, wall_s=time.perf_counter() - start_wall,
+                            cpu_s=time.process_time() - start_cpu),
+)
 completed = sum(1 for records in result.records.values() for r in records if r.completed)
-print(json.dumps({"wall_s": wall, "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-                  "completed": completed}))
+emit(event="done", wall_s=time.perf_counter() - start_wall, cpu_s=time.process_time() - start_cpu,
+     completed=completed)
 """
+
+
+def run_size(peers: int, rounds: int, sample: int, cap_s: float) -> dict:
+    """Run one size; returns its measurements (complete, or up to the cap)."""
+    with tempfile.TemporaryFile(mode="w+") as out:
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(peers), str(rounds), str(sample)],
+            stdout=out,
+            stderr=subprocess.DEVNULL,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        capped = False
+        try:
+            child.wait(timeout=cap_s)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            capped = True
+        out.seek(0)
+        events = [json.loads(line) for line in out if line.strip()]
+    rounds_done = [e for e in events if e["event"] == "round"]
+    done = next((e for e in events if e["event"] == "done"), None)
+    last = done or (rounds_done[-1] if rounds_done else None)
+    measured = {
+        "peers": peers,
+        "rounds": rounds,
+        "capped": capped or done is None,
+        "rounds_done": len(rounds_done),
+        "wall_s": last["wall_s"] if last else float("nan"),
+        "cpu_s": last["cpu_s"] if last else float("nan"),
+        "peak_mib": max((e["rss_mib"] for e in events), default=float("nan")),
+    }
+    # Per-round cost from the rounds after the first (the first also builds every peer).
+    if len(rounds_done) >= 3:
+        first, final = rounds_done[0], rounds_done[-1]
+        steady = len(rounds_done) - 1
+        measured["cpu_per_round_s"] = (final["cpu_s"] - first["cpu_s"]) / steady
+        measured["wall_per_round_s"] = (final["wall_s"] - first["wall_s"]) / steady
+    elif rounds_done:
+        measured["cpu_per_round_s"] = rounds_done[-1]["cpu_s"] / len(rounds_done)
+        measured["wall_per_round_s"] = rounds_done[-1]["wall_s"] / len(rounds_done)
+    if measured["capped"] and "cpu_per_round_s" in measured:
+        remaining = rounds - len(rounds_done)
+        measured["est_wall_s"] = measured["wall_s"] + remaining * measured["wall_per_round_s"]
+        measured["est_cpu_s"] = measured["cpu_s"] + remaining * measured["cpu_per_round_s"]
+    return measured
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="100x50,300x50,1000x50", help="comma-separated PEERSxROUNDS")
+    parser.add_argument(
+        "--sizes", default="100x50,300x50,1000x50,100x100", help="comma-separated PEERSxROUNDS"
+    )
     parser.add_argument(
         "--fetch-sample", type=int, default=8, help="batches verified per peer-round (0 = all)"
     )
+    parser.add_argument("--cap-s", type=float, default=300.0, help="stop a size after this many seconds")
     args = parser.parse_args()
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 150)
     rows = []
     for size in args.sizes.split(","):
-        peers, rounds = (int(part) for part in size.split("x"))
-        console.print(f"running {peers} peers x {rounds} rounds ...")
+        peers, rounds = (int(part) for part in size.lower().split("x"))
+        console.print(f"running {peers} peers x {rounds} rounds (cap {args.cap_s:.0f} s) ...")
         started = time.perf_counter()
-        output = subprocess.run(
-            [sys.executable, "-c", CHILD, str(peers), str(rounds), str(args.fetch_sample)],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
-        measured = json.loads(output.strip().splitlines()[-1])
+        measured = run_size(peers, rounds, args.fetch_sample, args.cap_s)
         measured["process_s"] = time.perf_counter() - started
-        rows.append((peers, rounds, measured))
-    base = rows[0][2]
-    table = Table(title=f"simulator: wall time and peak memory (fetch_sample={args.fetch_sample})")
+        rows.append(measured)
+        console.print(f"  {json.dumps(measured)}")
+
+    base = rows[0]
+    table = Table(title=f"simulator: time and memory (fetch_sample={args.fetch_sample}, seed 1)")
     for column in (
         "peers",
         "rounds",
+        "status",
         "wall s",
+        "CPU s",
+        "CPU s/round",
         "peer-rounds/s",
         "peak MiB",
         "wall x base",
-        "peer-rounds x base",
+        "work x base",
     ):
         table.add_column(column, justify="right")
-    base_work = rows[0][0] * rows[0][1]
-    for peers, rounds, measured in rows:
-        work = peers * rounds
+    base_work = base["peers"] * base["rounds"]
+    for row in rows:
+        if row["capped"]:
+            status = f"capped {row['rounds_done']}/{row['rounds']}"
+            wall = f"{row['wall_s']:.1f} (est. {row.get('est_wall_s', float('nan')):.0f})"
+            cpu = f"{row['cpu_s']:.1f} (est. {row.get('est_cpu_s', float('nan')):.0f})"
+            total_wall = row.get("est_wall_s", float("nan"))
+        else:
+            status = "done"
+            wall, cpu = f"{row['wall_s']:.1f}", f"{row['cpu_s']:.1f}"
+            total_wall = row["wall_s"]
         table.add_row(
-            str(peers),
-            str(rounds),
-            f"{measured['wall_s']:.1f}",
-            f"{measured['completed'] / measured['wall_s']:.0f}",
-            f"{measured['peak_mib']:.0f}",
-            f"{measured['wall_s'] / base['wall_s']:.2f}",
-            f"{work / base_work:.1f}",
+            str(row["peers"]),
+            str(row["rounds"]),
+            status,
+            wall,
+            cpu,
+            f"{row.get('cpu_per_round_s', float('nan')):.3f}",
+            f"{row['peers'] / row.get('wall_per_round_s', float('nan')):.0f}",
+            f"{row['peak_mib']:.0f}",
+            f"{total_wall / base['wall_s']:.2f}",
+            f"{row['peers'] * row['rounds'] / base_work:.1f}",
         )
     console.print(table)
+    console.print(
+        "wall s: the simulation itself (imports excluded); est.: extrapolated from the measured "
+        "per-round cost of the rounds finished before the cap. Target: 100 x 100 under 30 s."
+    )
 
 
 if __name__ == "__main__":

@@ -24,6 +24,9 @@ class PeerScores:
     """Invalid messages by reason, over all peers."""
     reasons_by_peer: dict[str, Counter[str]] = attrs.field(factory=dict)
     banned: set[str] = attrs.field(factory=set)
+    ban_reasons: dict[str, str] = attrs.field(factory=dict)
+    """Why each peer was banned: the reason of the invalid message that tipped it over, or the
+    reason given to `ban`."""
 
     @ban_threshold.validator
     def _positive(self, attribute: attrs.Attribute, value: int) -> None:
@@ -40,8 +43,19 @@ class PeerScores:
         self.reasons_by_peer.setdefault(peer, Counter())[reason] += 1
         if peer not in self.banned and self.invalid[peer] >= self.ban_threshold:
             self.banned.add(peer)
+            self.ban_reasons[peer] = reason
             return True
         return False
+
+    def ban(self, peer: str, reason: str) -> bool:
+        """Ban `peer` at once, whatever its count: for signed proof of lying (a forged reward,
+        two batches for one round), which no honest peer can produce by accident. Returns True
+        if this call banned the peer (False if it already was); the first reason is kept."""
+        if peer in self.banned:
+            return False
+        self.banned.add(peer)
+        self.ban_reasons[peer] = reason
+        return True
 
     def is_banned(self, peer: str) -> bool:
         return peer in self.banned

@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import hashlib
 import heapq
-from array import array
 import math
 import random
+from array import array
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any

@@ -135,6 +135,9 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
         "rejections": dict(sorted(result.rejections.items())),
         "messages_total": sum(row["messages"] for row in rounds),
         "bytes_total": sum(row["bytes"] for row in rounds),
+        "coordinator_rewards_accepted": len(result.coordinator_log.get("rewards", {})),
+        "coordinator_votes_accepted": len(result.coordinator_log.get("winners", {})),
+        "coordinator_mismatches": result.coordinator_mismatches,
         "verify_cache_hits": result.cache_hits,
         "verify_cache_misses": result.cache_misses,
         "round_agreement": result.agreement,
@@ -222,5 +225,10 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         ("groups trained on with forged rewards", str(summary["trained_on_invalid_groups"])),
         ("byzantine banned by every honest peer", f"{summary['byzantine_banned_by_all_honest']}"),
         ("messages / bytes", f"{summary['messages_total']} / {summary['bytes_total'] / 1e6:.1f} MB"),
+        (
+            f"{scenario['coordinator']} coordinator: rewards / votes held",
+            f"{summary['coordinator_rewards_accepted']} / {summary['coordinator_votes_accepted']}"
+            f" ({summary['coordinator_mismatches']} mismatches)",
+        ),
         ("rejections (top)", top),
     ]

@@ -9,11 +9,14 @@ reproduces a run exactly, and 100 peers x 100 rounds of virtual half-minute roun
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import random
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -26,6 +29,7 @@ from protocol.verification import VerificationLimits
 from simulator.adversary import Adversary
 from simulator.network import LinkModel, Partition, SimWorld
 from simulator.policy import CheckpointStore, ForgingPolicy, SimPolicy, SimPolicyParams
+from simulator.recording import RecordingCoordinator
 from simulator.registry import DEFAULT_TASKS, SimTaskRegistry
 from simulator.scenario import Scenario
 from swarmp2p.peer import Peer, PeerSettings, RoundRecord, announce_topic, derive_seed
@@ -71,6 +75,9 @@ class SimulationResult:
     skills: dict[str, float]  # final mean skill per peer (sim policy)
     cache_hits: int
     cache_misses: int
+    coordinator_log: dict[str, Any] = attrs.Factory(dict)  # accepted submissions (see RecordingCoordinator)
+    coordinator_mismatches: int = 0
+    chain: Any = None  # simulator.chain.SimChain when coordinator = "chain"
 
     @property
     def round_ms(self) -> int:
@@ -206,20 +213,37 @@ def run_simulation(
     policy_factory: Callable[..., Any] | None = None,
     registry: Any = None,
     tasks: tuple[str, ...] | None = None,
+    work_dir: Path | None = None,
 ) -> SimulationResult:
-    """Run `scenario` to the end of its last round. `on_round(r)` is called as round r ends."""
-    _seed_trio_scheduler(scenario.seed)
-    clock = trio.testing.MockClock(autojump_threshold=0)
-    return trio.run(
-        _simulate,
-        scenario,
-        on_round,
-        policy_factory,
-        registry,
-        tasks,
-        clock,
-        clock=clock,
-    )
+    """Run `scenario` to the end of its last round. `on_round(r)` is called as round r ends.
+
+    `work_dir`: where `policy = "trainer"` keeps the shared tiny model and the peers'
+    checkpoints (a temporary directory if None; its peers/ folder is wiped at the start)."""
+    with contextlib.ExitStack() as stack:
+        if scenario.policy == "trainer" and policy_factory is None:
+            from simulator.trainer_policy import TRAINER_TASKS, TrainerSwarm
+
+            if work_dir is None:
+                work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="swarmp2p-sim-")))
+            swarm = TrainerSwarm(
+                work_dir,
+                seed=scenario.seed,
+                group_size=scenario.group_size,
+                tasks=scenario.tasks or TRAINER_TASKS,
+            )
+            policy_factory, registry = swarm.policy, swarm.registry
+        _seed_trio_scheduler(scenario.seed)
+        clock = trio.testing.MockClock(autojump_threshold=0)
+        return trio.run(
+            _simulate,
+            scenario,
+            on_round,
+            policy_factory,
+            registry,
+            tasks or (scenario.tasks or None),
+            clock,
+            clock=clock,
+        )
 
 
 async def _simulate(
@@ -236,7 +260,21 @@ async def _simulate(
     schedule = SwarmSchedule(
         swarm_id=SWARM_ID, genesis_ms=EPOCH_MS, round_ms=round_ms, stage_count=1, seed=scenario.seed
     )
-    coordinator = ScheduleCoordinator(schedule, clock)
+    schedule_coordinator = ScheduleCoordinator(schedule, clock)
+    sim_chain = None
+    if scenario.coordinator == "chain":
+        from simulator.chain import SimChain
+
+        sim_chain = SimChain(EPOCH_MS, round_ms)
+    coordinator_log: dict[str, Any] = {"rewards": {}, "winners": {}}
+
+    def make_coordinator(plan: PeerPlan) -> Any:
+        if sim_chain is not None:
+            inner: Any = sim_chain.coordinator(f"swarmp2p-sim-{scenario.seed}-{plan.index}", clock)
+        else:
+            inner = schedule_coordinator
+        return RecordingCoordinator(inner, coordinator_log)
+
     registry = registry if registry is not None else SimTaskRegistry(tasks or DEFAULT_TASKS)
     tasks = tuple(registry.task_names())
     plans = plan_peers(scenario)
@@ -331,7 +369,7 @@ async def _simulate(
                 settings,
                 plan.seed,
                 network,
-                coordinator,
+                make_coordinator(plan),
                 audited,
                 registry,
                 clock,
@@ -408,4 +446,25 @@ async def _simulate(
         },
         cache_hits=cache.hits,
         cache_misses=cache.misses,
+        coordinator_log=coordinator_log,
+        coordinator_mismatches=_coordinator_mismatches(coordinator_log, schedule_coordinator, sim_chain),
+        chain=sim_chain,
     )
+
+
+def _coordinator_mismatches(log: dict[str, Any], schedule: ScheduleCoordinator, chain: Any) -> int:
+    """How many accepted reward and winner submissions the coordinator does NOT hold as sent
+    (read back from the contract, or from the schedule coordinator's records). 0 expected."""
+    bad = 0
+    for (round_number, stage, peer_id), reward in sorted(log["rewards"].items()):
+        if chain is not None:
+            held = chain.stage_reward(round_number, stage, peer_id)
+            bad += abs(held - reward) > 0.5e-6 + 1e-12  # the contract keeps 6 decimals
+        else:
+            bad += schedule.rewards.get((round_number, stage), {}).get(peer_id) != reward
+    for (round_number, peer_id), winners in sorted(log["winners"].items()):
+        if chain is not None:
+            bad += not chain.has_vote(round_number, peer_id, winners)
+        else:
+            bad += schedule.winners.get(round_number, {}).get(peer_id) != winners
+    return bad

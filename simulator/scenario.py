@@ -9,7 +9,7 @@ does nothing):
     n_local = 4           n_external = 4       max_groups_per_peer = 2
     collect_fraction = 0.6  group_size = 4     fetch_sample = 8 (0 = fetch every batch)
     dht_sweep = true
-    policy = "sim"          coordinator = "schedule"
+    policy = "sim" | "trainer"   coordinator = "schedule" | "chain"   tasks = ["..."]
 
     [network]   latency_min_ms, latency_max_ms, jitter_ms, loss, gossip_loss, upload_mbit
     [faults]    churn_leave, churn_join, crash_rate, crash_restart_s, late_join_fraction,
@@ -26,6 +26,7 @@ from typing import Any
 
 import attrs
 
+MAX_TRAINER_PEERS = 5
 BYZANTINE_KINDS = ("forge", "malformed", "oversized", "replay", "impersonate", "flood")
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 
@@ -122,12 +123,22 @@ class Scenario:
     """Batches each peer fetches and verifies per round (0 = every announced batch)."""
     dht_sweep: bool = True
     """Look up in the DHT the batches of known peers whose announcement did not arrive."""
-    policy: str = attrs.field(default="sim", validator=attrs.validators.in_(("sim",)))
-    # "trainer" (the real tiny model via trainer.policy.TrainerPolicy) is not wired yet.
-    coordinator: str = attrs.field(default="schedule", validator=attrs.validators.in_(("schedule",)))
+    policy: str = attrs.field(default="sim", validator=attrs.validators.in_(("sim", "trainer")))
+    """"sim": the cheap simulated learner; "trainer": the real trainer with the tiny model (<= 5 peers)."""
+    coordinator: str = attrs.field(default="schedule", validator=attrs.validators.in_(("schedule", "chain")))
+    """"schedule": chain-less round clock; "chain": the SwarmCoordinator contract on one in-process chain."""
+    tasks: tuple[str, ...] = ()
+    """Task names; empty: the policy's default (simulated tasks, or two reasoning-gym tasks)."""
     network: NetworkSpec = NetworkSpec()
     faults: FaultSpec = FaultSpec()
     byzantine: ByzantineSpec = ByzantineSpec()
+
+    def __attrs_post_init__(self) -> None:
+        if self.policy == "trainer" and self.peers > MAX_TRAINER_PEERS:
+            raise ValueError(
+                f"policy: 'trainer' runs a real model per peer; "
+                f"at most {MAX_TRAINER_PEERS} peers, got {self.peers}"
+            )
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self, recurse=True)

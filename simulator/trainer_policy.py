@@ -8,6 +8,7 @@ virtual clock's determinism).
 Layout under the work directory:
 
     <work>/models/tiny-<fingerprint>/   the tiny model, built ONCE and shared by every peer
+    <work>/peers/warm/checkpoints/      the warmed-up starting point, copied to every peer
     <work>/peers/<index>/checkpoints/   each peer's own checkpoints (crash + restart resumes here)
     <work>/peers/<index>/models -> ../../models   (symlink: the trainer finds the shared build)
 
@@ -33,7 +34,6 @@ from swarmp2p.peer import derive_seed
 
 TRAINER_TASKS: tuple[str, ...] = ("basic_arithmetic", "calendar_arithmetic")
 """Default tasks: fast to generate and score, and learnable in format by the tiny model."""
-MAX_TRAINER_PEERS = 5
 
 
 @attrs.frozen
@@ -43,25 +43,41 @@ class TrainerSimSettings:
     format_reward: float = 0.5
     generate_cost_s: float = 0.5  # virtual seconds per question
     train_cost_s: float = 0.25  # virtual seconds per group
+    warmup_steps: int = 20
+    """Supervised warm-up of the shared starting point (a fresh tiny model never formats an
+    answer, so every reward is 0 and GRPO has no signal). 0: start from the raw build."""
 
 
 class TimedPolicy:
     """Wraps a PolicyPort and charges virtual compute time for each call (see `take_cost`).
     `forge=True` makes it a byzantine peer that claims reward 1.0 for every completion."""
 
-    def __init__(self, inner: Any, settings: TrainerSimSettings, slowdown: float, *, forge: bool = False) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        settings: TrainerSimSettings,
+        slowdown: float,
+        *,
+        forge: bool = False,
+        sampler_seed: int | None = None,
+        start_step: int = 0,
+    ) -> None:
         self.inner = inner
         self.settings = settings
         self.slowdown = slowdown
         self.forge = forge
+        self.sampler_seed = sampler_seed
+        self.start_step = start_step
         self.pending_cost_s = 0.0
+        self._reseed()
 
     def generate(self, questions: Sequence[QuestionRef]) -> list[QuestionGroup]:
         self.pending_cost_s += self.settings.generate_cost_s * len(questions) * self.slowdown
         groups = self.inner.generate(questions)
         if self.forge:
             groups = [
-                QuestionGroup(g.question, tuple(Completion(c.text, 1.0) for c in g.completions)) for g in groups
+                QuestionGroup(g.question, tuple(Completion(c.text, 1.0) for c in g.completions))
+                for g in groups
             ]
         return groups
 
@@ -73,7 +89,14 @@ class TimedPolicy:
         self.inner.save()
 
     def load(self) -> bool:
-        return self.inner.load()
+        restored = self.inner.load()
+        if restored and self.inner.step == self.start_step:
+            self._reseed()  # restored the shared starting point: sample as this peer, not as it
+        return restored
+
+    def _reseed(self) -> None:
+        if self.sampler_seed is not None:
+            self.inner.sampler.manual_seed(self.sampler_seed)
 
     def take_cost(self) -> float:
         cost, self.pending_cost_s = self.pending_cost_s, 0.0
@@ -118,21 +141,44 @@ class TrainerSwarm:
         self.peers_dir = self.work_dir / "peers"
         shutil.rmtree(self.peers_dir, ignore_errors=True)
         self.peers_dir.mkdir(parents=True)
+        self.start_checkpoints: Path | None = None
+        self.start_step = 0
+        if settings.warmup_steps > 0:
+            from trainer.policy import TrainerPolicy
+
+            warm = TrainerPolicy(attrs.evolve(self.base_config, data_dir=str(self._peer_dir("warm"))))
+            warm.warmup(settings.warmup_steps)
+            warm.save()
+            self.start_step = warm.step
+            self.start_checkpoints = self.peers_dir / "warm" / "checkpoints"
+
+    def _peer_dir(self, name: str) -> Path:
+        peer_dir = self.peers_dir / name
+        peer_dir.mkdir(exist_ok=True)
+        models = peer_dir / "models"
+        if not models.exists():
+            os.symlink(Path("..") / ".." / "models", models, target_is_directory=True)
+        return peer_dir
 
     def policy(self, *, plan: Any, registry: Any, store: Any, slowdown: float) -> TimedPolicy:
         """A simulator `policy_factory`: a fresh TrainerPolicy for `plan`'s peer (a restart after
         a crash gets a new one, which resumes from the peer's newest checkpoint)."""
         from trainer.policy import TrainerPolicy
 
-        peer_dir = self.peers_dir / f"{plan.index:04d}"
-        peer_dir.mkdir(exist_ok=True)
-        models = peer_dir / "models"
-        if not models.exists():
-            os.symlink(Path("..") / ".." / "models", models, target_is_directory=True)
-        config = attrs.evolve(
-            self.base_config,
-            data_dir=str(peer_dir),
-            seed=derive_seed(self.seed, "trainer", plan.index) % 2**31,
-        )
+        peer_dir = self._peer_dir(f"{plan.index:04d}")
+        checkpoints = peer_dir / "checkpoints"
+        if self.start_checkpoints is not None and not checkpoints.exists():
+            # Every peer starts from the warmed-up model: Peer.run's policy.load() restores it.
+            shutil.copytree(self.start_checkpoints, checkpoints)
+        # The config seed stays the swarm's: it also names the tiny build, which all share.
+        config = attrs.evolve(self.base_config, data_dir=str(peer_dir))
         inner = TrainerPolicy(config, registry=self.registry)
-        return TimedPolicy(inner, self.settings, slowdown, forge=plan.role == "forge")
+        # Each peer samples its own completions (its sampler state is checkpointed with it).
+        return TimedPolicy(
+            inner,
+            self.settings,
+            slowdown,
+            forge=plan.role == "forge",
+            sampler_seed=derive_seed(self.seed, "trainer-sampler", plan.index) % 2**63,
+            start_step=self.start_step,
+        )

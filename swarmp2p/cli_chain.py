@@ -148,10 +148,14 @@ def status_command(
 
     state = _guarded(read)
     console = Console()
-    console.print(f"[bold]SwarmCoordinator[/bold] {contract}: {state['clock']}")
-    console.print(f"owner {state['owner']}, stage manager {state['stage manager']}, {state['peers']} peers")
+    # soft_wrap: keep each line whole so that scripts can grep it whatever the terminal width.
+    console.print(f"[bold]SwarmCoordinator[/bold] {contract}: {state['clock']}", soft_wrap=True)
+    console.print(
+        f"owner {state['owner']}, stage manager {state['stage manager']}, {state['peers']} peers",
+        soft_wrap=True,
+    )
     for address in state["bootnodes"]:
-        console.print(f"bootnode {address}")
+        console.print(f"bootnode {address}", soft_wrap=True, markup=False)
     table = Table("rank", "peer (by total reward)", "reward", "peer (by wins)", "wins")
     for rank in range(max(len(state["rewards"]), len(state["wins"]))):
         reward = state["rewards"][rank] if rank < len(state["rewards"]) else ("", None)

@@ -24,7 +24,14 @@ def simulate(
         None, "--fetch-sample", help="Batches each peer fetches and verifies per round (0 = all)."
     ),
     policy: str = typer.Option(
-        None, "--policy", help="sim (the cheap simulated learner; the only one wired so far)."
+        None,
+        "--policy",
+        help="sim (cheap simulated learner) or trainer (the real tiny-model trainer; at most 5 peers).",
+    ),
+    coordinator: str = typer.Option(
+        None,
+        "--coordinator",
+        help="schedule (chain-less round clock) or chain (the contract on one in-process chain).",
     ),
     out: Path = typer.Option(Path("runs/simulate"), "--out", help="Directory for report.json and plots."),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots."),
@@ -51,9 +58,10 @@ def simulate(
             n_external=external,
             fetch_sample=fetch_sample,
             policy=policy,
+            coordinator=coordinator,
         )
     except ScenarioError as error:
-        console.print(f"[red]{error}[/red]")
+        console.print(f"[red]{error}[/red]", soft_wrap=True)  # one line, never wrapped
         raise typer.Exit(2) from None
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -74,6 +82,8 @@ def simulate(
         result = run_simulation(
             chosen,
             on_round=lambda _round: progress.advance(task),
+            # the trainer's shared tiny model (kept between runs) and per-run peer checkpoints
+            work_dir=out / "trainer" if chosen.policy == "trainer" else None,
         )
     report = build_report(result)
     report_path = out / "report.json"

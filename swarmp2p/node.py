@@ -224,12 +224,14 @@ class RoundLog:
         peers: Callable[[], int],
         echo: Callable[[str], None],
         timings: Callable[[], dict[str, float]] = dict,
+        network_drops: Callable[[], dict[str, int]] = dict,
     ) -> None:
         self.path = path
         self.peer_id = peer_id
         self.peers = peers
         self.echo = echo
         self.timings = timings
+        self.network_drops = network_drops
 
     def __call__(self, record: Any) -> None:
         data = record.to_json()
@@ -237,6 +239,7 @@ class RoundLog:
         data["peers"] = self.peers()
         data["time_ms"] = int(time.time() * 1000)
         data["seconds"] = self.timings()  # generate / train / save durations of this round
+        data["network_drops"] = self.network_drops()  # cumulative: failed dials, queue overflows, ...
         with self.path.open("a") as handle:
             handle.write(json.dumps(data, sort_keys=True) + "\n")
         reward = "n/a" if record.reward is None else f"{record.reward:.3f}"
@@ -353,6 +356,7 @@ async def _run_with_network(
         lambda: len(network.connected_peers()),
         echo,
         getattr(policy, "take_timings", dict),
+        lambda: dict(network.status().get("drops", {})),
     )
     peer = Peer(
         peer_settings,

@@ -640,7 +640,7 @@ class Peer:
         if blame is not None and blame != self.peer_id:
             self.scores.record_invalid(blame, reason)
             if self.settings.ban_on_proof and reason in PROOF_OF_LYING:
-                self.scores.banned.add(blame)
+                self.scores.ban(blame, reason)
 
     def _on_announcement(self, message: InboundMessage) -> None:
         sender = message.transport_sender
@@ -756,7 +756,7 @@ class Peer:
         for peer in [p for p, last in self._known.items() if last < oldest]:
             del self._known[peer]
         candidates = set(self._known)
-        candidates.update(self.network.connected_peers())
+        candidates.update(self.network.connected_peers())  # now, not at round open: peers join
         for peer in sorted(candidates):
             if peer == self.peer_id or peer in state.announced or self.scores.is_banned(peer):
                 continue
@@ -765,9 +765,7 @@ class Peer:
             if state.fetches >= self.settings.max_fetch_per_round:
                 break
             self.counters["sweep_lookups"] += 1
-            self._enqueue_fetch(
-                state, _FetchJob(state.round, state.stage, peer, b"", -1, dht_only=True)
-            )
+            self._enqueue_fetch(state, _FetchJob(state.round, state.stage, peer, b"", -1, dht_only=True))
 
     def _enqueue_fetch(self, state: _RoundState, job: _FetchJob) -> None:
         assert self._fetch_send is not None

@@ -199,3 +199,30 @@ def test_cli_errors_are_one_line(anvil: str, keys: list[Path], tmp_path: Path) -
     result = cli("status", "--rpc", anvil, "--contract", "0x" + "12" * 20)
     assert result.returncode == 1
     assert result.stderr.startswith("error: ")
+
+
+def test_cli_operator_commands(anvil: str, keys: list[Path], tmp_path: Path) -> None:
+    fresh = tmp_path / "fresh.key"
+    made = cli("new-key", str(fresh))
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.strip() == load_key_file(fresh).address
+    assert fresh.stat().st_mode & 0o777 == 0o600
+    assert cli("new-key", str(fresh)).returncode == 1  # never overwrites a key
+
+    deployed = cli("deploy", "--rpc", anvil, "--key", str(keys[0]), "--stage-count", "3")
+    assert deployed.returncode == 0, deployed.stderr
+    contract = deployed.stdout.strip().splitlines()[-1]
+    common = ("--rpc", anvil, "--contract", contract)
+    added = cli("add-bootnodes", "/ip4/127.0.0.1/tcp/4001/p2p/QmBoot", *common, "--key", str(keys[0]))
+    assert added.returncode == 0, added.stderr
+    refused = cli("add-bootnodes", "/ip4/127.0.0.1/tcp/4002", *common, "--key", str(keys[1]))
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == "error: only bootnode manager"
+    managed = cli("stage-manager", *common, "--key", str(keys[0]), "--stage-seconds", "0.2", "--stages", "4")
+    assert managed.returncode == 0, managed.stderr
+    advances = [line.split(" (")[0] for line in managed.stdout.strip().splitlines()]
+    assert advances == ["round 0 stage 1", "round 0 stage 2", "round 1 stage 0", "round 1 stage 1"]
+    shown = cli("status", *common)
+    assert shown.returncode == 0, shown.stderr
+    assert "round 1, stage 1 of 3" in shown.stdout
+    assert "bootnode /ip4/127.0.0.1/tcp/4001/p2p/QmBoot" in shown.stdout

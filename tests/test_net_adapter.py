@@ -6,6 +6,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any
 
+import attrs
 import pytest
 import trio
 from hypothesis import given
@@ -259,3 +260,36 @@ def test_peer_exchange_backs_off_only_while_it_learns_nothing(
         assert interval == fast
     elif current < slow / 2:
         assert interval >= min(slow, 2 * current)  # doubles toward the slow interval
+
+
+def test_own_messages_flood_to_every_subscriber_forwarded_ones_follow_the_mesh() -> None:
+    # Mesh degree 1: without flood publishing, our own announcement would leave through one
+    # mesh peer and need extra hops (each through a busy process) to reach the others.
+    narrow = attrs.evolve(FAST, mesh_degree=1, mesh_degree_low=1, mesh_degree_high=1)
+
+    async def main() -> None:
+        with trio.fail_after(60):
+            async with AsyncExitStack() as stack:
+                nets = [
+                    await stack.enter_async_context(open_libp2p_network(create_new_key_pair(), narrow))
+                    for _ in range(4)
+                ]
+                for net in nets[1:]:
+                    await net.connect(nets[0].listen_addrs()[0])
+                await wait_until(lambda: all(len(n.connected_peers()) == 3 for n in nets))
+                channels = [await n.subscribe("swarmp2p/t/announce") for n in nets]
+                router = nets[0].pubsub.router
+                others = {ID.from_base58(n.local_peer_id) for n in nets[1:]}
+                await wait_until(
+                    lambda: set(nets[0].pubsub.peer_topics.get("swarmp2p/t/announce", ())) == others
+                )
+                me = nets[0].pubsub.my_id
+                assert set(router._get_peers_to_send(["swarmp2p/t/announce"], me, me)) == others
+                forwarded = set(router._get_peers_to_send(["swarmp2p/t/announce"], me, next(iter(others))))
+                assert len(forwarded) <= 1  # the mesh (degree 1), minus the origin
+                await nets[0].publish("swarmp2p/t/announce", b"batch ready")
+                for channel in channels[1:]:
+                    with trio.fail_after(5):
+                        assert (await channel.receive()).data == b"batch ready"
+
+    trio.run(main)

@@ -144,7 +144,7 @@ def swarm_report(nodes: list[NodeProcess]) -> str:
                 f" opened {opened / 1000:.1f} (+{(record['finished_ms'] - opened) / 1000:.1f}s)"
                 f" accepted {len(record['accepted_peers'])} trained_on"
                 f" {len(record['external_peers_trained_on'])} seconds {record.get('seconds', {})}"
-                f" rejected {record['rejected']}"
+                f" rejected {record['rejected']} network {record.get('network_drops', {})}"
             )
         lines.append(node.output())
     return "\n".join(lines)

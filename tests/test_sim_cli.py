@@ -46,6 +46,12 @@ def test_simulate_bad_scenario_is_one_line_exit_2(tmp_path: Path) -> None:
         ("[byzantine]\nkinds = ['nice']", "unknown ['nice']"),
         ("[[faults.partition]]\nstart_round = 5\nheal_round = 2", "heal_round"),
         ("peers = [", "invalid TOML"),
+        ("policy = 'gpu'", "policy"),
+        ("coordinator = 'ledger'", "coordinator"),
+        ("policy = 'trainer'\npeers = 8", "at most 5 peers"),
+        ("dht_sweep = 1", "dht_sweep: expected bool"),
+        ("tasks = 'arithmetic'", "tasks: expected an array of strings"),
+        ("[network]\ngossip_loss = 1.5", "gossip_loss"),
     ],
 )
 def test_scenario_errors_name_the_key(tmp_path: Path, text: str, needle: str) -> None:
@@ -63,3 +69,21 @@ def test_missing_file_and_builtins() -> None:
     for name in builtin_scenarios():
         scenario = load_scenario(name, rounds=2)
         assert scenario.name == name and scenario.rounds == 2
+
+
+def test_simulate_trainer_policy_refuses_a_big_swarm_in_one_line(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        app, ["simulate", "--policy", "trainer", "--peers", "9", "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 2
+    assert "at most 5 peers" in result.output
+
+
+def test_simulate_flags_set_the_scenario_keys(tmp_path: Path) -> None:
+    args = ["simulate", "--peers", "4", "--rounds", "2", "--fetch-sample", "0", "--no-plots"]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["scenario"]["fetch_sample"] == 0 and report["scenario"]["coordinator"] == "schedule"
+    assert report["summary"]["coordinator_rewards_accepted"] == 8
+    assert report["summary"]["coordinator_mismatches"] == 0

@@ -20,7 +20,9 @@ def expected_pairs(result, *, rounds_from: int = 0) -> set[tuple[str, int, str]]
     """Every honest peer present for a round should hold every other such peer's batch."""
     pairs = set()
     for round_number in range(rounds_from, result.scenario.rounds):
-        present = [p.peer_id for p in result.plans if p.honest and p.present_for(round_number, result.round_ms)]
+        present = [
+            p.peer_id for p in result.plans if p.honest and p.present_for(round_number, result.round_ms)
+        ]
         pairs |= {(a, round_number, b) for a in present for b in present if a != b}
     return pairs
 

@@ -28,11 +28,36 @@ GOSSIP_PROTOCOLS = (PROTOCOL_ID_V11, PROTOCOL_ID)
 
 
 class CountingGossipSub(GossipSub):
-    """GossipSub that counts the messages its spam protection rejects."""
+    """GossipSub that counts the messages its spam protection rejects, and flood-publishes.
 
-    def __init__(self, *, counters: DropCounters, **kwargs: Any) -> None:
+    Flood publishing (gossipsub v1.1's `floodPublish`, on by default in go-libp2p, absent from
+    py-libp2p 0.8.1): a peer's OWN messages go straight to every subscribed peer instead of its
+    D mesh peers only; forwarding stays on the mesh. An announcement then reaches everyone in
+    one hop rather than two or three, and each hop through a busy process costs tens of ms
+    (bench/bench_network.py at 20 processes). The cost is N small sends per round per peer."""
+
+    def __init__(self, *, counters: DropCounters, flood_publish: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._drop_counters = counters
+        self.flood_publish = flood_publish
+
+    def _get_peers_to_send(
+        self,
+        topic_ids: Any,
+        msg_forwarder: ID,
+        origin: ID,
+        msg_id: bytes | None = None,
+    ) -> Any:
+        peers = set(super()._get_peers_to_send(topic_ids, msg_forwarder, origin, msg_id))
+        pubsub = self.pubsub
+        if not self.flood_publish or pubsub is None or origin != pubsub.my_id:
+            return peers
+        for topic in topic_ids:
+            for peer_id in pubsub.peer_topics.get(topic, ()):
+                # Only peers speaking gossipsub/floodsub with us; never back to ourselves.
+                if peer_id in self.peer_protocol and peer_id != origin:
+                    peers.add(peer_id)
+        return peers
 
     def _check_spam_protection(self, peer_id: ID, msg: rpc_pb2.Message) -> bool:
         accepted = super()._check_spam_protection(peer_id, msg)
@@ -106,6 +131,7 @@ class CountingPubsub(Pubsub):
 def build_gossip(host: IHost, settings: NetworkSettings, counters: DropCounters) -> CountingPubsub:
     router = CountingGossipSub(
         counters=counters,
+        flood_publish=settings.flood_publish,
         protocols=list(GOSSIP_PROTOCOLS),
         degree=settings.mesh_degree,
         degree_low=settings.mesh_degree_low,

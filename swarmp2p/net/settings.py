@@ -29,6 +29,8 @@ class NetworkSettings:
     mesh_degree: int = 6
     mesh_degree_low: int = 4
     mesh_degree_high: int = 12
+    # Own messages to every subscribed peer (one hop), forwarded ones along the mesh.
+    flood_publish: bool = True
     # Raised from 10/s: a round's announcements from 20 peers arrive in one burst.
     max_messages_per_topic_per_second: float = attrs.field(default=1000.0, validator=_positive)
     outbound_queue_size: int = attrs.field(default=4096, validator=_positive)

@@ -1,0 +1,38 @@
+"""policy = "trainer": a small simulated swarm of real tiny-model trainers completes its rounds,
+sharing one tiny model build, verifying each other's real rollouts and training on them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simulator.runner import run_simulation
+from simulator.scenario import Scenario, ScenarioError, load_scenario
+
+
+@pytest.mark.slow
+def test_three_trainer_peers_complete_two_rounds(tmp_path: Path) -> None:
+    scenario = Scenario(peers=3, rounds=2, seed=5, policy="trainer", questions_per_round=2, fetch_sample=0)
+    result = run_simulation(scenario, work_dir=tmp_path)
+
+    builds = list((tmp_path / "models").iterdir())
+    assert len(builds) == 1 and (builds[0] / "config.json").exists()  # one tiny model for all
+    for plan in result.plans:
+        records = result.records[plan.peer_id]
+        assert [r.round for r in records if r.completed] == [0, 1]
+        for record in records:
+            assert record.reward is not None and 0.0 <= record.reward <= 1.0
+            # Real completions of the two others, re-scored by reasoning-gym and accepted.
+            assert set(record.accepted_peers) == {p.peer_id for p in result.plans} - {plan.peer_id}
+            assert record.train_metrics  # the trainer's own metrics came back through the Peer
+        # each peer checkpointed into its own folder, next to the shared model
+        checkpoints = tmp_path / "peers" / f"{plan.index:04d}" / "checkpoints"
+        assert any(checkpoints.iterdir())
+    assert result.invalid_trained == []
+    assert result.coordinator_mismatches == 0
+
+
+def test_trainer_policy_is_refused_for_big_swarms() -> None:
+    with pytest.raises(ScenarioError, match="at most 5 peers"):
+        load_scenario(None, policy="trainer", peers=6)
