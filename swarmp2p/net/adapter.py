@@ -419,8 +419,9 @@ class LibP2PNetwork:
                 self.book.mark_connected(peer_id)
                 await self._add_dht_peer(pid)
                 return True
+            logger.debug("dial %s %s timed out", peer_id, [str(a) for a in addrs])
         except Exception as error:
-            logger.debug("dial %s failed: %r", peer_id, error)
+            logger.debug("dial %s %s failed: %r", peer_id, [str(a) for a in addrs], error)
         finally:
             self._dialing.discard(peer_id)
         self.counters.add("dial_failed")
