@@ -382,9 +382,18 @@ class Peer:
             self._feed(Tick())
             while self._actions:
                 await self._perform(self._actions.popleft())
+                if self._round_over():
+                    # Our work outlasted the round (a slow peer, or one that restarted in the
+                    # round's last seconds): a newer round abandons this one now, instead of
+                    # finishing it late and starting the next one late too.
+                    await self._poll()
                 self._feed(Tick())  # the collect deadline may have passed while we worked
             self._sweep_dht()
             await self._sleep_until_next()
+
+    def _round_over(self) -> bool:
+        ends = self.machine.round_ends_ms
+        return self.machine.phase is not Phase.IDLE and ends > 0 and self.clock.now_ms() >= ends
 
     async def _poll(self) -> None:
         try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
@@ -242,4 +242,7 @@ TestCoordinatorMachine.settings = settings(
     stateful_step_count=20,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
+    # No shrinking: on a real chain it can take minutes, and the failure message already names
+    # the call, its arguments and both the chain's and the model's verdicts.
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
 )
