@@ -52,7 +52,7 @@ def dashboard(
     ),
     host: str | None = typer.Option(None, "--host", help="Address to bind (default 127.0.0.1)."),
     port: int | None = typer.Option(None, "--port", help="Port to bind; 0 picks a free one (default 8080)."),
-    config: Path | None = typer.Option(None, "--config", help="TOML config file ([dashboard] section)."),
+    config: Path | None = typer.Option(None, "--config", help="TOML config file (\\[dashboard] section)."),
     print_config: bool = typer.Option(False, "--print-config", help="Print the effective config and exit."),
 ) -> None:
     """Serve the swarm dashboard (/, /api/status, /metrics) for a status file or a node."""

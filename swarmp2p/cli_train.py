@@ -28,7 +28,7 @@ def train(
     out: Path = typer.Option(
         Path("runs/train"), "--out", help="Output folder: reward_curve.png, metrics.jsonl."
     ),
-    config_file: Path = typer.Option(None, "--config", help="TOML file with a [trainer] section."),
+    config_file: Path = typer.Option(None, "--config", help="TOML file with a \\[trainer] section."),
     device: str = typer.Option(None, "--device", help="auto, cpu, cuda or mps."),
     tasks: str = typer.Option(None, "--tasks", help="Comma-separated reasoning-gym tasks."),
     format_reward: float = typer.Option(
