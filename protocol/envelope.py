@@ -19,6 +19,7 @@ whose batch is wanted, not the requester, so it is not checked.)
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 import attrs
@@ -47,6 +48,9 @@ _ENVELOPE_KEYS = ("v", "k", "m", "pk", "sig")
 # Kinds whose `peer_id` names someone OTHER than the author, so it is not checked against
 # the signer: a FetchRequest's peer_id is the peer whose batch is wanted.
 _PEER_ID_IS_NOT_AUTHOR: frozenset[type] = frozenset({FetchRequest})
+
+
+_BUFFER_TYPES = (bytes, bytearray, memoryview)  # a tuple: `bytes | ...` builds a union per call
 
 
 def claimed_author(message: WireMessage) -> str | None:
@@ -82,6 +86,13 @@ def peer_id_from_public_key(public_key: bytes) -> str:
     """The libp2p peer id (base58btc, "12D3KooW...") of a raw 32-byte Ed25519 public key."""
     if not isinstance(public_key, bytes) or len(public_key) != limits.ED25519_PUBLIC_KEY_BYTES:
         raise ValueError("an Ed25519 public key must be exactly 32 bytes")
+    return _peer_id_of_valid_key(public_key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _peer_id_of_valid_key(public_key: bytes) -> str:
+    # Memoized: every opened envelope and every seal derives a peer id, and base58 of the same
+    # few keys again and again is a visible share of a busy node's (and the simulator's) time.
     serialized = _PROTOBUF_ED25519_PREFIX + public_key
     # Keys whose serialization is <= 42 bytes are inlined with the identity hash (libp2p spec).
     multihash = bytes([_IDENTITY_MULTIHASH, len(serialized)]) + serialized
@@ -97,8 +108,7 @@ def seal(message: WireMessage, private_key: bytes) -> bytes:
     """Encode and sign `message` with a 32-byte Ed25519 seed. Raises ProtocolError if the
     message is invalid or names another peer than the key's in its `peer_id`."""
     _check_seed(private_key)
-    key = Ed25519PrivateKey.from_private_bytes(private_key)
-    public_key = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+    key, public_key = _signing_key(private_key)
     claimed = claimed_author(message)
     if claimed is not None and claimed != peer_id_from_public_key(public_key):
         raise ProtocolError("impersonation", f"sealing a message for {claimed} with another peer's key")
@@ -117,13 +127,21 @@ def seal(message: WireMessage, private_key: bytes) -> bytes:
     )
 
 
+@functools.lru_cache(maxsize=256)
+def _signing_key(seed: bytes) -> tuple[Ed25519PrivateKey, bytes]:
+    # A node seals with the same seed every time; building the key object from the seed costs
+    # about as much as signing. Bounded: at most a few hundred identities (the simulator's peers).
+    key = Ed25519PrivateKey.from_private_bytes(seed)
+    return key, key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
 def open_envelope(data: bytes, *, max_size: int | None = None) -> Opened:
     """Decode, verify and unpack an envelope. Raises ProtocolError (only) on any bad input.
 
     `max_size` tightens the size cap for a context (e.g. gossip); it never loosens the
     global `limits.MAX_ENVELOPE_BYTES`.
     """
-    if not isinstance(data, bytes | bytearray | memoryview):
+    if not isinstance(data, _BUFFER_TYPES):
         raise ProtocolError("bad_type", f"envelope: expected bytes, got {type(data).__name__}")
     data = bytes(data)
     cap = limits.MAX_ENVELOPE_BYTES if max_size is None else min(max_size, limits.MAX_ENVELOPE_BYTES)

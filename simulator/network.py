@@ -57,6 +57,11 @@ class LinkModel:
     connect_fail_ms: float = 200.0  # how long a dial to an offline peer takes to fail
     subscription_buffer: int = 100_000
     dht_max_records: int = 200_000
+    time_grid_ms: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    """Resolution of the network's virtual time: every delivery, response and timeout is
+    rounded UP to a multiple of it. Coarser grids put more events in one instant of trio's
+    run loop (fewer passes) at the cost of latency resolution; the simulator uses 10 ms
+    (`[network] time_grid_ms`), well below the modelled 10-80 ms latencies and 30 s rounds."""
 
 
 @attrs.frozen
@@ -80,9 +85,9 @@ class _Node:
     upload_factor: float = 1.0  # < 1 for slow peers
 
 
-def _on_grid(seconds: float) -> float:
-    """Round a virtual time UP to the next whole millisecond."""
-    return math.ceil(seconds * 1000 - 1e-6) / 1000
+def _on_grid(seconds: float, grid_ms: int) -> float:
+    """Round a virtual time UP to the next multiple of `grid_ms` milliseconds."""
+    return math.ceil(seconds * 1000 / grid_ms - 1e-6) * grid_ms / 1000
 
 
 class SimWorld:
@@ -112,6 +117,7 @@ class SimWorld:
         self._members_version = 0
         self._topic_members: dict[str, tuple[int, list[_Node]]] = {}
         self._sender_bases: dict[tuple[str, str], tuple[int, array]] = {}
+        self._online_cache: tuple[int, list[str]] | None = None
 
     # ---- membership ----------------------------------------------------------------------
 
@@ -162,6 +168,14 @@ class SimWorld:
         """Online peers other than `a` that `a` can reach now (one clock read, not one per peer)."""
         now = self.now_ms()
         cuts = [(p.side, a in p.side) for p in self.partitions if p.start_ms <= now < p.heal_ms]
+        if not cuts:
+            # Every peer asks this at every round start and sweep: the online list is cached
+            # until membership changes, and only `a` is filtered out per call.
+            cached = self._online_cache
+            if cached is None or cached[0] != self._members_version:
+                online = [peer_id for peer_id, node in self.nodes.items() if node.online]
+                cached = self._online_cache = (self._members_version, online)
+            return [peer_id for peer_id in cached[1] if peer_id != a]
         return [
             peer_id
             for peer_id, node in self.nodes.items()
@@ -183,6 +197,9 @@ class SimWorld:
 
     def latency_s(self, a: str, b: str) -> float:
         return self._base_latency_s(a, b) + self.rng.random() * self.model.jitter_ms / 1000
+
+    def _grid(self, seconds: float) -> float:
+        return _on_grid(seconds, self.model.time_grid_ms)
 
     def _lost(self) -> bool:
         return self.model.loss > 0 and self.rng.random() < self.model.loss
@@ -247,6 +264,7 @@ class SimWorld:
         jitter_ms = self.model.jitter_ms
         random_draw = self.rng.random
         ceil = math.ceil
+        grid_per_s = 1000 / self.model.time_grid_ms
         # Every receiver gets the SAME immutable message object (as from one gossip frame), and
         # receivers due in the same millisecond share one heap entry: one pop, one pass.
         message = InboundMessage(topic, sender, data)
@@ -269,7 +287,7 @@ class SimWorld:
                 continue
             delivered += 1
             # _on_grid(start + latency), inlined: this line runs ~10k times per virtual round
-            at = ceil((start + (base + random_draw() * jitter_ms / 1000)) * 1000 - 1e-6) / 1000
+            at = ceil((start + (base + random_draw() * jitter_ms / 1000)) * grid_per_s - 1e-6) / grid_per_s
             slot = slots.get(at)
             if slot is None:
                 slots[at] = [receiver]
@@ -349,11 +367,11 @@ class SimWorld:
 
     async def request(self, requester: str, target: str, data: bytes, timeout_s: float) -> bytes:
         started = trio.current_time()
-        deadline = _on_grid(started + timeout_s)
+        deadline = self._grid(started + timeout_s)
         self._count(requests=1, request_bytes=len(data))
         node = self.nodes.get(target)
         if node is None or not node.online or node.handler is None:
-            await self._wait_until(_on_grid(started + min(timeout_s, self.model.connect_fail_ms / 1000)))
+            await self._wait_until(self._grid(started + min(timeout_s, self.model.connect_fail_ms / 1000)))
             raise NetworkError(f"peer {target} is unreachable")
         if not self.reachable(requester, target) or self._lost():
             await self._wait_until(deadline)
@@ -364,7 +382,7 @@ class SimWorld:
         # before it announced), and one wait per request instead of two halves the scheduling work.
         response = await node.handler(requester, data)
         arrives = self._upload_done_at(node, len(response)) + self.latency_s(requester, target)
-        arrives = _on_grid(arrives + self.latency_s(target, requester))
+        arrives = self._grid(arrives + self.latency_s(target, requester))
         if arrives > deadline:
             await self._wait_until(deadline)
             self._count(request_timeouts=1)
@@ -378,7 +396,7 @@ class SimWorld:
     # ---- DHT -----------------------------------------------------------------------------
 
     async def dht_put(self, writer: str, key: str, value: bytes) -> None:
-        await self._wait_until(_on_grid(trio.current_time() + self.latency_s(writer, writer) * 2))
+        await self._wait_until(self._grid(trio.current_time() + self.latency_s(writer, writer) * 2))
         self.dht[key] = (writer, value)
         self.dht.move_to_end(key)
         while len(self.dht) > self.model.dht_max_records:
@@ -386,7 +404,7 @@ class SimWorld:
         self._count(dht_puts=1, dht_bytes=len(value))
 
     async def dht_get(self, reader: str, key: str) -> bytes | None:
-        await self._wait_until(_on_grid(trio.current_time() + self.latency_s(reader, reader) * 2))
+        await self._wait_until(self._grid(trio.current_time() + self.latency_s(reader, reader) * 2))
         self._count(dht_gets=1)
         record = self.dht.get(key)
         if record is None or not self.reachable(reader, record[0]):
@@ -399,6 +417,11 @@ class SimWorld:
 
 class SimNetwork:
     """One virtual peer's NetworkPort onto a SimWorld."""
+
+    bounds_waits = True
+    """Port capability read by swarmp2p.peer: `request` returns or raises by its `timeout_s`
+    (the world's deadline) and `dht_get` within two link latencies, so the Peer needs no cancel
+    scope of its own around them."""
 
     def __init__(self, world: SimWorld, peer_id: str) -> None:
         self._world = world

@@ -287,6 +287,7 @@ async def _simulate(
             loss=net.loss,
             gossip_loss=net.gossip_loss,
             upload_bytes_per_s=net.upload_mbit * 125_000,
+            time_grid_ms=net.time_grid_ms,
         ),
         seed=derive_seed(scenario.seed, "network"),
         now_ms=clock.now_ms,

@@ -11,7 +11,7 @@ does nothing):
     dht_sweep = true
     policy = "sim" | "trainer"   coordinator = "schedule" | "chain"   tasks = ["..."]
 
-    [network]   latency_min_ms, latency_max_ms, jitter_ms, loss, gossip_loss, upload_mbit
+    [network]   latency_min_ms, latency_max_ms, jitter_ms, loss, gossip_loss, upload_mbit, time_grid_ms
     [faults]    churn_leave, churn_join, crash_rate, crash_restart_s, late_join_fraction,
                 late_join_round, slow_fraction, slowdown
     [[faults.partition]]  start_round, heal_round, fraction      (repeatable)
@@ -59,6 +59,8 @@ class NetworkSpec:
     gossip_loss: float = attrs.field(default=0.0, validator=_fraction)
     """Extra loss of announcements only (direct fetches and the DHT still work)."""
     upload_mbit: float = attrs.field(default=100.0, validator=_positive)
+    time_grid_ms: int = attrs.field(default=10, validator=attrs.validators.ge(1))
+    """Virtual-time resolution of the network (see simulator.network.LinkModel.time_grid_ms)."""
 
     def __attrs_post_init__(self) -> None:
         if self.latency_max_ms < self.latency_min_ms:

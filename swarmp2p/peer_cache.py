@@ -34,6 +34,8 @@ from protocol.envelope import Opened, open_envelope
 from protocol.errors import ProtocolError
 from protocol.messages import WireMessage
 
+_BUFFER_TYPES = (bytes, bytearray, memoryview)
+
 
 class _IdentityMemo:
     """id(obj) -> (obj, value) for the last `max_entries` objects, oldest dropped first."""
@@ -90,11 +92,13 @@ class VerifyCache:
 
     def open(self, data: bytes, *, max_size: int | None = None) -> Opened:
         """`protocol.envelope.open_envelope(data, max_size=...)`, memoized. Raises ProtocolError."""
-        if max_size is not None and isinstance(data, bytes | bytearray | memoryview) and len(data) > max_size:
+        if max_size is not None and isinstance(data, _BUFFER_TYPES) and len(data) > max_size:
             # The cache is keyed by content only, so a context's tighter cap is applied here.
             raise ProtocolError("oversized", f"envelope: {len(data)} bytes > {max_size}")
-        entry = self._opened_by_identity.get(data)
-        if entry is not None:
+        # The identity memo, inlined: this is the per-delivery path (every receiver of a
+        # simulated gossip message holds the same bytes object).
+        entry = self._opened_by_identity._table.get(id(data))
+        if entry is not None and entry[0] is data:
             self.hits += 1
             outcome = entry[1]
         else:

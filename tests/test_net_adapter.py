@@ -293,3 +293,29 @@ def test_own_messages_flood_to_every_subscriber_forwarded_ones_follow_the_mesh()
                         assert (await channel.receive()).data == b"batch ready"
 
     trio.run(main)
+
+
+def test_closed_connection_still_listed_by_libp2p_is_dropped_and_redialed() -> None:
+    async def body(nets: list[LibP2PNetwork]) -> None:
+        a, b = nets
+
+        async def echo(requester: str, data: bytes) -> bytes:
+            return data
+
+        b.set_request_handler(echo)
+        pid = ID.from_base58(b.local_peer_id)
+        swarm = a.host.get_network()
+        await wait_until(lambda: bool(swarm.connections.get(pid)))
+        conn = swarm.connections[pid][0]
+        await conn.close()
+        # py-libp2p 0.8.1 can keep a closed connection listed; put it back to reproduce that.
+        swarm.connections[pid] = [conn]
+        assert conn.is_closed
+        assert b.local_peer_id not in a.connected_peers()
+        # The request drops the stale entry, re-dials and succeeds instead of failing with
+        # "No valid connections available".
+        assert await a.request(b.local_peer_id, b"still there?", 10) == b"still there?"
+        assert a.counters["stale_connections_dropped"] >= 1
+        assert b.local_peer_id in a.connected_peers()
+
+    run_swarm(2, body)

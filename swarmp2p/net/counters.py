@@ -24,8 +24,16 @@ class DropCounters:
         "response_garbage",
         "peer_exchange_garbage",
         "dht_rejected",
+        "dht_replication_failed",
+        "dht_replication_timeout",
+        "dht_replication_skipped",
+        # Connection health, not lost data: failed dials, closed connections py-libp2p still
+        # listed (dropped so the peer can be re-dialed), stream opens retried after that.
         "dial_failed",
+        "stale_connections_dropped",
+        "stream_retried",
     )
+    NOT_DATA_LOSS = frozenset({"dial_failed", "stale_connections_dropped", "stream_retried"})
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
