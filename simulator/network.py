@@ -16,9 +16,10 @@ What it models, and why it is enough for the questions the simulator answers:
 - DHT: one shared table; a record is readable by peers that can reach its writer when they read
   (a partitioned side does not see the other side's records). Oldest records are evicted.
 
-Virtual time is quantized to whole milliseconds (`_on_grid`): events that land in the same
-millisecond are handled in one pass of trio's run loop instead of one pass each, which is most of
-the simulator's speed (a 1 ms grid is far below the latencies it models).
+Virtual time is quantized to `LinkModel.time_grid_ms` (`_on_grid`; 1 ms by default, 10 ms in
+the simulator's scenarios): events that land on the same grid point are handled in one pass of
+trio's run loop instead of one pass each, which is much of the simulator's speed (a 10 ms grid
+is still below the 10-80 ms latencies it models and far below the 5 s fetch timeout).
 Deliveries go through ONE scheduler task and a heap, not a task per message: 100 peers publishing
 to 99 others each round would otherwise spawn a million tasks over a run.
 Everything random comes from one seeded `random.Random`, drawn in a deterministic order, so a
@@ -310,7 +311,14 @@ class SimWorld:
         network's own waits: no cancel scope, no Cancelled exception at the end."""
         await self._wait_until(trio.current_time() + seconds)
 
-    async def _wait_until(self, at: float) -> None:
+    async def sleep_wakeable(self, seconds: float, set_waker: Callable[[Callable[[], None]], None]) -> None:
+        """Sleep `seconds` of virtual time on the timer heap, or less: `set_waker` is called
+        first with a callable that reschedules the sleeper at once (a no-op once it has woken)."""
+        await self._wait_until(trio.current_time() + seconds, set_waker=set_waker)
+
+    async def _wait_until(
+        self, at: float, *, set_waker: Callable[[Callable[[], None]], None] | None = None
+    ) -> None:
         """Park until virtual time `at` (on the ms grid).
 
         The task parks itself with trio's low-level primitives and the delivery task
@@ -323,6 +331,15 @@ class SimWorld:
         self._seq += 1
         heapq.heappush(self._heap, (at, self._seq, None, waiter))
         self._wakeup.set()
+        if set_waker is not None:
+
+            def wake() -> None:
+                task = waiter[0]
+                if task is not None:
+                    waiter[0] = None  # the heap entry, when it comes, finds nothing to wake
+                    trio.lowlevel.reschedule(task)
+
+            set_waker(wake)
 
         def abort(_: Any) -> trio.lowlevel.Abort:
             waiter[0] = None  # disarm: run_deliveries must not reschedule a task that moved on
@@ -464,6 +481,11 @@ class SimNetwork:
         node.sinks[topic] = handler
         self._world._membership_changed()
         return True
+
+    async def sleep_wakeable(self, seconds: float, set_waker: Callable[[Callable[[], None]], None]) -> None:
+        """Optional port capability (see swarmp2p.peer): an idle wait the Peer can cut short,
+        parked on the world's timer heap instead of in a trio cancel scope."""
+        await self._world.sleep_wakeable(seconds, set_waker)
 
     def set_request_handler(self, handler: RequestHandler) -> None:
         self._node().handler = handler

@@ -10,12 +10,13 @@ reproduces a run exactly, and 100 peers x 100 rounds of virtual half-minute roun
 from __future__ import annotations
 
 import contextlib
+import gc
 import hashlib
 import math
 import random
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +207,22 @@ def _seed_trio_scheduler(seed: int) -> None:
     trio_run._r.seed(derive_seed(seed, "trio-scheduler"))
 
 
+@contextlib.contextmanager
+def _young_gc_threshold(threshold: int) -> Iterator[None]:
+    """Collect the youngest generation every `threshold` allocations instead of Python's 700.
+
+    A run allocates millions of short-lived objects (messages, jobs, tuples) on top of a large
+    long-lived heap (caches, histories): at the default, 100 peers x 40 rounds ran ~940 young
+    and 7 full collections, ~15% of the CPU time. 20,000 young objects are a few MB at most,
+    and garbage is still collected. Restored afterwards (the simulator also runs inside tests)."""
+    old = gc.get_threshold()
+    gc.set_threshold(threshold, old[1], old[2])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+
+
 def run_simulation(
     scenario: Scenario,
     *,
@@ -233,6 +250,7 @@ def run_simulation(
             )
             policy_factory, registry = swarm.policy, swarm.registry
         _seed_trio_scheduler(scenario.seed)
+        stack.enter_context(_young_gc_threshold(20_000))
         clock = trio.testing.MockClock(autojump_threshold=0)
         return trio.run(
             _simulate,

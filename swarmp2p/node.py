@@ -78,6 +78,10 @@ class NodeConfig:
     """A (re)joining node whose first round has less than this share of its time left waits
     for the next round instead: its batch would arrive after everyone's collect deadline."""
     log_level: str = attrs.field(default="info", validator=attrs.validators.in_(("debug", "info", "warning")))
+    warmup_steps: int = attrs.field(default=-1, validator=attrs.validators.ge(-1))
+    """Supervised format warm-up on first start (no checkpoint yet): -1 = 15 steps for the tiny
+    model and none otherwise. A fresh tiny model never writes an answer tag, so without it every
+    GRPO group has zero advantage and the node would never learn."""
 
     def identity_path(self) -> Path:
         return Path(self.identity) if self.identity else Path(self.data_dir) / "identity.key"
@@ -301,7 +305,9 @@ async def run_node(
         raise NodeError(f"network settings: {error}") from None
 
     echo(f"peer id {identity.peer_id}; loading the model ({config.model})…")
-    policy = TimedPolicy(await trio.to_thread.run_sync(_build_policy, trainer_config))
+    policy = TimedPolicy(
+        await trio.to_thread.run_sync(_build_policy, trainer_config, config.warmup_steps, echo)
+    )
     clock = RealClock()
 
     try:
@@ -433,10 +439,20 @@ async def _run_with_network(
         nursery.cancel_scope.cancel()
 
 
-def _build_policy(trainer_config: Any) -> Any:
+def _build_policy(trainer_config: Any, warmup_steps: int, echo: Callable[[str], None]) -> Any:
+    """The trainer, resumed from its newest valid checkpoint; on a first start, warmed up and saved."""
     from trainer.policy import TrainerPolicy
 
-    return TrainerPolicy(trainer_config)
+    policy = TrainerPolicy(trainer_config)
+    if policy.load():
+        echo(f"resumed from checkpoint step {policy.step}")
+        return policy
+    steps = warmup_steps if warmup_steps >= 0 else (15 if trainer_config.model == "tiny" else 0)
+    if steps:
+        echo(f"first start: {steps} supervised format warm-up steps…")
+        policy.warmup(steps)
+        policy.save()
+    return policy
 
 
 async def _save_policy(policy: Any, echo: Callable[[str], None]) -> None:

@@ -109,8 +109,11 @@ class TrainerConfig:
     """One weight per task; empty = equal weights."""
     difficulty: int = attrs.field(default=-1, validator=v.instance_of(int))
     """reasoning-gym curriculum level applied to every task; -1 = each dataset's default config."""
-    format_reward: float = attrs.field(default=0.0, converter=float, validator=_unit_interval)
-    """Weight of the answer-format reward: reward = (1 - w) * correctness + w * format."""
+    format_reward: float = attrs.field(default=0.2, converter=float, validator=_unit_interval)
+    """Weight of the answer-format reward: reward = (1 - w) * correctness + w * format. Not zero by
+    default: a small model rarely answers correctly at first, and a graded format reward gives GRPO
+    a signal from the first rounds. Every peer of a swarm must use the same value, since peers
+    re-score each other's completions."""
 
     def __attrs_post_init__(self) -> None:
         if not self.tasks:
