@@ -19,7 +19,6 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def _root() -> None:
     """Keeps `swarmp2p` a command group even when only one subcommand module is present."""
