@@ -423,7 +423,10 @@ async def _run_with_network(
             )
             info["dashboard_port"] = await nursery.start(serve)
         node_file = data_dir / NODE_FILE
-        node_file.write_text(json.dumps(info, indent=2))
+        # Atomic: tools and tests poll this file while the node starts; never show it half-written.
+        staging = node_file.with_suffix(".tmp")
+        staging.write_text(json.dumps(info, indent=2))
+        os.replace(staging, node_file)
         addr = network.listen_addrs()[0]
         echo(f"listening on {addr}")
         echo(

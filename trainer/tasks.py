@@ -9,11 +9,12 @@ small size and index it directly, which makes indices of 10_000_000 and more cos
 from __future__ import annotations
 
 import contextlib
+import decimal
 import io
 import random
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from protocol.messages import QuestionRef
@@ -23,6 +24,20 @@ from trainer.rewards import combine, extract_answer, format_score, safe_score
 # Training questions use indices below TRAIN_INDEX_LIMIT; held-out evaluation questions start at
 # EVAL_INDEX_START. Both come from protocol.questions so that every peer agrees on the split.
 EVAL_INDEX_START = EVAL_INDEX_BASE
+
+
+@contextlib.contextmanager
+def _isolated_from_process_state() -> Iterator[None]:
+    """Run reasoning-gym code with stdout swallowed and a plain decimal context.
+
+    Some generators and scorers print (bf). And importing vyper (the chain adapter) installs a
+    process-wide decimal context that refuses any precision below 78, which makes
+    decimal_arithmetic raise; a fresh local context keeps scoring identical whatever else the
+    process has imported.
+    """
+    with contextlib.redirect_stdout(io.StringIO()), decimal.localcontext(decimal.Context()):
+        yield
+
 
 DENIED_TASKS: dict[str, str] = {
     "game_of_life_halting": "reward-hackable: any non-empty answer scores 1.0",
@@ -86,7 +101,7 @@ class ReasoningGymRegistry:
         except Exception:
             return 0.0
         answer = extract_answer(completion_text)
-        with contextlib.redirect_stdout(io.StringIO()):  # some scorers print
+        with _isolated_from_process_state():  # some scorers print
             correctness = safe_score(dataset.score_answer, answer, entry) if answer is not None else 0.0
         if self._format_weight == 0.0:
             return correctness
@@ -131,7 +146,7 @@ class ReasoningGymRegistry:
             raise TaskError(f"task {task!r} is denied: {DENIED_TASKS[task]}")
         if task not in self._names:
             raise TaskError(f"task {task!r} is not in this registry's task list")
-        with contextlib.redirect_stdout(io.StringIO()):
+        with _isolated_from_process_state():
             if self._difficulty >= 0 and task in self._factory.CURRICULA:
                 curriculum = self._factory.create_curriculum(task)
                 curriculum.set_global_level(self._difficulty)
@@ -153,7 +168,7 @@ class ReasoningGymRegistry:
                 self._items.move_to_end(ref)
                 return dataset, entry
             try:
-                with contextlib.redirect_stdout(io.StringIO()):  # bf prints while generating
+                with _isolated_from_process_state():  # bf prints while generating
                     entry = dataset[ref.index]
             except Exception as error:
                 raise TaskError(f"{ref.task}[{ref.index}] failed to generate: {error}") from error
