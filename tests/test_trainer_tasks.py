@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import decimal
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -40,8 +42,12 @@ def test_regeneration_is_deterministic_across_registries_and_dataset_sizes() -> 
             ref = QuestionRef(task, 11, index)
             assert first.question(ref) == second.question(ref)
         # item i of a small dataset equals item i of a dataset big enough to contain it
-        big = reasoning_gym.create_dataset(task, seed=11, size=40)
-        assert first.entry(QuestionRef(task, 11, 39))["question"] == big[39]["question"]
+        # (a plain decimal context, as the registry uses: vyper, imported by the chain tests,
+        # installs a process-wide one that decimal_arithmetic cannot work under)
+        with decimal.localcontext(decimal.Context()):
+            big = reasoning_gym.create_dataset(task, seed=11, size=40)
+            expected = big[39]["question"]
+        assert first.entry(QuestionRef(task, 11, 39))["question"] == expected
     assert first.question(QuestionRef("basic_arithmetic", 1, 5)) != first.question(
         QuestionRef("basic_arithmetic", 2, 5)
     )
@@ -122,3 +128,15 @@ def _shared_registry() -> ReasoningGymRegistry:
             )
         )
     return _REGISTRY[0]
+
+
+def test_scoring_is_unaffected_by_vypers_process_wide_decimal_context() -> None:
+    # Importing vyper (the chain adapter does) installs a decimal context that refuses any
+    # precision below 78; decimal_arithmetic lowers it, so without isolation it raises.
+    import vyper.utils  # noqa: F401
+
+    registry = ReasoningGymRegistry(("decimal_arithmetic",))
+    ref = QuestionRef("decimal_arithmetic", 3, 7)
+    _prompt, answer = registry.question(ref)
+    assert registry.score(ref, f"<answer>{answer}</answer>") == 1.0
+    assert registry.score(ref, "<answer>not a number</answer>") < 1.0
