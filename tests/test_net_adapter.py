@@ -285,8 +285,15 @@ def test_own_messages_flood_to_every_subscriber_forwarded_ones_follow_the_mesh()
                 )
                 me = nets[0].pubsub.my_id
                 assert set(router._get_peers_to_send(["swarmp2p/t/announce"], me, me)) == others
-                forwarded = set(router._get_peers_to_send(["swarmp2p/t/announce"], me, next(iter(others))))
-                assert len(forwarded) <= 1  # the mesh (degree 1), minus the origin
+                origin = next(iter(others))
+                # Forwarded messages keep py-libp2p's own mesh routing: flood publishing adds
+                # nothing for them. (Compare with the base class at the same instant: the mesh
+                # itself changes with every heartbeat, so its size is not a stable thing to assert.)
+                from libp2p.pubsub.gossipsub import GossipSub
+
+                forwarded = set(router._get_peers_to_send(["swarmp2p/t/announce"], me, origin))
+                base = set(GossipSub._get_peers_to_send(router, ["swarmp2p/t/announce"], me, origin))
+                assert forwarded == base
                 await nets[0].publish("swarmp2p/t/announce", b"batch ready")
                 for channel in channels[1:]:
                     with trio.fail_after(5):

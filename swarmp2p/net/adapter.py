@@ -633,6 +633,19 @@ async def _quiet_reset(stream: Any) -> None:
         pass
 
 
+def _quiet_auto_connector(host: Any) -> None:
+    """Keep py-libp2p's auto-connector from dialing while we shut down.
+
+    In py-libp2p 0.8.1 the disconnects caused by our own teardown trigger the auto-connector,
+    which then starts dials in a nursery that is already closing and fails the whole host with
+    "Nursery is closed to new arrivals" (seen as a rare teardown error in CI). Its trigger is a
+    no-op while it believes a connect round is in progress, so mark it so.
+    """
+    auto_connector = getattr(host.get_network(), "auto_connector", None)
+    if auto_connector is not None:
+        auto_connector._is_connecting = True
+
+
 @asynccontextmanager
 async def open_libp2p_network(
     key_pair: KeyPair, settings: NetworkSettings | None = None
@@ -664,3 +677,4 @@ async def open_libp2p_network(
                     yield network
                 finally:
                     nursery.cancel_scope.cancel()
+                    _quiet_auto_connector(host)
