@@ -83,7 +83,7 @@ def dashboard(
 
     if settings.status_file is not None:
         if not settings.status_file.is_file():
-            errors.print(f"[red]error: status file {settings.status_file} does not exist[/red]")
+            errors.print(f"[red]error: status file {escape(str(settings.status_file))} does not exist[/red]")
             raise typer.Exit(code=2)
         source: Any = FileStatusSource(settings.status_file)
     else:

@@ -40,6 +40,7 @@ def simulate(
     import logging
 
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
@@ -61,7 +62,7 @@ def simulate(
             coordinator=coordinator,
         )
     except ScenarioError as error:
-        console.print(f"[red]{error}[/red]", soft_wrap=True)  # one line, never wrapped
+        console.print(f"[red]{escape(str(error))}[/red]", soft_wrap=True)  # one line, never wrapped
         raise typer.Exit(2) from None
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -87,3 +87,12 @@ def test_simulate_flags_set_the_scenario_keys(tmp_path: Path) -> None:
     assert report["scenario"]["fetch_sample"] == 0 and report["scenario"]["coordinator"] == "schedule"
     assert report["summary"]["coordinator_rewards_accepted"] == 8
     assert report["summary"]["coordinator_mismatches"] == 0
+
+
+def test_simulate_error_keeps_bracketed_section_names(tmp_path: Path) -> None:
+    # The one-line error is printed through rich: "[bad.network]" must not be eaten as markup.
+    bad = tmp_path / "bad.toml"
+    bad.write_text("network = 3\n")
+    result = CliRunner().invoke(app, ["simulate", "--scenario", str(bad), "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "[bad.network] must be a table" in result.output
