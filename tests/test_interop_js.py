@@ -51,6 +51,7 @@ class JsPeer:
         self.process = process
         self._buffer = b""
         self.messages: list[dict[str, Any]] = []
+        self.logs: list[str] = []  # the js peer's own diagnostics, shown when an assertion fails
 
     async def event(self, name: str) -> dict[str, Any]:
         """The next event called `name`; gossip messages met on the way are kept in `messages`."""
@@ -65,6 +66,8 @@ class JsPeer:
             event = json.loads(line)
             if event["event"] == "message":
                 self.messages.append(event)
+            if event["event"] in ("log", "error"):
+                self.logs.append(event["message"])
             if event["event"] == name:
                 return event
 
@@ -123,6 +126,7 @@ def test_js_libp2p_peer_gets_announcement_and_dht_record() -> None:
                 try:
                     ready = await js.event("ready")
                     js_peer_id = ready["peer_id"]
+                    assert ready["routing_table_size"] >= 1, f"js Kademlia never added the swarmp2p node; js said: {js.logs}"
 
                     # 1. Gossip py -> js: the swarm's signed announcement arrives byte for byte.
                     with trio.fail_after(30):
@@ -140,12 +144,12 @@ def test_js_libp2p_peer_gets_announcement_and_dht_record() -> None:
                     # 2. DHT py -> js: the signed batch record, fetched through js's Kademlia.
                     await js.command(f"get {dht_key}")
                     got = await js.event("get")
-                    assert got["found"], "js peer could not get the swarmp2p record"
+                    assert got["found"], f"js peer could not get the swarmp2p record; js said: {js.logs}"
                     assert bytes.fromhex(got["value_hex"]) == envelope
 
                     # 3. DHT js -> py and gossip js -> py.
                     await js.command(f"put /swarmp2p/{SWARM}/from-js {b'js-record'.hex()}")
-                    assert (await js.event("put"))["ok"]
+                    assert (await js.event("put"))["ok"], f"js put failed; js said: {js.logs}"
                     assert await py.dht_get(f"{SWARM}/from-js") == b"js-record"
                     await js.command(f"publish {topic} {b'hi from js'.hex()}")
                     await js.event("published")

@@ -91,9 +91,17 @@ node.services.pubsub.subscribe(topic)
 
 const target = multiaddr(connectTo)
 await node.dial(target)
+// Kademlia adds the swarmp2p node to its routing table only after identify has confirmed that it
+// speaks /ipfs/kad/1.0.0, which happens asynchronously after the dial. A query issued before that
+// runs against zero peers and finds nothing, so "ready" waits for the routing table (at most 15 s).
+const routingDeadline = Date.now() + 15000
+while (node.services.dht.routingTable.size === 0 && Date.now() < routingDeadline) {
+  await new Promise((resolve) => setTimeout(resolve, 50))
+}
 emit({
   event: 'ready',
   peer_id: node.peerId.toString(),
+  routing_table_size: node.services.dht.routingTable.size,
   addrs: node.getMultiaddrs().map((a) => a.toString())
 })
 
@@ -102,12 +110,17 @@ async function handle (line) {
   if (command === 'get') {
     const key = rest[0]
     let value = null
-    try {
-      for await (const ev of node.services.dht.get(utf8(key), { signal: AbortSignal.timeout(10000) })) {
-        if (ev.name === 'VALUE') value = ev.value
+    // Retry until found or 10 s have passed: one query can race a routing-table refresh.
+    const deadline = Date.now() + 10000
+    while (value === null && Date.now() < deadline) {
+      try {
+        for await (const ev of node.services.dht.get(utf8(key), { signal: AbortSignal.timeout(Math.max(1, deadline - Date.now())) })) {
+          if (ev.name === 'VALUE') value = ev.value
+        }
+      } catch (err) {
+        emit({ event: 'log', message: `get failed: ${err.message}` })
       }
-    } catch (err) {
-      emit({ event: 'log', message: `get failed: ${err.message}` })
+      if (value === null) await new Promise((resolve) => setTimeout(resolve, 200))
     }
     emit({ event: 'get', key, found: value !== null, value_hex: value ? toHex(value) : null })
   } else if (command === 'put') {
