@@ -126,7 +126,9 @@ def test_js_libp2p_peer_gets_announcement_and_dht_record() -> None:
                 try:
                     ready = await js.event("ready")
                     js_peer_id = ready["peer_id"]
-                    assert ready["routing_table_size"] >= 1, f"js Kademlia never added the swarmp2p node; js said: {js.logs}"
+                    assert ready["routing_table_size"] >= 1, (
+                        f"js Kademlia never added the swarmp2p node; js said: {js.logs}"
+                    )
 
                     # 1. Gossip py -> js: the swarm's signed announcement arrives byte for byte.
                     with trio.fail_after(30):
