@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import decimal
-import io
 import random
 import threading
 from collections import OrderedDict
@@ -19,6 +18,7 @@ from typing import Any
 
 from protocol.messages import QuestionRef
 from protocol.questions import EVAL_INDEX_BASE, TRAIN_INDEX_LIMIT
+from trainer.quiet_stdout import silenced_stdout
 from trainer.rewards import combine, extract_answer, format_score, safe_score
 
 # Training questions use indices below TRAIN_INDEX_LIMIT; held-out evaluation questions start at
@@ -28,14 +28,15 @@ EVAL_INDEX_START = EVAL_INDEX_BASE
 
 @contextlib.contextmanager
 def _isolated_from_process_state() -> Iterator[None]:
-    """Run reasoning-gym code with stdout swallowed and a plain decimal context.
+    """Run reasoning-gym code with this thread's stdout swallowed and a plain decimal context.
 
-    Some generators and scorers print (bf). And importing vyper (the chain adapter) installs a
+    Some generators and scorers print (bf); only the calling thread is silenced, so the node's
+    own output from other threads still shows. And importing vyper (the chain adapter) installs a
     process-wide decimal context that refuses any precision below 78, which makes
     decimal_arithmetic raise; a fresh local context keeps scoring identical whatever else the
     process has imported.
     """
-    with contextlib.redirect_stdout(io.StringIO()), decimal.localcontext(decimal.Context()):
+    with silenced_stdout(), decimal.localcontext(decimal.Context()):
         yield
 
 
