@@ -48,7 +48,7 @@ def simulate(
     from simulator.runner import run_simulation
     from simulator.scenario import ScenarioError, load_scenario
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # errors stay one line whatever the width
     try:
         chosen = load_scenario(
             scenario,

@@ -55,7 +55,7 @@ def train(
     from trainer.plot import plot_rewards
     from trainer.tasks import TaskError
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # errors stay one line whatever the width
     overrides = {
         "model": model,
         "data_dir": None if data_dir is None else str(data_dir),
