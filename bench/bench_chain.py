@@ -1,8 +1,13 @@
-"""Chain client throughput and latency: the embedded py-evm chain vs a real node (anvil).
+"""Contract gas (old vs new contract) and chain client speed (embedded py-evm vs anvil).
 
-    python bench/bench_chain.py [--n 100]
+    python bench/bench_chain.py [--n 100] [--only gas|speed]
 
-For each backend: view-call latency, transactions per second for registerPeer and
+Gas: the leaderboard-heavy calls (submitReward, submitWinners with 1, 8 and 32 winners) on
+the current contract and on the first version (bench/fixtures/SwarmCoordinator_v1.vy, whose
+leaderboard was a linear search over a storage array), both compiled now and run on the same
+in-process chain setup, with the ratio new/old.
+
+Speed, for each backend: view-call latency, transactions per second for registerPeer and
 submitReward with our explicit gas, the same through the trio ChainCoordinator (one worker
 thread), and registerPeer with web3's default gas estimation for comparison. Ratios are
 against "embedded, registerPeer, explicit gas", measured in the same run.
@@ -35,6 +40,14 @@ from swarmp2p.chain.embedded import EmbeddedChain
 from swarmp2p.chain.schedule import StageSchedule
 
 REPO = Path(__file__).resolve().parents[1]
+V1_SOURCE = REPO / "bench/fixtures/SwarmCoordinator_v1.vy"
+# 52 characters, the length of a libp2p ed25519 peer id ("12D3KooW..."): 72 peers so that
+# boards of 32 fill up and some peers are left outside.
+GAS_PEERS = [f"12D3KooW{i:044d}" for i in range(72)]
+VOTERS = GAS_PEERS[64:]
+# Gas limit for the measured transactions: v1 needs more than the client's limits, tuned for
+# the current contract, allow.
+MEASURE_GAS = 8_000_000
 ANVIL_DEPLOYER_KEY = "ac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80"
 
 
@@ -178,13 +191,110 @@ def anvil_client(url: str) -> ContractClient:
     return ContractClient(w3, address, artifact.abi, account)
 
 
+def _fill_boards(client: ContractClient) -> None:
+    """Both boards full: rewards 1..32 (distinct), and one vote for 32 winners (all tied at 1)."""
+    for i, peer in enumerate(GAS_PEERS[:32]):
+        client.transact("submitReward", 0, 0, i + 1, peer, gas=MEASURE_GAS)
+    client.transact("submitWinners", 0, GAS_PEERS[:32], VOTERS[0], gas=MEASURE_GAS)
+
+
+def _gas_cases() -> list[tuple[str, Callable[[EmbeddedChain, ContractClient], Any]]]:
+    """(label, action) pairs; each action starts from registered peers and empty boards and
+    returns the receipt whose gas is reported."""
+    cases: list[tuple[str, Callable[[EmbeddedChain, ContractClient], Any]]] = [
+        (
+            "submitReward: first reward, empty board",
+            lambda chain, c: c.transact("submitReward", 0, 0, 5, GAS_PEERS[0], gas=MEASURE_GAS),
+        ),
+    ]
+
+    def reward_top_stays(chain: EmbeddedChain, c: ContractClient) -> Any:
+        _fill_boards(c)
+        chain.manager.transact("updateStageAndRound", gas=MEASURE_GAS)
+        # The leader gains and stays first.
+        return c.transact("submitReward", 0, 1, 7, GAS_PEERS[31], gas=MEASURE_GAS)
+
+    def reward_enters_full_board(chain: EmbeddedChain, c: ContractClient) -> Any:
+        _fill_boards(c)
+        # A new peer goes from outside the board to the top.
+        return c.transact("submitReward", 0, 0, 10**6, GAS_PEERS[40], gas=MEASURE_GAS)
+
+    cases += [
+        ("submitReward: leader of a full board gains", reward_top_stays),
+        ("submitReward: new peer enters a full board at the top", reward_enters_full_board),
+    ]
+    for n in (1, 8, 32):
+
+        def first_time(chain: EmbeddedChain, c: ContractClient, n: int = n) -> Any:
+            return c.transact("submitWinners", 0, GAS_PEERS[:n], VOTERS[0], gas=MEASURE_GAS)
+
+        def climbing(chain: EmbeddedChain, c: ContractClient, n: int = n) -> Any:
+            _fill_boards(c)
+            # The last n entries of a board tied at 1, each going to 2: every one climbs past
+            # all the entries still at 1 (the most moves a vote of n can cause).
+            return c.transact("submitWinners", 0, GAS_PEERS[32 - n : 32], VOTERS[1], gas=MEASURE_GAS)
+
+        def outside(chain: EmbeddedChain, c: ContractClient, n: int = n) -> Any:
+            _fill_boards(c)
+            # Peers off a full board gaining one win: tied with the last place, so they stay out.
+            return c.transact("submitWinners", 0, GAS_PEERS[32 : 32 + n], VOTERS[1], gas=MEASURE_GAS)
+
+        winners, climb = ("winner", "climbs") if n == 1 else ("winners", "climb")
+        cases += [
+            (f"submitWinners: {n} first-time {winners}, empty board", first_time),
+            (f"submitWinners: {n} {winners} {climb} a full board", climbing),
+            (f"submitWinners: {n} {winners} outside a full board", outside),
+        ]
+    return cases
+
+
+def measure_gas(artifact: Any, progress: Progress | None = None, label: str = "") -> dict[str, int]:
+    """Gas used by each of `_gas_cases()` on a fresh chain running `artifact`."""
+    chain = EmbeddedChain(StageSchedule(genesis_ms=0, stage_ms=10**9, stage_count=2), artifact=artifact)
+    account = chain.account_for("gas")
+    client = chain.client(account)
+    for peer in GAS_PEERS:
+        client.transact("registerPeer", peer, gas=MEASURE_GAS)
+    registered = chain.take_snapshot()
+    cases = _gas_cases()
+    task = progress.add_task(f"gas: {label}", total=len(cases)) if progress else None
+    used: dict[str, int] = {}
+    for name, action in cases:
+        chain.revert_to_snapshot(registered)
+        receipt = action(chain, chain.client(account))
+        used[name] = int(receipt["gasUsed"])
+        if progress and task is not None:
+            progress.advance(task)
+    return used
+
+
+def gas_table(progress: Progress) -> Table:
+    from swarmp2p.chain.artifact import compile_source, load_artifact
+
+    old = measure_gas(compile_source(V1_SOURCE), progress, "v1 (linear search)")
+    new = measure_gas(load_artifact(), progress, "current")
+    table = Table(title="contract gas per call: first version (v1) vs current (ratio: current / v1)")
+    for column in ("call", "v1 gas", "current gas", "ratio"):
+        table.add_column(column, justify="left" if column == "call" else "right")
+    for name, old_gas in old.items():
+        table.add_row(name, f"{old_gas:,}", f"{new[name]:,}", f"{new[name] / old_gas:.2f}x")
+    return table
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--n", type=int, default=100, help="operations per measurement")
+    parser.add_argument("--only", choices=("gas", "speed"), help="run one of the two benchmarks")
     args = parser.parse_args()
     console = Console(width=120)
+    if args.only != "speed":
+        with Progress(console=console, transient=True) as progress:
+            table = gas_table(progress)
+        console.print(table)
+        if args.only == "gas":
+            return
     rows: list[Row] = []
     notes: list[str] = []
     with Progress(console=console, transient=True) as progress:

@@ -65,7 +65,7 @@ def compile_command(
         False, "--check", help="Only verify that the committed artifact is up to date."
     ),
 ) -> None:
-    """Compile contracts/SwarmCoordinator.vy into contracts/SwarmCoordinator.json."""
+    """Compile the contract source (swarmp2p/chain/contracts/SwarmCoordinator.vy) into its artifact."""
     from swarmp2p.chain.artifact import ARTIFACT_PATH, artifact_json, compile_source, write_artifact
 
     compiled = compile_source()

@@ -47,6 +47,26 @@ class Model:
     voted: set[tuple[int, str]] = attrs.Factory(set)
     total_wins: dict[str, int] = attrs.Factory(dict)
     bootnodes: list[str] = attrs.Factory(list)
+    # The leaderboards' exact order, by the contract's documented rule (see `promote`).
+    reward_board: list[str] = attrs.Factory(list)
+    wins_board: list[str] = attrs.Factory(list)
+
+    @staticmethod
+    def promote(board: list[str], totals: dict[str, int], peer: str) -> None:
+        """A peer whose total rose: if off the board, it is appended (room left) or replaces
+        the last entry when it strictly beats it; then it moves up past strictly lower totals,
+        so equal totals keep arrival order."""
+        if peer not in board:
+            if len(board) < 32:
+                board.append(peer)
+            elif totals[peer] > totals[board[-1]]:
+                board[-1] = peer
+            else:
+                return
+        i = board.index(peer)
+        while i > 0 and totals[board[i - 1]] < totals[peer]:
+            board[i - 1], board[i] = board[i], board[i - 1]
+            i -= 1
 
     def register(self, actor: str, peer: str) -> str | None:
         if not peer:
@@ -88,6 +108,7 @@ class Model:
             return "reward already submitted"
         self.rewarded.add((round, stage, peer))
         self.total_reward[peer] = self.total_reward.get(peer, 0) + reward
+        self.promote(self.reward_board, self.total_reward, peer)
         return None
 
     def submit_winners(self, actor: str, round: int, winners: list[str], peer: str) -> str | None:
@@ -107,6 +128,7 @@ class Model:
         self.voted.add((round, peer))
         for winner in winners:
             self.total_wins[winner] = self.total_wins.get(winner, 0) + 1
+            self.promote(self.wins_board, self.total_wins, winner)
         return None
 
     def add_bootnodes(self, actor: str, addresses: list[str]) -> str | None:
@@ -225,14 +247,15 @@ class CoordinatorMachine(RuleBasedStateMachine):
         for peer in PEERS[:4]:
             assert view("totalReward", peer) == m.total_reward.get(peer, 0)
             assert view("totalWins", peer) == m.total_wins.get(peer, 0)
-        for board, totals in (
-            (view("rewardLeaderboard"), m.total_reward),
-            (view("winnerLeaderboard"), m.total_wins),
+        for board, totals, expected in (
+            (view("rewardLeaderboard"), m.total_reward, m.reward_board),
+            (view("winnerLeaderboard"), m.total_wins, m.wins_board),
         ):
-            # Fewer peers than board places: every scored peer is on it, sorted, with its total.
+            # Fewer peers than board places: every scored peer is on it, sorted, with its total,
+            # in exactly the model's order (ties: arrival order).
             assert {peer for peer, _ in board} == set(totals)
             assert [score for _, score in board] == sorted((score for _, score in board), reverse=True)
-            assert all(score == totals[peer] for peer, score in board)
+            assert board == [(peer, totals[peer]) for peer in expected]
         assert view("getBootnodes") == m.bootnodes
 
 

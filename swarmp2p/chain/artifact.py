@@ -3,6 +3,10 @@
 The artifact (ABI + deployment bytecode) is committed next to the source so that nodes never
 need a compiler at run time; `tests/test_chain_artifact.py` recompiles the source and compares,
 so the two cannot drift. Regenerate with `swarmp2p chain compile`.
+
+Both files live INSIDE the package (`swarmp2p/chain/contracts/`, shipped as package data) so
+that an installed wheel carries them; the repository's top-level `contracts` is a symlink to
+that folder, so there is one copy.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import Any
 
 import attrs
 
-CONTRACTS_DIR = Path(__file__).resolve().parents[2] / "contracts"
+CONTRACTS_DIR = Path(__file__).resolve().parent / "contracts"
 SOURCE_PATH = CONTRACTS_DIR / "SwarmCoordinator.vy"
 ARTIFACT_PATH = CONTRACTS_DIR / "SwarmCoordinator.json"
 CONTRACT_NAME = "SwarmCoordinator"
