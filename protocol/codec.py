@@ -126,6 +126,26 @@ QUESTION_GROUP = Record(
     QuestionGroup,
     {"question": QUESTION_REF, "completions": Seq(COMPLETION, limits.MAX_COMPLETIONS_PER_GROUP)},
 )
+
+
+def _check_swarm_rules(schedule: SwarmSchedule) -> None:
+    # The rules must describe one usable task mix: peers derive questions by indexing into
+    # `tasks` (by weight), so duplicates, a weight per nothing, or all-zero weights would make
+    # two honest peers disagree (or fail) on which questions a peer had to answer.
+    if not schedule.tasks:
+        raise ProtocolError("out_of_range", "schedule: tasks must name at least one task")
+    if len(set(schedule.tasks)) != len(schedule.tasks):
+        raise ProtocolError("inconsistent", "schedule: tasks has duplicates")
+    if schedule.weights:
+        if len(schedule.weights) != len(schedule.tasks):
+            raise ProtocolError(
+                "inconsistent",
+                f"schedule: {len(schedule.weights)} weights for {len(schedule.tasks)} tasks",
+            )
+        if not sum(schedule.weights) > 0:
+            raise ProtocolError("inconsistent", "schedule: weights must have a positive sum")
+
+
 SWARM_SCHEDULE = Record(
     SwarmSchedule,
     {
@@ -134,7 +154,14 @@ SWARM_SCHEDULE = Record(
         "round_ms": Int(limits.MIN_ROUND_MS, limits.MAX_UINT63),
         "stage_count": Int(1, limits.MAX_STAGES),
         "seed": UINT,
+        # The swarm's scoring rules (PROTOCOL_VERSION 2): at least one task, no task without a name.
+        "tasks": Seq(Str(1, limits.MAX_TASK_NAME_BYTES), limits.MAX_SCHEDULE_TASKS),
+        "weights": Seq(Float(0.0, limits.MAX_TASK_WEIGHT), limits.MAX_SCHEDULE_TASKS),
+        "questions_per_round": Int(1, limits.MAX_GROUPS_PER_BATCH),
+        "format_reward": REWARD,
+        "difficulty": Int(limits.MIN_DIFFICULTY, limits.MAX_DIFFICULTY),
     },
+    check=_check_swarm_rules,
 )
 
 SCHEMAS: dict[type, Record] = {
@@ -449,9 +476,30 @@ def unpack_strict(
 
 
 _TOP_KEYS = frozenset({"v", "k", "b"})
-_MAX_MAP_KEYS = max(len(record.fields) for record in SCHEMAS.values())
-_MAX_ARRAY_ITEMS = max(limits.MAX_GROUPS_PER_BATCH, limits.MAX_COMPLETIONS_PER_GROUP, limits.MAX_WINNERS)
+_MAX_MAP_KEYS = max(len(record.fields) for record in (*SCHEMAS.values(), SWARM_SCHEDULE))
+_MAX_ARRAY_ITEMS = max(
+    limits.MAX_GROUPS_PER_BATCH,
+    limits.MAX_COMPLETIONS_PER_GROUP,
+    limits.MAX_WINNERS,
+    limits.MAX_LISTEN_ADDRS,
+    limits.MAX_SCHEDULE_TASKS,
+)
 _MAX_STR_BYTES = limits.MAX_COMPLETION_TEXT_BYTES
+
+
+NESTED_SCHEMAS: dict[type, Record] = {
+    record.cls: record for record in (SWARM_SCHEDULE, QUESTION_REF, COMPLETION, QUESTION_GROUP)
+}
+"""Schemas of the records that travel inside messages; `validate` checks one on its own."""
+
+
+def validate(value: Any) -> None:
+    """Check a message or nested record (e.g. a SwarmSchedule read from a file) against the
+    wire schema, exactly as encoding would. Raises ProtocolError (and only that)."""
+    record = SCHEMAS.get(type(value)) or NESTED_SCHEMAS.get(type(value))
+    if record is None:
+        raise ProtocolError("unknown_kind", f"no wire schema for {type(value).__name__}")
+    _check_record(record, value, type(value).__name__, encoding=True)
 
 
 def encode(message: WireMessage) -> bytes:

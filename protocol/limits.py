@@ -11,6 +11,8 @@ Why these numbers:
   64 of each is generous yet bounds a batch's shape.
 - A completion is at most a few hundred tokens for the small models this swarm trains;
   16 KiB of text is far above that.
+- A swarm's rules name at most 128 tasks (reasoning-gym has ~100 datasets); with 16 listen
+  addresses at their cap that still keeps a hello under 16 KiB.
 - A batch (<= 4 MiB) travels over a direct stream, never gossip (gossipsub silently drops
   messages over 1 MiB), so only announcements, hellos and votes go through gossip.
 """
@@ -36,16 +38,23 @@ MAX_GROUPS_PER_BATCH = 64
 MAX_COMPLETIONS_PER_GROUP = 64
 MAX_WINNERS = 64
 MAX_LISTEN_ADDRS = 16
+MAX_SCHEDULE_TASKS = 128
+"""Tasks in a swarm's rules (`SwarmSchedule.tasks`, and as many `weights`)."""
 
 # ---- ints --------------------------------------------------------------------------------
 MAX_STAGES = 16
 """A round has 1..MAX_STAGES stages; `stage` fields are in 0..MAX_STAGES-1."""
 
 MIN_ROUND_MS = 1
+MIN_DIFFICULTY = -1
+"""-1: each reasoning-gym dataset's default configuration; >= 0: a curriculum level."""
+MAX_DIFFICULTY = 1000
 
 # ---- floats ------------------------------------------------------------------------------
 MIN_REWARD = 0.0
 MAX_REWARD = 1.0
+MAX_TASK_WEIGHT = 1e6
+"""Task weights are relative; any sane mix fits, and a bound keeps their sum finite."""
 
 # ---- bytes -------------------------------------------------------------------------------
 DIGEST_BYTES = 32  # sha256
@@ -61,7 +70,7 @@ MAX_ENVELOPE_BYTES = MAX_BATCH_BYTES + ENVELOPE_OVERHEAD_BYTES
 """Largest sealed envelope (a sealed batch is the largest thing a peer signs)."""
 
 MAX_MESSAGE_BYTES: dict[str, int] = {
-    "hello": 8 * KIB,
+    "hello": 16 * KIB,
     "announce": 1 * KIB,
     "batch": MAX_BATCH_BYTES,
     "fetch_req": 1 * KIB,

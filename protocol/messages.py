@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import attrs
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
+"""Version 2: `SwarmSchedule` carries the swarm's scoring rules (tasks, weights, questions per
+round, format reward, difficulty). A version-1 peer would score rollouts by its own local rules."""
 
 
 @attrs.frozen
@@ -43,9 +45,19 @@ class QuestionGroup:
 
 @attrs.frozen
 class SwarmSchedule:
-    """The round clock of a chain-less swarm, fixed by its first peer and carried in hellos.
+    """The round clock AND the scoring rules of a swarm, fixed by its first peer and carried in
+    hellos; every joiner adopts them, whatever its local config says.
 
     Round r starts at `genesis_ms + r * round_ms`; a round has `stage_count` equal stages.
+
+    The rules are what peers must agree on to re-score each other's completions identically:
+    the task list (its ORDER too: question derivation indexes into it), per-task weights (empty
+    = uniform), how many questions each peer answers per round, the weight of the answer-format
+    reward, and the reasoning-gym difficulty level (-1 = each dataset's default).
+
+    The rule fields have defaults only so that a schedule used purely as a round clock (tests)
+    stays short to build; the wire format requires at least one task, so a schedule without
+    rules can never be sent.
     """
 
     swarm_id: str
@@ -53,6 +65,11 @@ class SwarmSchedule:
     round_ms: int
     stage_count: int
     seed: int
+    tasks: tuple[str, ...] = ()
+    weights: tuple[float, ...] = ()
+    questions_per_round: int = 4
+    format_reward: float = 0.0
+    difficulty: int = -1
 
 
 @attrs.frozen

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import attrs
 
 from protocol.messages import Completion, QuestionGroup, QuestionRef
-from simulator.registry import FORMAT_REWARD, SimTaskRegistry, format_answer, reference_answer
+from simulator.registry import SimTaskRegistry, format_answer, reference_answer
 from swarmp2p.peer import derive_seed
 
 
@@ -110,7 +110,9 @@ class SimPolicy:
             skill_push = format_push = 0.0
             for reward in rewards:
                 advantage = (reward - mean) / std
-                formatted = reward >= FORMAT_REWARD
+                # Formatted = earned at least the swarm's format reward (a wrong but formatted
+                # answer earns exactly that; with a zero format reward only correct ones count).
+                formatted = reward > 0.0 and reward >= self.registry.format_reward
                 correct = reward >= 1.0
                 format_push += advantage * (float(formatted) - self.format_skill)
                 if skill is not None:

@@ -31,10 +31,11 @@ from simulator.adversary import Adversary
 from simulator.network import LinkModel, Partition, SimWorld
 from simulator.policy import CheckpointStore, ForgingPolicy, SimPolicy, SimPolicyParams
 from simulator.recording import RecordingCoordinator
-from simulator.registry import DEFAULT_TASKS, SimTaskRegistry
+from simulator.registry import DEFAULT_TASKS, FORMAT_REWARD, SimTaskRegistry
 from simulator.scenario import Scenario
-from swarmp2p.peer import Peer, PeerSettings, RoundRecord, announce_topic, derive_seed
+from swarmp2p.peer import Peer, RoundRecord, announce_topic, derive_seed
 from swarmp2p.peer_cache import VerifyCache
+from swarmp2p.rules import peer_settings_for
 from swarmp2p.schedule import ScheduleCoordinator, TrioClock
 
 EPOCH_MS = 1_700_000_000_000
@@ -223,61 +224,68 @@ def _young_gc_threshold(threshold: int) -> Iterator[None]:
         gc.set_threshold(*old)
 
 
+def swarm_schedule(scenario: Scenario, tasks: Sequence[str], format_reward: float) -> SwarmSchedule:
+    """The simulated swarm's schedule: its round clock and its scoring rules. As in a real swarm,
+    every peer's settings and registry are then built FROM it (swarmp2p.rules)."""
+    return SwarmSchedule(
+        swarm_id=SWARM_ID,
+        genesis_ms=EPOCH_MS,
+        round_ms=int(scenario.round_s * 1000),
+        stage_count=1,
+        seed=scenario.seed,
+        tasks=tuple(tasks),
+        weights=(),
+        questions_per_round=scenario.questions_per_round,
+        format_reward=format_reward,
+        difficulty=-1,
+    )
+
+
 def run_simulation(
     scenario: Scenario,
     *,
     on_round: Callable[[int], None] | None = None,
     policy_factory: Callable[..., Any] | None = None,
-    registry: Any = None,
     tasks: tuple[str, ...] | None = None,
     work_dir: Path | None = None,
 ) -> SimulationResult:
     """Run `scenario` to the end of its last round. `on_round(r)` is called as round r ends.
 
+    `tasks` overrides the scenario's task list. `policy_factory` replaces the simulated policy
+    (it scores with the registry it is given, which follows the swarm's rules).
     `work_dir`: where `policy = "trainer"` keeps the shared tiny model and the peers'
     checkpoints (a temporary directory if None; its peers/ folder is wiped at the start)."""
     with contextlib.ExitStack() as stack:
         if scenario.policy == "trainer" and policy_factory is None:
-            from simulator.trainer_policy import TRAINER_TASKS, TrainerSwarm
+            from simulator.trainer_policy import TRAINER_TASKS, TrainerSimSettings, TrainerSwarm
 
+            schedule = swarm_schedule(
+                scenario, tasks or scenario.tasks or TRAINER_TASKS, TrainerSimSettings().format_reward
+            )
             if work_dir is None:
                 work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="swarmp2p-sim-")))
-            swarm = TrainerSwarm(
-                work_dir,
-                seed=scenario.seed,
-                group_size=scenario.group_size,
-                tasks=scenario.tasks or TRAINER_TASKS,
-            )
+            swarm = TrainerSwarm(work_dir, schedule=schedule, group_size=scenario.group_size)
             policy_factory, registry = swarm.policy, swarm.registry
+        else:
+            schedule = swarm_schedule(scenario, tasks or scenario.tasks or DEFAULT_TASKS, FORMAT_REWARD)
+            registry = SimTaskRegistry.for_schedule(schedule)
         _seed_trio_scheduler(scenario.seed)
         stack.enter_context(_young_gc_threshold(20_000))
         clock = trio.testing.MockClock(autojump_threshold=0)
-        return trio.run(
-            _simulate,
-            scenario,
-            on_round,
-            policy_factory,
-            registry,
-            tasks or (scenario.tasks or None),
-            clock,
-            clock=clock,
-        )
+        return trio.run(_simulate, scenario, schedule, on_round, policy_factory, registry, clock, clock=clock)
 
 
 async def _simulate(
     scenario: Scenario,
+    schedule: SwarmSchedule,
     on_round: Callable[[int], None] | None,
     policy_factory: Callable[..., Any] | None,
     registry: Any,
-    tasks: tuple[str, ...] | None,
     trio_clock: trio.abc.Clock,
 ) -> SimulationResult:
-    round_ms = int(scenario.round_s * 1000)
+    round_ms = schedule.round_ms
     end_ms = scenario.rounds * round_ms
     clock = TrioClock(EPOCH_MS, trio_clock)
-    schedule = SwarmSchedule(
-        swarm_id=SWARM_ID, genesis_ms=EPOCH_MS, round_ms=round_ms, stage_count=1, seed=scenario.seed
-    )
     schedule_coordinator = ScheduleCoordinator(schedule, clock)
     sim_chain = None
     if scenario.coordinator == "chain":
@@ -293,8 +301,6 @@ async def _simulate(
             inner = schedule_coordinator
         return RecordingCoordinator(inner, coordinator_log)
 
-    registry = registry if registry is not None else SimTaskRegistry(tasks or DEFAULT_TASKS)
-    tasks = tuple(registry.task_names())
     plans = plan_peers(scenario)
     net = scenario.network
     world = SimWorld(
@@ -321,11 +327,8 @@ async def _simulate(
                 side=frozenset(plan.peer_id for plan in plans[:cut]),
             )
         )
-    settings = PeerSettings(
-        swarm_id=SWARM_ID,
-        seed=scenario.seed,
-        tasks=tasks,
-        questions_per_round=scenario.questions_per_round,
+    settings = peer_settings_for(
+        schedule,
         n_local=scenario.n_local,
         n_external=scenario.n_external,
         max_groups_per_peer=scenario.max_groups_per_peer,

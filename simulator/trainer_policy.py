@@ -29,7 +29,7 @@ from typing import Any
 
 import attrs
 
-from protocol.messages import Completion, QuestionGroup, QuestionRef
+from protocol.messages import Completion, QuestionGroup, QuestionRef, SwarmSchedule
 from swarmp2p.peer import derive_seed
 
 TRAINER_TASKS: tuple[str, ...] = ("basic_arithmetic", "calendar_arithmetic")
@@ -110,19 +110,20 @@ class TrainerSwarm:
         self,
         work_dir: Path,
         *,
-        seed: int,
+        schedule: SwarmSchedule,
         group_size: int,
-        tasks: Sequence[str] = TRAINER_TASKS,
         settings: TrainerSimSettings = TrainerSimSettings(),
     ) -> None:
+        """`schedule`: the simulated swarm's; its rules (tasks, format reward, difficulty) shape
+        every peer's trainer and the shared registry, exactly as they do for `swarmp2p node`."""
+        from swarmp2p.rules import reasoning_gym_registry_for, trainer_config_for
         from trainer.config import TrainerConfig
         from trainer.model import model_folder
-        from trainer.tasks import ReasoningGymRegistry
 
         self.work_dir = Path(work_dir)
         self.settings = settings
-        self.seed = seed
-        self.base_config = TrainerConfig(
+        self.seed = seed = schedule.seed
+        local = TrainerConfig(
             model="tiny",
             data_dir=str(self.work_dir),
             device="cpu",
@@ -131,12 +132,10 @@ class TrainerSwarm:
             num_generations=group_size,
             max_new_tokens=settings.max_new_tokens,
             format_reward=settings.format_reward,
-            tasks=tuple(tasks),
             seed=seed,
         )
-        self.registry = ReasoningGymRegistry(
-            self.base_config.tasks, format_weight=self.base_config.format_reward
-        )
+        self.base_config = trainer_config_for(schedule, local)
+        self.registry = reasoning_gym_registry_for(schedule)
         model_folder(self.base_config)  # build (or reuse) the shared tiny model now, once
         self.peers_dir = self.work_dir / "peers"
         shutil.rmtree(self.peers_dir, ignore_errors=True)

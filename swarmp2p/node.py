@@ -2,13 +2,16 @@
 (in a worker thread, through the Peer's offload), the coordinator client, hellos and the dashboard.
 
 Lifecycle of `run_node`:
-1. Load (or create, 0600) the identity; load the trainer in a worker thread (torch import is slow).
+1. Load (or create, 0600) the identity.
 2. Open the libp2p network. Pick the round clock: a chain coordinator when --chain-rpc is given;
    else the swarm schedule learned from a bootstrap peer's signed Hello; else the schedule saved
    in <data_dir>/swarm.json by an earlier run (a restarted first peer rejoins its own swarm);
    else a new swarm whose genesis is now.
-3. Serve and gossip a signed Hello (schedule + listen addrs); learn peers from others' hellos.
-4. Run rounds until SIGINT/SIGTERM: then ask the trainer to stop at its next step, cancel the
+3. Take the swarm's scoring rules (tasks, weights, questions per round, format reward,
+   difficulty) from that schedule, overriding the local config (swarmp2p/rules.py), and load
+   the trainer with them in a worker thread (torch import is slow).
+4. Serve and gossip a signed Hello (schedule + listen addrs); learn peers from others' hellos.
+5. Run rounds until SIGINT/SIGTERM: then ask the trainer to stop at its next step, cancel the
    nursery, save the policy, and return (a few seconds at most).
 
 Each finished round becomes one log line and one JSON line in <data_dir>/rounds.jsonl.
@@ -98,16 +101,31 @@ def hello_topic(swarm_id: str) -> str:
 # ---- the swarm schedule -----------------------------------------------------------------------
 
 
-def new_schedule(round_seconds: float, now_ms: int) -> Any:
+def new_schedule(round_seconds: float, now_ms: int, rules: dict[str, Any]) -> Any:
+    """A new swarm: genesis now, a fresh id and seed, and `rules` (swarmp2p.rules.rules_of_config)
+    from this first peer's config. Raises NodeError when the rules break a wire bound."""
     from protocol.messages import SwarmSchedule
 
-    return SwarmSchedule(
+    schedule = SwarmSchedule(
         swarm_id=secrets.token_hex(6),
         genesis_ms=now_ms,
         round_ms=int(round_seconds * 1000),
         stage_count=1,
         seed=secrets.randbits(62),
+        **rules,
     )
+    _check_schedule(schedule, "the swarm rules from your config")
+    return schedule
+
+
+def _check_schedule(schedule: Any, source: str) -> None:
+    from protocol import codec
+    from protocol.errors import ProtocolError
+
+    try:
+        codec.validate(schedule)
+    except ProtocolError as error:
+        raise NodeError(f"{source} cannot be sent to peers: {error.message}") from None
 
 
 def save_schedule(data_dir: Path, schedule: Any) -> None:
@@ -118,19 +136,70 @@ def save_schedule(data_dir: Path, schedule: Any) -> None:
 
 
 def load_saved_schedule(data_dir: Path) -> Any | None:
+    """The schedule an earlier run saved, or None. A file from an older swarmp2p (no rules in
+    it) or a damaged one is a one-line NodeError telling the user what to do."""
     from protocol.messages import SwarmSchedule
 
     path = data_dir / SWARM_FILE
     try:
-        return SwarmSchedule(**json.loads(path.read_text()))
+        data = json.loads(path.read_text())
     except FileNotFoundError:
         return None
-    except (ValueError, TypeError) as error:
+    except (ValueError, OSError) as error:
         raise NodeError(f"{path} is corrupt ({error}); delete it to start a new swarm") from None
+    if not isinstance(data, dict):
+        raise NodeError(f"{path} is corrupt (not a JSON object); delete it to start a new swarm")
+    expected = [field.name for field in attrs.fields(SwarmSchedule)]
+    missing = [name for name in expected if name not in data]
+    unknown = sorted(set(data) - set(expected))
+    if missing:
+        # Written by swarmp2p before protocol 2: that swarm's peers score by their local rules
+        # and speak the old protocol, so it cannot be resumed; say how to get going again.
+        raise NodeError(
+            f"{path} was saved by an older swarmp2p (no {', '.join(missing)}): its swarm speaks an "
+            "older protocol. Delete the file to start a new swarm, or join one with --bootstrap"
+        )
+    if unknown:
+        raise NodeError(
+            f"{path} has unknown keys {', '.join(unknown)} (saved by a newer swarmp2p?); "
+            "delete it to start a new swarm"
+        )
+    try:
+        for name in ("tasks", "weights"):  # JSON has lists; the schedule holds tuples
+            if isinstance(data[name], list):
+                data[name] = tuple(data[name])
+        schedule = SwarmSchedule(**data)
+        _check_schedule(schedule, str(path))
+    except (ValueError, TypeError, NodeError) as error:
+        raise NodeError(f"{path} is corrupt ({error}); delete it to start a new swarm") from None
+    return schedule
+
+
+def _spoken_version(data: bytes) -> str:
+    """The protocol version a sealed message says it speaks (envelope, else inner message)."""
+    from protocol.codec import unpack_strict
+    from protocol.errors import ProtocolError
+    from protocol.messages import PROTOCOL_VERSION
+
+    bounds = {"max_bin_len": 64 * 1024, "max_str_len": 64 * 1024, "max_array_len": 1024, "max_map_len": 64}
+    try:
+        frame = unpack_strict(data, **bounds)
+        version = frame.get("v") if isinstance(frame, dict) else None
+        if version == PROTOCOL_VERSION and isinstance(frame.get("m"), bytes):
+            inner = unpack_strict(frame["m"], **bounds)
+            version = inner.get("v") if isinstance(inner, dict) else None
+    except ProtocolError:
+        return "?"
+    return str(version) if isinstance(version, int) and not isinstance(version, bool) else repr(version)[:20]
+
+
+class VersionMismatch(ValueError):
+    """A peer speaks another protocol version: nothing it sends can be understood."""
 
 
 def open_hello(data: bytes, expected_signer: str | None) -> Any:
-    """Verify a sealed Hello; returns it or raises ValueError with the reason."""
+    """Verify a sealed Hello; returns it or raises ValueError with the reason (VersionMismatch,
+    "peer speaks protocol N, we speak M", when the peer speaks another protocol version)."""
     from protocol.envelope import open_envelope
     from protocol.errors import ProtocolError
     from protocol.messages import PROTOCOL_VERSION, Hello
@@ -138,6 +207,10 @@ def open_hello(data: bytes, expected_signer: str | None) -> Any:
     try:
         opened = open_envelope(data, max_size=64 * 1024)
     except ProtocolError as error:
+        if error.reason == "bad_version":
+            raise VersionMismatch(
+                f"peer speaks protocol {_spoken_version(data)}, we speak {PROTOCOL_VERSION}"
+            ) from None
         raise ValueError(f"bad hello envelope: {error}") from None
     hello = opened.message
     if not isinstance(hello, Hello):
@@ -145,7 +218,7 @@ def open_hello(data: bytes, expected_signer: str | None) -> Any:
     if expected_signer is not None and opened.signer != expected_signer:
         raise ValueError(f"hello signed by {opened.signer}, expected {expected_signer}")
     if hello.protocol_version != PROTOCOL_VERSION:
-        raise ValueError(f"peer speaks protocol {hello.protocol_version}, we speak {PROTOCOL_VERSION}")
+        raise VersionMismatch(f"peer speaks protocol {hello.protocol_version}, we speak {PROTOCOL_VERSION}")
     return hello
 
 
@@ -158,7 +231,7 @@ async def learn_schedule(network: Any, bootstrap: tuple[str, ...], timeout_s: fl
     last_error = "no answer"
     with trio.move_on_after(timeout_s):
         while True:
-            for peer_id in peers:
+            for peer_id in list(peers):
                 try:
                     raw = await network.request_hello(peer_id, timeout_s=5.0)
                 except NetworkError as error:
@@ -169,6 +242,13 @@ async def learn_schedule(network: Any, bootstrap: tuple[str, ...], timeout_s: fl
                     continue
                 try:
                     hello = open_hello(raw, peer_id)
+                except VersionMismatch as error:
+                    # Permanent: waiting will not help. Fail now once no bootstrap peer is left.
+                    peers.remove(peer_id)
+                    last_error = f"bootstrap {peer_id}: {error}"
+                    if not peers:
+                        raise NodeError(f"{last_error}; run the same swarmp2p version as the swarm") from None
+                    continue
                 except ValueError as error:
                     last_error = str(error)
                     continue
@@ -304,21 +384,75 @@ async def run_node(
     except ValueError as error:
         raise NodeError(f"network settings: {error}") from None
 
-    echo(f"peer id {identity.peer_id}; loading the model ({config.model})…")
-    policy = TimedPolicy(
-        await trio.to_thread.run_sync(_build_policy, trainer_config, config.warmup_steps, echo)
-    )
     clock = RealClock()
-
+    # The policy is built once the swarm's rules are known (a joiner learns them from its
+    # bootstrap's hello): its task mix, format reward and even the tiny model's tokenizer follow them.
+    built: list[Any] = []
     try:
         async with open_libp2p_network(identity.key_pair, net_settings) as network:
             await _run_with_network(
-                config, trainer_config, identity, network, policy, clock, data_dir, echo, task_status
+                config, trainer_config, identity, network, built, clock, data_dir, echo, task_status
             )
+    except BaseExceptionGroup as group:
+        # A NodeError raised inside the network's nursery (bad swarm.json, a bootstrap speaking
+        # another protocol, ...) arrives wrapped; the CLI must still print it as one line.
+        node_errors, rest = group.split(NodeError)
+        if node_errors is None or rest is not None:
+            raise
+        raise _first_leaf(node_errors) from None
     finally:
-        with trio.CancelScope(shield=True):
-            await _save_policy(policy, echo)
+        if built:
+            with trio.CancelScope(shield=True):
+                await _save_policy(built[0], echo)
     echo("stopped")
+
+
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+    error: BaseException = group
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
+
+
+@attrs.frozen
+class SwarmSetup:
+    """What a node runs with once it knows its swarm's schedule: the round loop's settings, the
+    registry that scores (its own and peers' completions) and the trainer config, all following
+    the swarm's rules; `notice` is the one line saying which local settings were overridden."""
+
+    peer_settings: Any
+    registry: Any
+    trainer_config: Any
+    notice: str | None
+
+
+def swarm_setup(schedule: Any, config: NodeConfig, trainer_config: Any) -> SwarmSetup:
+    """Turn the swarm's schedule (from a hello, swarm.json, or built from our own config) and the
+    local config into what the node runs with. The schedule's rules win over the local config;
+    the local config keeps everything that is not a rule. Raises NodeError (one line) when the
+    rules name a task this installation cannot build."""
+    from swarmp2p.rules import (
+        differences,
+        peer_settings_for,
+        reasoning_gym_registry_for,
+        rules_of_config,
+        trainer_config_for,
+    )
+    from trainer.tasks import TaskError
+
+    notice = differences(schedule, rules_of_config(trainer_config, config.questions_per_round))
+    try:
+        registry = reasoning_gym_registry_for(schedule)
+    except TaskError as error:
+        raise NodeError(f"the swarm's rules cannot be followed here: {error}") from None
+    peer_settings = peer_settings_for(
+        schedule,
+        n_local=config.n_local,
+        n_external=config.n_external,
+        max_groups_per_peer=config.max_groups_per_peer,
+        fetch_timeout_s=config.fetch_timeout_s,
+    )
+    return SwarmSetup(peer_settings, registry, trainer_config_for(schedule, trainer_config), notice)
 
 
 async def _run_with_network(
@@ -326,7 +460,7 @@ async def _run_with_network(
     trainer_config: Any,
     identity: Any,
     network: Any,
-    policy: Any,
+    built: list[Any],
     clock: Any,
     data_dir: Path,
     echo: Callable[[str], None],
@@ -334,7 +468,7 @@ async def _run_with_network(
 ) -> None:
     from protocol.envelope import seal
     from protocol.messages import PROTOCOL_VERSION, Hello
-    from swarmp2p.peer import Peer, PeerSettings
+    from swarmp2p.peer import Peer
     from swarmp2p.schedule import ScheduleCoordinator
 
     network.set_record_check(_record_check)
@@ -344,18 +478,18 @@ async def _run_with_network(
         except Exception as error:  # upkeep keeps re-dialing pinned bootstrap peers
             echo(f"bootstrap {addr} not reachable yet: {error}")
 
-    coordinator, schedule = await _coordinator(config, network, clock, data_dir)
+    coordinator, schedule = await _coordinator(config, trainer_config, network, clock, data_dir)
+    setup = await trio.to_thread.run_sync(swarm_setup, schedule, config, trainer_config)
+    if setup.notice is not None:
+        echo(setup.notice)
     save_schedule(data_dir, schedule)
-    peer_settings = PeerSettings(
-        swarm_id=schedule.swarm_id,
-        seed=schedule.seed,
-        tasks=tuple(trainer_config.tasks),
-        questions_per_round=config.questions_per_round,
-        n_local=config.n_local,
-        n_external=config.n_external,
-        max_groups_per_peer=config.max_groups_per_peer,
-        fetch_timeout_s=config.fetch_timeout_s,
+    echo(f"peer id {identity.peer_id}; loading the model ({config.model})…")
+    policy = TimedPolicy(
+        await trio.to_thread.run_sync(
+            _build_policy, setup.trainer_config, setup.registry, config.warmup_steps, echo
+        )
     )
+    built.append(policy)
     rounds_log = RoundLog(
         data_dir / ROUNDS_FILE,
         identity.peer_id,
@@ -365,12 +499,12 @@ async def _run_with_network(
         lambda: dict(network.status().get("drops", {})),
     )
     peer = Peer(
-        peer_settings,
+        setup.peer_settings,
         identity.seed,
         network,
         coordinator,
         policy,
-        policy.registry,
+        setup.registry,
         clock,
         on_round_complete=rounds_log,
     )
@@ -442,11 +576,11 @@ async def _run_with_network(
         nursery.cancel_scope.cancel()
 
 
-def _build_policy(trainer_config: Any, warmup_steps: int, echo: Callable[[str], None]) -> Any:
+def _build_policy(trainer_config: Any, registry: Any, warmup_steps: int, echo: Callable[[str], None]) -> Any:
     """The trainer, resumed from its newest valid checkpoint; on a first start, warmed up and saved."""
     from trainer.policy import TrainerPolicy
 
-    policy = TrainerPolicy(trainer_config)
+    policy = TrainerPolicy(trainer_config, registry=registry)
     if policy.load():
         echo(f"resumed from checkpoint step {policy.step}")
         return policy
@@ -469,9 +603,14 @@ async def _save_policy(policy: Any, echo: Callable[[str], None]) -> None:
         echo(f"saving the model failed: {error}")
 
 
-async def _coordinator(config: NodeConfig, network: Any, clock: Any, data_dir: Path) -> tuple[Any, Any]:
+async def _coordinator(
+    config: NodeConfig, trainer_config: Any, network: Any, clock: Any, data_dir: Path
+) -> tuple[Any, Any]:
     from swarmp2p.peer import derive_seed
+    from swarmp2p.rules import rules_of_config
     from swarmp2p.schedule import ScheduleCoordinator
+
+    local_rules = rules_of_config(trainer_config, config.questions_per_round)
 
     if config.chain_rpc:
         from protocol.messages import SwarmSchedule
@@ -482,6 +621,8 @@ async def _coordinator(config: NodeConfig, network: Any, clock: Any, data_dir: P
         except ChainError as error:
             raise NodeError(f"chain: {error}") from None
         # On a chain the contract is the swarm: its address names it and seeds its questions.
+        # The contract does not carry the scoring rules, so every peer of a chain swarm takes
+        # them from its OWN config and operators must keep those identical (docs/node.md).
         contract = config.contract.lower()
         schedule = SwarmSchedule(
             swarm_id=f"chain-{contract[2:14]}",
@@ -489,12 +630,16 @@ async def _coordinator(config: NodeConfig, network: Any, clock: Any, data_dir: P
             round_ms=int(config.round_seconds * 1000),
             stage_count=1,
             seed=derive_seed("chain", contract),
+            **local_rules,
         )
+        _check_schedule(schedule, "the swarm rules from your config")
         return coordinator, schedule
     if config.bootstrap:
         schedule = await learn_schedule(network, config.bootstrap, config.join_timeout_s)
     else:
-        schedule = load_saved_schedule(data_dir) or new_schedule(config.round_seconds, clock.now_ms())
+        schedule = load_saved_schedule(data_dir) or new_schedule(
+            config.round_seconds, clock.now_ms(), local_rules
+        )
     try:
         return ScheduleCoordinator(schedule, clock), schedule
     except ValueError as error:

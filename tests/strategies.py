@@ -63,14 +63,41 @@ def question_groups(max_completions: int = 4) -> st.SearchStrategy[QuestionGroup
     )
 
 
-swarm_schedules = st.builds(
-    SwarmSchedule,
-    swarm_id=swarm_ids,
-    genesis_ms=uints(),
-    round_ms=st.integers(min_value=limits.MIN_ROUND_MS, max_value=limits.MAX_UINT63),
-    stage_count=st.integers(min_value=1, max_value=limits.MAX_STAGES),
-    seed=uints(),
-)
+task_weights = st.floats(min_value=0.0, max_value=limits.MAX_TASK_WEIGHT, allow_nan=False)
+
+
+@st.composite
+def swarm_rules(draw: st.DrawFn, max_tasks: int = 8) -> dict:
+    """The scoring-rule fields of a SwarmSchedule: 1..max_tasks distinct tasks, weights empty
+    (uniform) or one per task with a positive sum, and in-range scalars."""
+    tasks = tuple(draw(st.lists(task_names, min_size=1, max_size=max_tasks, unique=True)))
+    weights: tuple[float, ...] = ()
+    if draw(st.booleans()):
+        weights = tuple(draw(st.lists(task_weights, min_size=len(tasks), max_size=len(tasks))))
+        if not sum(weights) > 0:
+            weights = (1.0, *weights[1:])
+    return {
+        "tasks": tasks,
+        "weights": weights,
+        "questions_per_round": draw(st.integers(min_value=1, max_value=limits.MAX_GROUPS_PER_BATCH)),
+        "format_reward": draw(rewards),
+        "difficulty": draw(st.integers(min_value=limits.MIN_DIFFICULTY, max_value=limits.MAX_DIFFICULTY)),
+    }
+
+
+@st.composite
+def _swarm_schedules(draw: st.DrawFn) -> SwarmSchedule:
+    return SwarmSchedule(
+        swarm_id=draw(swarm_ids),
+        genesis_ms=draw(uints()),
+        round_ms=draw(st.integers(min_value=limits.MIN_ROUND_MS, max_value=limits.MAX_UINT63)),
+        stage_count=draw(st.integers(min_value=1, max_value=limits.MAX_STAGES)),
+        seed=draw(uints()),
+        **draw(swarm_rules()),
+    )
+
+
+swarm_schedules = _swarm_schedules()
 
 hellos = st.builds(
     Hello,

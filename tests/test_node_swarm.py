@@ -41,7 +41,14 @@ def warm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return folder
 
 
-def write_config(path: Path, **node: Any) -> Path:
+def write_config(
+    path: Path,
+    *,
+    tasks: tuple[str, ...] = TASKS,
+    format_reward: float = 0.5,
+    questions_per_round: int = 2,
+    **node: Any,
+) -> Path:
     node_lines = "\n".join(f"{key} = {json.dumps(value)}" for key, value in node.items())
     path.write_text(
         f"""
@@ -50,20 +57,30 @@ round_seconds = {ROUND_SECONDS}
 hello_interval_s = 2.0
 # Two local groups + up to four external ones (at most two per peer) keep a round's training
 # short enough for five processes sharing two cores.
-questions_per_round = 2
+questions_per_round = {questions_per_round}
 n_local = 2
 n_external = 4
 max_groups_per_peer = 2
 {node_lines}
 
 [trainer]
-tasks = {json.dumps(list(TASKS))}
+tasks = {json.dumps(list(tasks))}
 threads = 1
-format_reward = 0.5
+format_reward = {format_reward}
 max_new_tokens = 32
 """
     )
     return path
+
+
+# Node 3 is configured against the swarm's rules (task order, format reward, questions per
+# round): it must adopt the first peer's rules from its hello, or it would reject every honest
+# batch as forged (and have its own rejected).
+ODD_TASKS = tuple(reversed(TASKS))
+ODD_NOTICE = (
+    f"swarm rules: tasks {','.join(TASKS)}; questions_per_round 2; format_reward 0.5 "
+    f"(local config's tasks {','.join(ODD_TASKS)}; questions_per_round 3; format_reward 0.2 ignored)"
+)
 
 
 class NodeProcess:
@@ -153,7 +170,8 @@ def swarm_report(nodes: list[NodeProcess]) -> str:
 @pytest.mark.slow
 def test_five_node_swarm_survives_sigkill_and_rejoin(tmp_path: Path, warm_model: Path) -> None:
     config = write_config(tmp_path / "swarm.toml")
-    nodes = [NodeProcess(tmp_path / f"node{i}", config, warm_model, []) for i in range(5)]
+    odd = write_config(tmp_path / "odd.toml", tasks=ODD_TASKS, format_reward=0.2, questions_per_round=3)
+    nodes = [NodeProcess(tmp_path / f"node{i}", odd if i == 3 else config, warm_model, []) for i in range(5)]
     try:
         run_five_node_scenario(nodes)
     except BaseException:
@@ -187,8 +205,14 @@ def run_five_node_scenario(nodes: list[NodeProcess]) -> None:
         (len(checked) + 2) * ROUND_SECONDS + 30,
         f"rounds {checked} on every node",
     )
+    assert ODD_NOTICE in nodes[3].output(), nodes[3].output()
+    assert all("swarm rules:" not in node.output() for i, node in enumerate(nodes) if i != 3)
     for node, peer_id in zip(nodes, ids, strict=True):
         records = by_round(node)
+        # Everyone scores by the same rules: no honest batch is taken for a forgery.
+        assert not any(records[r]["rejected"].get("forged_reward") for r in checked), node.output()
+        if peer_id != ids[3]:
+            assert any(ids[3] in records[r]["accepted_peers"] for r in checked), (peer_id, records)
         for r in checked:
             record = records[r]
             assert record["completed"], (peer_id, record)

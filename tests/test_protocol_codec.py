@@ -334,7 +334,20 @@ def test_every_small_kind_fits_its_cap_even_with_every_field_at_its_maximum():
     peer = "p" * limits.MAX_PEER_ID_BYTES
     swarm = "s" * limits.MAX_SWARM_ID_BYTES
     big = limits.MAX_UINT63
-    schedule = SwarmSchedule(swarm, big, big, limits.MAX_STAGES, big)
+    # The swarm's rules at their caps too: the most tasks, each name at its longest, a weight each.
+    tasks = tuple(f"{i:03d}".ljust(limits.MAX_TASK_NAME_BYTES, "t") for i in range(limits.MAX_SCHEDULE_TASKS))
+    schedule = SwarmSchedule(
+        swarm,
+        big,
+        big,
+        limits.MAX_STAGES,
+        big,
+        tasks=tasks,
+        weights=(limits.MAX_TASK_WEIGHT / 3,) * len(tasks),
+        questions_per_round=limits.MAX_GROUPS_PER_BATCH,
+        format_reward=1 / 3,
+        difficulty=limits.MAX_DIFFICULTY,
+    )
     stage = limits.MAX_STAGES - 1
     largest = [
         Hello(

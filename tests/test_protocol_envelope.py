@@ -21,7 +21,7 @@ from protocol.envelope import (
     seal,
 )
 from protocol.errors import ProtocolError
-from protocol.messages import RewardReport
+from protocol.messages import PROTOCOL_VERSION, RewardReport
 
 THOROUGH = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -89,7 +89,7 @@ def test_forged_author_with_a_valid_signature_is_impersonation():
     key = Ed25519PrivateKey.from_private_bytes(SEED_B)
     forged = msgpack.packb(
         {
-            "v": 1,
+            "v": PROTOCOL_VERSION,
             "k": "env",
             "m": inner,
             "pk": public_key_from_seed(SEED_B),
@@ -132,7 +132,7 @@ def test_any_bit_flip_in_signed_parts_is_a_bad_signature(message, field, positio
 @pytest.mark.parametrize(
     ("change", "reason"),
     [
-        (lambda parts: parts.update(v=2), "bad_version"),
+        (lambda parts: parts.update(v=PROTOCOL_VERSION + 1), "bad_version"),
         (lambda parts: parts.update(v=True), "bad_version"),
         (lambda parts: parts.update(k="envelope"), "unknown_kind"),
         (lambda parts: parts.update(x=1), "extra_key"),
@@ -163,7 +163,7 @@ def test_a_valid_signature_over_an_invalid_message_is_still_rejected():
     key = Ed25519PrivateKey.from_private_bytes(SEED_A)
     data = msgpack.packb(
         {
-            "v": 1,
+            "v": PROTOCOL_VERSION,
             "k": "env",
             "m": inner,
             "pk": public_key_from_seed(SEED_A),

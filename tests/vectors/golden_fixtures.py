@@ -30,7 +30,16 @@ OTHER_PEER = peer_id_from_seed(hashlib.sha256(b"swarmp2p golden vector other key
 SWARM = "golden-swarm"
 
 SCHEDULE = SwarmSchedule(
-    swarm_id=SWARM, genesis_ms=1_700_000_000_000, round_ms=60_000, stage_count=1, seed=42
+    swarm_id=SWARM,
+    genesis_ms=1_700_000_000_000,
+    round_ms=60_000,
+    stage_count=1,
+    seed=42,
+    tasks=("basic_arithmetic", "leg_counting", "base_conversion"),
+    weights=(2.0, 1.0, 0.5),
+    questions_per_round=4,
+    format_reward=0.2,
+    difficulty=-1,
 )
 BATCH = RolloutBatch(
     swarm_id=SWARM,
@@ -51,7 +60,7 @@ BATCH = RolloutBatch(
 
 MESSAGES = {
     "hello": Hello(
-        protocol_version=1,
+        protocol_version=2,
         peer_id=PEER,
         schedule=SCHEDULE,
         current_round=-1,
