@@ -7,11 +7,19 @@ announcement. Latency = from publish until the LAST process holds the batch. Rep
 announcement, the gossip share of the latency); batches lost (not fetched 30 s after the last
 publish); failed fetch attempts (retried up to 3 times; reasons printed under the table); CPU
 seconds per process during the exchange phase; and the machine's load average around each
-configuration (on a shared machine other work competes with the processes measured). Ratios are
-against the first configuration measured in this run.
+configuration (on a shared machine other work competes with the processes measured). Also idle
+CPU: seconds per process over `--idle` seconds of a connected swarm doing nothing (py-libp2p's
+own upkeep: heartbeats, pings, its AutoConnector). Ratios are against the first configuration
+measured in this run.
+
+`--conn-manager` picks py-libp2p's connection manager: `swarm` (the NetworkSettings defaults:
+our ConnectionConfig, AutoConnector on), `libp2p-default` (no ConnectionConfig: py-libp2p 0.8.1's
+defaults, AutoConnector on), or `both` (each process count run with the default first, as the
+baseline, then ours).
 
     python bench/bench_network.py                      # 5, 10, 20 processes x 10 KB, 200 KB, 1 MB
     python bench/bench_network.py --procs 5 --sizes 10000 --messages 20
+    python bench/bench_network.py --procs 5,20 --sizes 10000 --conn-manager both
 
 Targets (issue 6): p99 < 0.5 s at 20 processes with 10 KB batches; 1 MB batches with nothing lost.
 """
@@ -51,7 +59,10 @@ def worker(args: argparse.Namespace) -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
 
     async def main() -> None:
-        settings = NetworkSettings(bootstrap=(args.bootstrap,) if args.bootstrap else ())
+        settings = NetworkSettings(
+            bootstrap=(args.bootstrap,) if args.bootstrap else (),
+            libp2p_default_connection_manager=args.conn_manager == "libp2p-default",
+        )
         async with open_libp2p_network(create_new_key_pair(), settings) as net:
             payloads: dict[int, bytes] = {}
 
@@ -71,6 +82,13 @@ def worker(args: argparse.Namespace) -> None:
             while not start_file.exists():
                 await trio.sleep(0.05)
             start = float(start_file.read_text())
+            # Idle: connected, subscribed, nothing published until `start`.
+            idle_before = resource.getrusage(resource.RUSAGE_SELF)
+            idle_from = time.time()
+            await trio.sleep(max(0.0, start - idle_from))
+            idle_after = resource.getrusage(resource.RUSAGE_SELF)
+            idle_cpu = idle_after.ru_utime + idle_after.ru_stime - idle_before.ru_utime - idle_before.ru_stime
+            idle_s = max(1e-9, time.time() - idle_from)
             received: dict[int, float] = {}
             heard: dict[int, float] = {}  # when the announcement arrived (gossip latency)
             published: dict[int, float] = {}
@@ -128,6 +146,8 @@ def worker(args: argparse.Namespace) -> None:
                 "errors": errors,
                 "published": published,
                 "cpu_s": cpu,
+                "idle_cpu_s": idle_cpu,
+                "idle_s": idle_s,
                 "drops": net.counters.snapshot(),
             }
             (out / f"result-{args.index}.json").write_text(json.dumps(result))
@@ -138,7 +158,9 @@ def worker(args: argparse.Namespace) -> None:
 # ---- orchestration --------------------------------------------------------------------------
 
 
-def run_config(procs: int, sizes: list[int], messages: int, interval: float) -> dict[int, dict[str, Any]]:
+def run_config(
+    procs: int, sizes: list[int], messages: int, interval: float, conn_manager: str, idle_s: float
+) -> dict[int, dict[str, Any]]:
     with tempfile.TemporaryDirectory(prefix="bench-net-") as tmp:
         out = Path(tmp)
         base = [sys.executable, __file__, "--worker", "--out", tmp, "--procs", str(procs)]
@@ -149,6 +171,8 @@ def run_config(procs: int, sizes: list[int], messages: int, interval: float) -> 
             str(messages),
             "--interval",
             str(interval),
+            "--conn-manager",
+            conn_manager,
         ]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         workers = [subprocess.Popen([*base, "--index", "0"], env=env, stderr=subprocess.DEVNULL)]
@@ -159,7 +183,7 @@ def run_config(procs: int, sizes: list[int], messages: int, interval: float) -> 
                 cmd = [*base, "--index", str(i), "--bootstrap", addr]
                 workers.append(subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL))
             wait(lambda: all((out / f"ready-{i}").exists() for i in range(procs)), 30 + 6 * procs, "the mesh")
-            (out / "start").write_text(str(time.time() + 2.0))
+            (out / "start").write_text(str(time.time() + 2.0 + idle_s))
             for process in workers:
                 process.wait(timeout=120 + len(sizes) * messages * interval)
             results = [json.loads((out / f"result-{i}.json").read_text()) for i in range(procs)]
@@ -211,6 +235,8 @@ def run_config(procs: int, sizes: list[int], messages: int, interval: float) -> 
             "drop_kinds": drop_kinds,
             "lost": lost,
             "cpu_s": statistics.mean(r["cpu_s"] for r in results) / len(sizes),
+            # Normalised to `idle_s`: workers see the start file at slightly different times.
+            "idle_cpu_s": statistics.mean(r["idle_cpu_s"] / r["idle_s"] for r in results) * idle_s,
             # Message drops only: failed dials and re-dials are connection churn, not lost data.
             "drops": sum(
                 v for r in results for k, v in r["drops"].items() if k not in DropCounters.NOT_DATA_LOSS
@@ -243,6 +269,13 @@ def main() -> None:
     parser.add_argument("--sizes", default="10000,200000,1000000")
     parser.add_argument("--messages", type=int, default=20, help="exchanges per batch size")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between exchanges")
+    parser.add_argument(
+        "--conn-manager",
+        choices=("swarm", "libp2p-default", "both"),
+        default="swarm",
+        help="py-libp2p connection manager: ours, py-libp2p's defaults, or both (default first)",
+    )
+    parser.add_argument("--idle", type=float, default=10.0, help="idle seconds measured before the exchanges")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", default="", help=argparse.SUPPRESS)
@@ -259,11 +292,14 @@ def main() -> None:
 
     sizes = [int(s) for s in args.sizes.split(",")]
     proc_counts = [int(p) for p in args.procs.split(",")]
+    managers = ["libp2p-default", "swarm"] if args.conn_manager == "both" else [args.conn_manager]
     table = Table(
-        title=f"round exchange on 127.0.0.1 ({os.cpu_count()} cores, {args.messages} exchanges/size)"
+        title=f"round exchange on 127.0.0.1 ({os.cpu_count()} cores, {args.messages} exchanges/size, "
+        f"idle {args.idle:g} s)"
     )
     for column in (
         "procs",
+        "conn mgr",
         "batch",
         "p50 s",
         "p99 s",
@@ -274,26 +310,33 @@ def main() -> None:
         "drops",
         "CPU s/proc",
         "CPU / base",
+        "idle CPU s/proc",
+        "idle / base",
         "load avg",
     ):
         table.add_column(column, justify="right")
-    baseline: dict[str, Any] | None = None
+    baselines: dict[tuple[int, int] | None, dict[str, Any]] = {}
     notes: list[str] = []
     with Progress() as progress:
-        task = progress.add_task("configurations", total=len(proc_counts))
-        for procs in proc_counts:
+        configs = [(procs, manager) for procs in proc_counts for manager in managers]
+        task = progress.add_task("configurations", total=len(configs))
+        for procs, manager in configs:
             load_before = os.getloadavg()[0]
-            rows = run_config(procs, sizes, args.messages, args.interval)
+            rows = run_config(procs, sizes, args.messages, args.interval, manager, args.idle)
             load = f"{load_before:.1f}-{os.getloadavg()[0]:.1f}"
             first = next(iter(rows.values()))  # errors and drops are per run, all sizes together
             if first["error_reasons"]:
-                notes.append(f"{procs} procs fetch errors: {first['error_reasons']}")
+                notes.append(f"{procs} procs {manager} fetch errors: {first['error_reasons']}")
             if first["drop_kinds"]:
-                notes.append(f"{procs} procs adapter counters: {first['drop_kinds']}")
+                notes.append(f"{procs} procs {manager} adapter counters: {first['drop_kinds']}")
             for size, row in rows.items():
-                baseline = baseline or row
+                # With `--conn-manager both` each (procs, batch) is compared with py-libp2p's
+                # default at the same size; otherwise with the first configuration.
+                key = (procs, size) if len(managers) > 1 else None
+                baseline = baselines.setdefault(key, row)
                 table.add_row(
                     str(procs),
+                    manager,
                     f"{size / 1000:g} KB",
                     f"{row['p50']:.3f}",
                     f"{row['p99']:.3f}",
@@ -304,6 +347,8 @@ def main() -> None:
                     str(row["drops"]),
                     f"{row['cpu_s']:.2f}",
                     f"{row['cpu_s'] / baseline['cpu_s']:.2f}x",
+                    f"{row['idle_cpu_s']:.2f}",
+                    f"{row['idle_cpu_s'] / baseline['idle_cpu_s']:.2f}x",
                     # The machine's 1-minute load average before-after this configuration: on
                     # a shared machine, other work competes with the processes measured here.
                     load,

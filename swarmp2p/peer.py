@@ -159,6 +159,15 @@ class PeerSettings:
     )
     known_peer_rounds: int = attrs.field(default=10, validator=attrs.validators.ge(1))
     """A peer last seen this many rounds ago is no longer swept for."""
+    min_round_remaining: float = attrs.field(
+        default=0.5, validator=[attrs.validators.ge(0.0), attrs.validators.le(1.0)]
+    )
+    """A round that has less than this share of its stage left when this peer gets to start it
+    (its previous round's work overran, e.g. a long training step) is skipped: its batch would
+    arrive after every on-time peer's collect deadline, and it would train alone and start the
+    next round late too. 0 disables. Needs the stage length, learned from the coordinator's
+    stage ends, so it applies from the second round a Peer sees; `swarmp2p node` guards the
+    first one itself (`join_min_remaining`)."""
 
 
 @attrs.frozen
@@ -177,6 +186,7 @@ class RoundRecord:
     opened_ms: int
     finished_ms: int
     train_metrics: Mapping[str, float] = attrs.field(factory=dict)
+    skipped: bool = False  # never started: too little of it was left (PeerSettings.min_round_remaining)
 
     def to_json(self) -> dict[str, Any]:
         data = attrs.asdict(self)
@@ -255,6 +265,29 @@ def _thread_offload() -> Offload:
     return offload
 
 
+def learn_stage_ms(known_ms: int | None, earlier: RoundInfo, later: RoundInfo) -> int | None:
+    """The stage length implied by two coordinator answers, combined with what was known.
+
+    k stages apart, the stage ends are k stage lengths apart. The minimum over observations is
+    kept: a chain coordinator's stage can outlast its duration (nobody advanced it yet), never
+    undercut it, so the smallest estimate is the closest."""
+    stages_apart = (later.round - earlier.round) * later.stage_count + (later.stage - earlier.stage)
+    if stages_apart <= 0 or later.stage_count != earlier.stage_count:
+        return known_ms
+    estimate = (later.stage_ends_ms - earlier.stage_ends_ms) // stages_apart
+    if estimate <= 0:
+        return known_ms
+    return estimate if known_ms is None else min(known_ms, estimate)
+
+
+def too_late_to_start(now_ms: int, stage_ends_ms: int, stage_ms: int | None, min_remaining: float) -> bool:
+    """Whether a round whose stage ends at `stage_ends_ms` has less than `min_remaining` of a
+    `stage_ms`-long stage left at `now_ms` (never, while the stage length is unknown)."""
+    if stage_ms is None or min_remaining <= 0:
+        return False
+    return stage_ends_ms - now_ms < min_remaining * stage_ms
+
+
 def derive_seed(*parts: object) -> int:
     """A 63-bit seed from sha256 of the parts (never Python's salted hash())."""
     text = "\x1f".join(str(part) for part in parts).encode()
@@ -318,6 +351,9 @@ class Peer:
         self._state: _RoundState | None = None
         self._abandoned: _RoundState | None = None
         self._last_info: RoundInfo | None = None
+        # Stage length learned from the coordinator's stage ends (see `learn_stage_ms`).
+        self._stage_ms: int | None = None
+        self._skipped_round = -1  # the newest round skipped for lack of time
         self._actions: deque[Action] = deque()
         self._wake = trio.Event()
         # Optional transport capability `sleep_wakeable(seconds, set_waker)`: sleep up to
@@ -427,9 +463,14 @@ class Peer:
             log.exception("%s: coordinator poll failed", self.peer_id)
             self.counters["coordinator_error"] += 1
             return
-        self._last_info = info
+        previous, self._last_info = self._last_info, info
+        if previous is not None:
+            self._stage_ms = learn_stage_ms(self._stage_ms, previous, info)
         if info.round > self.machine.round:
             now = self.clock.now_ms()
+            if too_late_to_start(now, info.stage_ends_ms, self._stage_ms, self.settings.min_round_remaining):
+                self._skip(info, now)
+                return
             remaining = max(0, info.stage_ends_ms - now)
             collect_until = now + int(self.settings.collect_fraction * remaining)
             self._abandoned = self._state  # kept for the record if the machine abandons it
@@ -439,6 +480,35 @@ class Peer:
                 expected = max(1, len(self.network.connected_peers()))
                 self._state.fetch_probability = min(1.0, self.settings.fetch_sample / expected)
             self._feed(RoundOpened(info.round, collect_until, max(info.stage_ends_ms, collect_until)))
+
+    def _skip(self, info: RoundInfo, now_ms: int) -> None:
+        """Leave `info.round` out (once per round; polls see it again until it ends). The round
+        machine is not told: it finishes the work in hand and opens the next round on time."""
+        if info.round <= self._skipped_round:
+            return
+        self._skipped_round = info.round
+        self.counters["rounds_skipped"] += 1
+        log.info(
+            "%s: skipping round %d: %.1fs of it left when we got to it",
+            self.peer_id,
+            info.round,
+            (info.stage_ends_ms - now_ms) / 1000,
+        )
+        record = RoundRecord(
+            round=info.round,
+            stage=info.stage,
+            completed=False,
+            reward=None,
+            rollouts_in=0,
+            rollouts_out=0,
+            external_peers_trained_on=(),
+            accepted_peers=(),
+            rejected={},
+            opened_ms=now_ms,
+            finished_ms=now_ms,
+            skipped=True,
+        )
+        self._record(record)
 
     def _feed(self, event: Any) -> None:
         try:
@@ -556,18 +626,35 @@ class Peer:
             size_bytes=len(envelope),
         )
         state.rollouts_out = len(state.local)
+        sealed = seal(announcement, self._seed)
+        key = batch_dht_key(self.settings.swarm_id, round_number, state.stage, self.peer_id)
+        # Both at once: the announcement is what peers act on before their collect deadline, so
+        # it must not queue behind a DHT put (a lookup plus stores to the closest peers). The
+        # put starts first only in name: start_soon runs it once the announce awaits.
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._put_batch, key, envelope)
+            await self._announce(sealed)
+
+    async def _announce(self, sealed: bytes) -> None:
+        # Never raises: a failure inside the nursery would cancel the sibling DHT put.
         try:
-            await self.network.publish(self.topic, seal(announcement, self._seed))
+            await self.network.publish(self.topic, sealed)
             self.counters["published"] += 1
         except NetworkError as error:
             log.warning("%s: publish failed: %s", self.peer_id, error)
             self.counters["publish_failed"] += 1
+        except Exception:
+            log.exception("%s: publish failed", self.peer_id)
+            self.counters["publish_failed"] += 1
+
+    async def _put_batch(self, key: str, envelope: bytes) -> None:
         try:
-            await self.network.dht_put(
-                batch_dht_key(self.settings.swarm_id, round_number, state.stage, self.peer_id), envelope
-            )
+            await self.network.dht_put(key, envelope)
         except NetworkError:
             self.counters["dht_put_failed"] += 1  # best effort: peers fetch directly first
+        except Exception:
+            log.exception("%s: DHT put failed", self.peer_id)
+            self.counters["dht_put_failed"] += 1
 
     async def _train(self, round_number: int) -> None:
         state = self._current(round_number)
@@ -650,6 +737,9 @@ class Peer:
             finished_ms=self.clock.now_ms(),
             train_metrics=state.train_metrics,
         )
+        self._record(record)
+
+    def _record(self, record: RoundRecord) -> None:
         self.history.append(record)
         if len(self.history) > self.settings.history_limit:
             del self.history[: len(self.history) - self.settings.history_limit]
@@ -719,7 +809,8 @@ class Peer:
         if announcement.swarm_id != self.settings.swarm_id:
             self._reject("wrong_swarm", blame=sender)
             return
-        current = self.machine.round
+        # A skipped round counts as current: the round after it is the next one we will open.
+        current = max(self.machine.round, self._skipped_round)
         if announcement.round < current:
             self._reject("stale_round", blame=None)  # a replay, or a peer lagging behind: not blamed
         elif announcement.round == current:

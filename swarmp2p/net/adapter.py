@@ -29,6 +29,8 @@ from libp2p.abc import IHost
 from libp2p.crypto.keys import KeyPair
 from libp2p.custom_types import TProtocol
 from libp2p.kad_dht import KadDHT
+from libp2p.network.auto_connector import AutoConnector
+from libp2p.network.config import ConnectionConfig
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.tools.anyio_service import background_trio_service
@@ -633,6 +635,47 @@ async def _quiet_reset(stream: Any) -> None:
         pass
 
 
+def connection_config(settings: NetworkSettings) -> ConnectionConfig:
+    """py-libp2p's connection manager settings for a swarm node (see NetworkSettings).
+
+    min_connections 0: below it the AutoConnector (when on) polls every 10 s instead of every
+    `auto_connect_interval`, and the inbound limiter reserves that many slots for its dials."""
+    return ConnectionConfig(
+        max_connections=settings.max_connections,
+        min_connections=0,
+        low_watermark=settings.conn_low_watermark,
+        high_watermark=settings.conn_high_watermark,
+        dial_timeout=settings.dial_timeout_s,
+    )
+
+
+class UpkeepOwnsDialing(AutoConnector):
+    """py-libp2p's AutoConnector with its dialing switched off: `LibP2PNetwork._upkeep_loop`
+    owns dialing (peer book, pinned bootstrap peers, per-peer backoff, stale-connection cleanup).
+
+    The stock one ran `maybe_connect` every 10 s and after every disconnect, scanned the
+    peerstore and logged "initiating N new dials" at INFO each time, in every node process.
+    Bookkeeping calls (`record_disconnect`, cooldowns) keep working, so py-libp2p code that
+    calls them is unaffected."""
+
+    async def run_background_task(self, nursery: trio.Nursery) -> None:
+        return
+
+    async def maybe_connect(self) -> None:
+        return
+
+
+def _configure_connection_manager(host: IHost, settings: NetworkSettings) -> None:
+    """Swap in the dial-less AutoConnector before the host runs (the swarm starts whatever
+    `auto_connector` holds when `host.run` begins)."""
+    if settings.libp2p_default_connection_manager or settings.libp2p_auto_connect:
+        return
+    swarm = host.get_network()
+    config = getattr(swarm, "connection_config", None)
+    interval = getattr(config, "auto_connect_interval", 30.0)
+    swarm.auto_connector = UpkeepOwnsDialing(swarm, auto_connect_interval=interval)  # type: ignore[attr-defined]
+
+
 def _quiet_auto_connector(host: Any) -> None:
     """Keep py-libp2p's auto-connector from dialing while we shut down.
 
@@ -661,7 +704,11 @@ async def open_libp2p_network(
         bootstrap.append(text)
         parse_peer_multiaddr(text)  # fail fast with a clear message
     counters = DropCounters()
-    host = new_host(key_pair=key_pair, listen_addrs=listen)
+    if settings.libp2p_default_connection_manager:
+        host = new_host(key_pair=key_pair, listen_addrs=listen)
+    else:
+        host = new_host(key_pair=key_pair, listen_addrs=listen, connection_config=connection_config(settings))
+    _configure_connection_manager(host, settings)
     pubsub = build_gossip(host, settings, counters)
     dht, record_validator = build_dht(host, settings.dht_namespace, settings.max_dht_value_bytes, counters)
     async with host.run(listen_addrs=listen):

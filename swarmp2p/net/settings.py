@@ -64,6 +64,29 @@ class NetworkSettings:
     redial_backoff_max_s: float = attrs.field(default=30.0, validator=_positive)
     max_known_peers: int = attrs.field(default=1024, validator=_positive)
 
+    # py-libp2p's own connection manager (ConnectionConfig). Our upkeep above dials and re-dials;
+    # libp2p's AutoConnector would do the same work again with go-libp2p's watermarks
+    # (min 50 / low 100 / high 300): on a 5-peer swarm it logged "initiating 196 new dials"
+    # every 10 s (below min_connections it polls at 10 s) for peers that do not exist. Now
+    # min_connections is 0 (it ticks every 30 s) and the watermarks are sized from
+    # `target_peers`: a node dials `target_peers` and is dialed by about as many, so pruning
+    # starts well above that. `libp2p_auto_connect=False` turns its dialing off entirely (no
+    # log line), but measured at 20 idle processes that cost MORE CPU (0.27-0.32 s vs 0.05 s
+    # per 15 s, cause not found; docs/node.md), so it stays on by default.
+    libp2p_auto_connect: bool = True
+    conn_low_watermark: int = attrs.field(
+        default=attrs.Factory(lambda self: 2 * self.target_peers, takes_self=True), validator=_positive
+    )
+    conn_high_watermark: int = attrs.field(
+        default=attrs.Factory(lambda self: 4 * self.target_peers, takes_self=True), validator=_positive
+    )
+    max_connections: int = attrs.field(
+        default=attrs.Factory(lambda self: 5 * self.target_peers, takes_self=True), validator=_positive
+    )
+    # Pass no ConnectionConfig and leave the AutoConnector on: py-libp2p 0.8.1's defaults, kept
+    # only so bench/bench_network.py can measure old against new in one run.
+    libp2p_default_connection_manager: bool = False
+
     def __attrs_post_init__(self) -> None:
         if not (0 < self.mesh_degree_low <= self.mesh_degree <= self.mesh_degree_high):
             raise ValueError(
@@ -72,5 +95,16 @@ class NetworkSettings:
             )
         if not self.listen:
             raise ValueError("at least one listen multiaddr is required")
+        if not (self.conn_low_watermark <= self.conn_high_watermark <= self.max_connections):
+            raise ValueError(
+                "connection limits must satisfy conn_low_watermark <= conn_high_watermark <= "
+                f"max_connections, got {self.conn_low_watermark} / {self.conn_high_watermark} / "
+                f"{self.max_connections}"
+            )
+        if self.target_peers > self.conn_low_watermark:
+            raise ValueError(
+                f"target_peers ({self.target_peers}) above conn_low_watermark "
+                f"({self.conn_low_watermark}): libp2p would prune the connections upkeep dials"
+            )
         if self.max_gossip_bytes > 1024 * 1024 - 16 * 1024:
             raise ValueError("max_gossip_bytes must leave headroom under py-libp2p's 1 MiB RPC limit")
