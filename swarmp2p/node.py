@@ -78,8 +78,9 @@ class NodeConfig:
     join_min_remaining: float = attrs.field(
         default=0.5, validator=[attrs.validators.ge(0.0), attrs.validators.le(1.0)]
     )
-    """A (re)joining node whose first round has less than this share of its time left waits
-    for the next round instead: its batch would arrive after everyone's collect deadline."""
+    """A node never starts a round with less than this share of its time left (its first round
+    after a (re)join, or any later one it reaches late after a long step): it waits for the next
+    round instead, since its batch would arrive after everyone's collect deadline. 0: never skip."""
     log_level: str = attrs.field(default="info", validator=attrs.validators.in_(("debug", "info", "warning")))
     warmup_steps: int = attrs.field(default=-1, validator=attrs.validators.ge(-1))
     """Supervised format warm-up on first start (no checkpoint yet): -1 = 15 steps for the tiny
@@ -328,7 +329,9 @@ class RoundLog:
             handle.write(json.dumps(data, sort_keys=True) + "\n")
         reward = "n/a" if record.reward is None else f"{record.reward:.3f}"
         rejected = sum(record.rejected.values())
-        state = "" if record.completed else " (abandoned)"
+        state = ""
+        if not record.completed:
+            state = " (skipped: too little time left)" if record.skipped else " (abandoned)"
         self.echo(
             f"round {record.round}{state} | reward {reward} | peers {data['peers']} | "
             f"rollouts in {record.rollouts_in} out {record.rollouts_out} | "
@@ -451,6 +454,8 @@ def swarm_setup(schedule: Any, config: NodeConfig, trainer_config: Any) -> Swarm
         n_external=config.n_external,
         max_groups_per_peer=config.max_groups_per_peer,
         fetch_timeout_s=config.fetch_timeout_s,
+        # One setting for both guards: the first round after a (re)join and every later one.
+        min_round_remaining=config.join_min_remaining,
     )
     return SwarmSetup(peer_settings, registry, trainer_config_for(schedule, trainer_config), notice)
 

@@ -122,6 +122,8 @@ class PeerSettings:
     seed: int
     tasks: tuple[str, ...]
     questions_per_round: int = attrs.field(default=4, validator=attrs.validators.ge(1))
+    weights: tuple[float, ...] = ()
+    """Task weights for question derivation (empty: uniform); a swarm rule like `tasks`."""
     n_local: int = attrs.field(default=4, validator=attrs.validators.ge(0))
     n_external: int = attrs.field(default=4, validator=attrs.validators.ge(0))
     max_groups_per_peer: int = attrs.field(default=2, validator=attrs.validators.ge(1))
@@ -286,6 +288,22 @@ def too_late_to_start(now_ms: int, stage_ends_ms: int, stage_ms: int | None, min
     if stage_ms is None or min_remaining <= 0:
         return False
     return stage_ends_ms - now_ms < min_remaining * stage_ms
+
+
+def assigned_questions(
+    settings: PeerSettings, round_number: int, stage: int, peer_id: str
+) -> tuple[QuestionRef, ...]:
+    """The questions `peer_id` must answer in (round, stage) under the swarm's rules: what a peer
+    generates for itself and what it re-derives to verify another peer's batch."""
+    return questions_for(
+        settings.seed,
+        round_number,
+        stage,
+        peer_id,
+        settings.tasks,
+        settings.questions_per_round,
+        settings.weights or None,
+    )
 
 
 def derive_seed(*parts: object) -> int:
@@ -572,14 +590,7 @@ class Peer:
         if state is None:
             return
         settings = self.settings
-        state.questions = questions_for(
-            settings.seed,
-            round_number,
-            state.stage,
-            self.peer_id,
-            settings.tasks,
-            settings.questions_per_round,
-        )
+        state.questions = assigned_questions(settings, round_number, state.stage, self.peer_id)
         self._drop_old_early(round_number)
         early = self._early.pop(round_number, {})
         for sender in sorted(early):
@@ -1016,14 +1027,7 @@ class Peer:
 
     def _verify(self, batch: RolloutBatch) -> Any:
         settings = self.settings
-        expected = questions_for(
-            settings.seed,
-            batch.round,
-            batch.stage,
-            batch.peer_id,
-            settings.tasks,
-            settings.questions_per_round,
-        )
+        expected = assigned_questions(settings, batch.round, batch.stage, batch.peer_id)
         return verify_batch(
             batch,
             self.registry,

@@ -91,7 +91,7 @@ def trainer_config_for(schedule: SwarmSchedule, trainer_config: Any) -> Any:
 
 
 def peer_settings_for(schedule: SwarmSchedule, **local: Any) -> Any:
-    """PeerSettings whose shared part (swarm id, seed, tasks, questions per round) is the
+    """PeerSettings whose shared part (swarm id, seed, tasks, weights, questions per round) is the
     schedule's; `local` holds the peer's own knobs (n_local, fetch_timeout_s, ...)."""
     from swarmp2p.peer import PeerSettings
 
@@ -99,12 +99,11 @@ def peer_settings_for(schedule: SwarmSchedule, **local: Any) -> Any:
     clash = shared & set(local)
     if clash:
         raise TypeError(f"{sorted(clash)} come from the swarm's schedule, not from local settings")
-    if "weights" in attrs.fields_dict(PeerSettings):  # question derivation by the swarm's task mix
-        local["weights"] = schedule.weights
     return PeerSettings(
         swarm_id=schedule.swarm_id,
         seed=schedule.seed,
         tasks=schedule.tasks,
+        weights=schedule.weights,
         questions_per_round=schedule.questions_per_round,
         **local,
     )

@@ -19,7 +19,6 @@ import trio
 
 from protocol.envelope import peer_id_from_seed, seal
 from protocol.messages import PROTOCOL_VERSION, Completion, Hello, QuestionGroup, RolloutBatch
-from protocol.questions import questions_for
 from protocol.verification import verify_batch
 from swarmp2p.node import (
     NodeConfig,
@@ -31,7 +30,7 @@ from swarmp2p.node import (
     save_schedule,
     swarm_setup,
 )
-from swarmp2p.peer import PeerSettings
+from swarmp2p.peer import PeerSettings, assigned_questions
 from swarmp2p.rules import rules_of_config
 from trainer.config import TrainerConfig
 from trainer.tasks import ReasoningGymRegistry
@@ -56,9 +55,7 @@ def _honest_batch(settings: PeerSettings, registry: ReasoningGymRegistry, seed: 
     """A batch exactly as an honest peer with these settings publishes it: its assigned questions,
     each answered right, formatted-but-wrong and unformatted, rewards from its own registry."""
     peer_id = peer_id_from_seed(seed)
-    questions = questions_for(
-        settings.seed, round_number, 0, peer_id, settings.tasks, settings.questions_per_round
-    )
+    questions = assigned_questions(settings, round_number, 0, peer_id)
     groups = []
     for ref in questions:
         _prompt, answer = registry.question(ref)
@@ -69,9 +66,7 @@ def _honest_batch(settings: PeerSettings, registry: ReasoningGymRegistry, seed: 
 
 def _verdict(settings: PeerSettings, registry: ReasoningGymRegistry, batch: RolloutBatch):
     # What Peer._verify does with a fetched batch: re-derive the author's questions, re-score.
-    expected = questions_for(
-        settings.seed, batch.round, batch.stage, batch.peer_id, settings.tasks, settings.questions_per_round
-    )
+    expected = assigned_questions(settings, batch.round, batch.stage, batch.peer_id)
     return verify_batch(
         batch,
         registry,
@@ -119,6 +114,27 @@ def test_joiner_adopts_the_swarm_rules_from_the_bootstrap_hello():
     )
     local_registry = ReasoningGymRegistry(TRAINER_B.tasks, format_weight=TRAINER_B.format_reward)
     assert not _verdict(local_settings, local_registry, from_a).ok
+
+
+def test_a_weighted_swarm_derives_and_verifies_questions_by_its_weights():
+    # The swarm draws only basic_arithmetic (weight 0 for base_conversion); the joiner's local
+    # config is uniform. It must derive (and so verify) questions by the swarm's weights.
+    trainer = TrainerConfig(tasks=TRAINER_A.tasks, weights=(1.0, 0.0), format_reward=0.5)
+    schedule = new_schedule(10.0, 0, rules_of_config(trainer, 4))
+    a = swarm_setup(schedule, NODE_A, trainer)
+    b = swarm_setup(schedule, NODE_B, TRAINER_A)
+    assert b.peer_settings.weights == (1.0, 0.0)
+    assert b.notice is not None and "weights 1,0" in b.notice
+    for round_number in range(5):
+        assert {q.task for q in assigned_questions(b.peer_settings, round_number, 0, PEER_B)} == {
+            "basic_arithmetic"
+        }
+    from_a = _honest_batch(a.peer_settings, a.registry, SEED_A, 3)
+    assert _verdict(b.peer_settings, b.registry, from_a).ok
+    uniform = PeerSettings(
+        swarm_id=schedule.swarm_id, seed=schedule.seed, tasks=schedule.tasks, questions_per_round=4
+    )
+    assert not _verdict(uniform, b.registry, from_a).ok  # what ignoring the weights would do
 
 
 def test_swarm_rules_naming_an_unbuildable_task_is_a_one_line_node_error():
