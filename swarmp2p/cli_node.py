@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import typer
@@ -75,6 +76,11 @@ def node(
 
     try:
         trio.run(lambda: run_node(node_config, trainer_config, echo=echo))
+        # Stopped and saved: a late Ctrl-C (a second press) must not kill the exit with a traceback.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     except NodeError as error:
         errors.print(f"[red]error: {escape(str(error))}[/red]")
         raise typer.Exit(code=1) from None
+    except KeyboardInterrupt:  # Ctrl-C before the node took over its signals (still importing)
+        errors.print("interrupted")
+        raise typer.Exit(code=130) from None

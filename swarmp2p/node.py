@@ -391,22 +391,57 @@ async def run_node(
     # The policy is built once the swarm's rules are known (a joiner learns them from its
     # bootstrap's hello): its task mix, format reward and even the tiny model's tokenizer follow them.
     built: list[Any] = []
+    stopping = trio.Event()
+    run_scope = trio.CancelScope()
+
+    def stop(reason: str) -> None:
+        if stopping.is_set():
+            echo(f"{reason}: already stopping, saving state…")
+            return
+        echo(f"{reason}: stopping…")
+        stopping.set()
+        cancel = getattr(built[0], "cancel", None) if built else None
+        if cancel is not None:
+            cancel()  # the trainer stops at its next step, so the worker thread returns promptly
+        run_scope.cancel()  # also interrupts start-up: waiting for a bootstrap, for a round start
+
+    async def run_then_save() -> None:
+        try:
+            with run_scope:
+                async with open_libp2p_network(identity.key_pair, net_settings) as network:
+                    await _run_with_network(
+                        config,
+                        trainer_config,
+                        identity,
+                        network,
+                        built,
+                        clock,
+                        data_dir,
+                        echo,
+                        stopping,
+                        task_status,
+                    )
+        finally:
+            if built:
+                with trio.CancelScope(shield=True):
+                    await _save_policy(built[0], echo)
+
     try:
-        async with open_libp2p_network(identity.key_pair, net_settings) as network:
-            await _run_with_network(
-                config, trainer_config, identity, network, built, clock, data_dir, echo, task_status
-            )
+        async with trio.open_nursery() as guard:
+            # Signals are ours from here until the model is saved: Ctrl-C during start-up, or a
+            # second one while saving, must not surface as a KeyboardInterrupt traceback.
+            guard.start_soon(_watch_signals, stop)
+            try:
+                await run_then_save()
+            finally:
+                guard.cancel_scope.cancel()
     except BaseExceptionGroup as group:
-        # A NodeError raised inside the network's nursery (bad swarm.json, a bootstrap speaking
-        # another protocol, ...) arrives wrapped; the CLI must still print it as one line.
+        # A NodeError raised inside a nursery (bad swarm.json, a bootstrap speaking another
+        # protocol, ...) arrives wrapped; the CLI must still print it as one line.
         node_errors, rest = group.split(NodeError)
         if node_errors is None or rest is not None:
             raise
         raise _first_leaf(node_errors) from None
-    finally:
-        if built:
-            with trio.CancelScope(shield=True):
-                await _save_policy(built[0], echo)
     echo("stopped")
 
 
@@ -469,6 +504,7 @@ async def _run_with_network(
     clock: Any,
     data_dir: Path,
     echo: Callable[[str], None],
+    stopping: trio.Event,
     task_status: trio.TaskStatus[dict[str, Any]],
 ) -> None:
     from protocol.envelope import seal
@@ -483,11 +519,10 @@ async def _run_with_network(
         except Exception as error:  # upkeep keeps re-dialing pinned bootstrap peers
             echo(f"bootstrap {addr} not reachable yet: {error}")
 
-    coordinator, schedule = await _coordinator(config, trainer_config, network, clock, data_dir)
+    coordinator, schedule, new_swarm = await _coordinator(config, trainer_config, network, clock, data_dir)
     setup = await trio.to_thread.run_sync(swarm_setup, schedule, config, trainer_config)
     if setup.notice is not None:
         echo(setup.notice)
-    save_schedule(data_dir, schedule)
     echo(f"peer id {identity.peer_id}; loading the model ({config.model})…")
     policy = TimedPolicy(
         await trio.to_thread.run_sync(
@@ -495,6 +530,14 @@ async def _run_with_network(
         )
     )
     built.append(policy)
+    if stopping.is_set():
+        return  # stopped while the model loaded (a worker thread, not cancellable): start nothing
+    if new_swarm:
+        # A new swarm's round 0 starts once its first peer is ready to play it: stamped before
+        # the model had loaded and warmed up, round 0 was over before the peer could join it.
+        schedule = attrs.evolve(schedule, genesis_ms=clock.now_ms())
+        coordinator = ScheduleCoordinator(schedule, clock)
+    save_schedule(data_dir, schedule)
     rounds_log = RoundLog(
         data_dir / ROUNDS_FILE,
         identity.peer_id,
@@ -547,8 +590,13 @@ async def _run_with_network(
         "pid": os.getpid(),
     }
     async with trio.open_nursery() as nursery:
-        stopping = trio.Event()
-        nursery.start_soon(_watch_signals, stopping, echo)
+        addr = network.listen_addrs()[0]
+        # Say how to join before waiting for a round start: the hello is served already.
+        echo(f"listening on {addr}")
+        echo(
+            f"swarm {schedule.swarm_id}: round {schedule.round_ms / 1000:g}s. To join from another "
+            f"terminal:\n  swarmp2p node --data-dir <another dir> --bootstrap {addr}"
+        )
         if isinstance(coordinator, ScheduleCoordinator):
             await _join_at_round_start(coordinator, clock, config.join_min_remaining, stopping)
         await nursery.start(peer.run)
@@ -566,18 +614,9 @@ async def _run_with_network(
         staging = node_file.with_suffix(".tmp")
         staging.write_text(json.dumps(info, indent=2))
         os.replace(staging, node_file)
-        addr = network.listen_addrs()[0]
-        echo(f"listening on {addr}")
-        echo(
-            f"swarm {schedule.swarm_id}: round {schedule.round_ms / 1000:g}s. To join from another "
-            f"terminal:\n  swarmp2p node --data-dir <another dir> --bootstrap {addr}"
-        )
         task_status.started(info)
+        # Run until stopped: run_node's stop() cancels the trainer and this whole scope.
         await stopping.wait()
-        # Stop the trainer at its next step boundary so the worker thread returns promptly.
-        cancel = getattr(policy, "cancel", None)
-        if cancel is not None:
-            cancel()
         nursery.cancel_scope.cancel()
 
 
@@ -610,7 +649,8 @@ async def _save_policy(policy: Any, echo: Callable[[str], None]) -> None:
 
 async def _coordinator(
     config: NodeConfig, trainer_config: Any, network: Any, clock: Any, data_dir: Path
-) -> tuple[Any, Any]:
+) -> tuple[Any, Any, bool]:
+    """(coordinator, schedule, whether this node has just created a new swarm)."""
     from swarmp2p.peer import derive_seed
     from swarmp2p.rules import rules_of_config
     from swarmp2p.schedule import ScheduleCoordinator
@@ -638,15 +678,17 @@ async def _coordinator(
             **local_rules,
         )
         _check_schedule(schedule, "the swarm rules from your config")
-        return coordinator, schedule
+        return coordinator, schedule, False
+    new_swarm = False
     if config.bootstrap:
         schedule = await learn_schedule(network, config.bootstrap, config.join_timeout_s)
     else:
-        schedule = load_saved_schedule(data_dir) or new_schedule(
-            config.round_seconds, clock.now_ms(), local_rules
-        )
+        schedule = load_saved_schedule(data_dir)
+        if schedule is None:
+            schedule = new_schedule(config.round_seconds, clock.now_ms(), local_rules)
+            new_swarm = True
     try:
-        return ScheduleCoordinator(schedule, clock), schedule
+        return ScheduleCoordinator(schedule, clock), schedule, new_swarm
     except ValueError as error:
         raise NodeError(f"unusable swarm schedule: {error}") from None
 
@@ -672,12 +714,11 @@ async def _join_at_round_start(
         await stopping.wait()
 
 
-async def _watch_signals(stopping: trio.Event, echo: Callable[[str], None]) -> None:
+async def _watch_signals(stop: Callable[[str], None]) -> None:
+    """Turn every SIGINT/SIGTERM into `stop(name)` for as long as the node runs."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
-            echo(f"{signal.Signals(signum).name}: stopping…")
-            stopping.set()
-            return
+            stop(signal.Signals(signum).name)
 
 
 async def _hello_loop(

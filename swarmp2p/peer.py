@@ -306,6 +306,12 @@ def assigned_questions(
     )
 
 
+def _stopping() -> bool:
+    """True inside a cancelled scope, i.e. while the node stops. A policy call that fails then
+    was told to stop (TrainerPolicy.cancel raises out of generate/train): not a fault to report."""
+    return trio.current_effective_deadline() == -math.inf
+
+
 def derive_seed(*parts: object) -> int:
     """A 63-bit seed from sha256 of the parts (never Python's salted hash())."""
     text = "\x1f".join(str(part) for part in parts).encode()
@@ -606,6 +612,9 @@ class Peer:
             )
             envelope = seal(batch, self._seed)
         except Exception:
+            if _stopping():
+                log.debug("%s: generation stopped with the node in round %d", self.peer_id, round_number)
+                return
             # Our own policy failed: the round is skipped (the next RoundOpened abandons it).
             log.exception("%s: generation failed in round %d", self.peer_id, round_number)
             self.counters["generate_failed"] += 1
@@ -691,6 +700,9 @@ class Peer:
                 state.train_metrics = {str(k): float(v) for k, v in dict(metrics or {}).items()}
                 self.counters["trained"] += 1
             except Exception:
+                if _stopping():
+                    log.debug("%s: training stopped with the node in round %d", self.peer_id, round_number)
+                    return
                 log.exception("%s: training failed in round %d", self.peer_id, round_number)
                 self.counters["train_failed"] += 1
                 state.trained_on = ()

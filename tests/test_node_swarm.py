@@ -366,3 +366,32 @@ def test_node_counts_garbage_oversized_replayed_and_impersonated(tmp_path: Path,
         assert node.stop(signal.SIGINT) == 0, node.output()
     finally:
         node.stop(signal.SIGKILL, timeout_s=5)
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_start_up_and_twice_while_running_stops_cleanly(
+    tmp_path: Path, warm_model: Path
+) -> None:
+    """Ctrl-C is the node's to handle from start-up to the last save: never a traceback."""
+    config = write_config(tmp_path / "node.toml")
+    node = NodeProcess(tmp_path / "n", config, warm_model, [])
+    try:
+        # 1. While it is still starting (loading the model, before any round).
+        node.start()
+        wait_for(lambda: "loading the model" in node.output() or node.exited(), 60, "start-up to begin")
+        assert node.stop(signal.SIGINT, timeout_s=30) == 0, node.output()
+        first = node.output()
+        assert "SIGINT: stopping" in first and "stopped" in first, first
+        assert "Traceback" not in first, first
+
+        # 2. Running, then two Ctrl-C in a row (an impatient user): still a clean stop.
+        node.start()
+        node.info()
+        assert node.process is not None
+        node.process.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        assert node.stop(signal.SIGINT, timeout_s=30) == 0, node.output()
+        second = (node.data_dir / "stdout-2.log").read_text(errors="replace")
+        assert "stopped" in second and "Traceback" not in second, second
+    finally:
+        node.stop(signal.SIGKILL, timeout_s=5)
