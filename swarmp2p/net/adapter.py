@@ -34,6 +34,7 @@ from libp2p.network.config import ConnectionConfig
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.tools.anyio_service import background_trio_service
+from libp2p.utils.address_validation import expand_wildcard_address
 
 from swarmp2p.net.counters import DropCounters
 from swarmp2p.net.dht import SwarmRecordValidator, build_dht, namespaced_key
@@ -137,14 +138,13 @@ class LibP2PNetwork:
     def listen_addrs(self) -> list[str]:
         """Full dialable multiaddrs of this host, each ending in /p2p/<peer id>."""
         suffix = f"/p2p/{self._peer_id}"
-        addrs = []
-        for addr in self.host.get_addrs():
-            text = str(addr)
-            addrs.append(text if text.endswith(suffix) else text + suffix)
-        return addrs
+        return [addr + suffix for addr in self.transport_addrs()]
 
     def transport_addrs(self) -> list[str]:
-        return [str(addr) for addr in self.host.get_transport_addrs()]
+        """Where others can dial this host: a wildcard listen address (`/ip4/0.0.0.0`, `/ip6/::`,
+        what a node reachable from other hosts listens on) is replaced by this host's interface
+        addresses, since it is what hellos, peer exchange and the printed join command hand out."""
+        return dialable_addrs(self.host.get_transport_addrs())
 
     # ---- gossip -------------------------------------------------------------------------------
 
@@ -633,6 +633,28 @@ async def _quiet_reset(stream: Any) -> None:
         await stream.reset()
     except Exception:
         pass
+
+
+def dialable_addrs(addrs: Sequence[Any]) -> list[str]:
+    """Transport multiaddrs with wildcard hosts expanded to concrete interface addresses
+    (py-libp2p's own expansion), /p2p suffixes removed, order kept, duplicates dropped."""
+    dialable: list[str] = []
+    for addr in addrs:
+        ma = multiaddr.Multiaddr(str(addr))
+        if multiaddr.protocols.P_P2P in {protocol.code for protocol in ma.protocols()}:
+            ma = ma.decapsulate_code(multiaddr.protocols.P_P2P)
+        first = ma.protocols()[0]
+        wildcard = first.code in _IP_CODES and ma.value_for_protocol(first.code) in ("0.0.0.0", "::")
+        for concrete in expand_wildcard_address(ma) if wildcard else [ma]:
+            text = str(concrete)
+            if wildcard and text == str(ma):  # no interface found: only this host can dial it
+                text = text.replace("/ip4/0.0.0.0/", "/ip4/127.0.0.1/").replace("/ip6/::/", "/ip6/::1/")
+            if text not in dialable:
+                dialable.append(text)
+    return dialable
+
+
+_IP_CODES = (multiaddr.protocols.P_IP4, multiaddr.protocols.P_IP6)
 
 
 def connection_config(settings: NetworkSettings) -> ConnectionConfig:
