@@ -369,6 +369,7 @@ async def run_node(
 
     from swarmp2p.identity import IdentityError, load_or_create_identity
     from swarmp2p.net import NetworkSettings, open_libp2p_network, parse_peer_multiaddr
+    from swarmp2p.net.listen_check import check_listen_addrs_free
     from swarmp2p.schedule import RealClock
 
     _configure_logging(config.log_level)
@@ -384,6 +385,7 @@ async def run_node(
             parse_peer_multiaddr(addr)
         for addr in config.listen:
             multiaddr.Multiaddr(addr)
+        check_listen_addrs_free(config.listen)
     except ValueError as error:
         raise NodeError(f"network settings: {error}") from None
 

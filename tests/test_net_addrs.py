@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import trio
 from libp2p.crypto.ed25519 import create_new_key_pair
 
 from swarmp2p.net import NetworkSettings, open_libp2p_network
 from swarmp2p.net.adapter import dialable_addrs
+from swarmp2p.net.listen_check import check_listen_addrs_free
 
 PEER = "12D3KooWLecEtuJ1pFCT32PCMEL3rqcPcwB1Tc6KfXK6Un7ah5he"
 
@@ -41,3 +43,18 @@ def test_a_node_bound_to_all_interfaces_is_joinable_through_its_listed_address()
                 assert server.local_peer_id in joiner.connected_peers()
 
     trio.run(main)
+
+
+def test_a_fixed_listen_port_held_by_another_node_is_refused_and_free_once_it_stops() -> None:
+    async def main() -> str:
+        with trio.fail_after(30):
+            async with open_libp2p_network(create_new_key_pair(), NetworkSettings()) as running:
+                transport = running.transport_addrs()[0]  # /ip4/127.0.0.1/tcp/<port>
+                # py-libp2p itself would share the port (SO_REUSEPORT); the check refuses it.
+                with pytest.raises(ValueError, match=r"cannot listen on .*in use"):
+                    check_listen_addrs_free([transport])
+                check_listen_addrs_free(["/ip4/127.0.0.1/tcp/0"])  # port 0: always fine
+        return transport
+
+    transport = trio.run(main)
+    check_listen_addrs_free([transport])  # the node stopped: a restart on its port is fine
