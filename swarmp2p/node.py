@@ -374,7 +374,10 @@ async def run_node(
 
     _configure_logging(config.log_level)
     data_dir = Path(config.data_dir)
-    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise NodeError(f"cannot create data dir {data_dir}: {error.strerror or error}") from None
     try:
         identity = load_or_create_identity(config.identity_path())
     except IdentityError as error:
@@ -624,9 +627,14 @@ async def _run_with_network(
 
 def _build_policy(trainer_config: Any, registry: Any, warmup_steps: int, echo: Callable[[str], None]) -> Any:
     """The trainer, resumed from its newest valid checkpoint; on a first start, warmed up and saved."""
+    from trainer.model import ModelLoadError
     from trainer.policy import TrainerPolicy
+    from trainer.tasks import TaskError
 
-    policy = TrainerPolicy(trainer_config, registry=registry)
+    try:
+        policy = TrainerPolicy(trainer_config, registry=registry)
+    except (ModelLoadError, TaskError) as error:
+        raise NodeError(f"model: {error}") from None
     if policy.load():
         echo(f"resumed from checkpoint step {policy.step}")
         return policy
