@@ -328,15 +328,24 @@ class RoundLog:
         with self.path.open("a") as handle:
             handle.write(json.dumps(data, sort_keys=True) + "\n")
         reward = "n/a" if record.reward is None else f"{record.reward:.3f}"
-        rejected = sum(record.rejected.values())
+        rejected = f"rejected {sum(record.rejected.values())}"
+        out_of_round = sum(record.rejected.get(reason, 0) for reason in OUT_OF_ROUND_REJECTIONS)
+        if out_of_round:
+            rejected += f" ({out_of_round} out of round)"
         state = ""
         if not record.completed:
             state = " (skipped: too little time left)" if record.skipped else " (abandoned)"
         self.echo(
             f"round {record.round}{state} | reward {reward} | peers {data['peers']} | "
             f"rollouts in {record.rollouts_in} out {record.rollouts_out} | "
-            f"trained on {len(record.external_peers_trained_on)} peers | rejected {rejected}"
+            f"trained on {len(record.external_peers_trained_on)} peers | {rejected}"
         )
+
+
+OUT_OF_ROUND_REJECTIONS = ("stale_round", "future_round", "late")
+"""Rejections for timing, not misbehaviour (never blamed on the sender): a joiner hears the round
+it missed, a slow peer announces after the deadline. The round line says how many of its
+rejections these are, so that they do not read as an attack."""
 
 
 def _record_check(key: str, value: bytes) -> None:
