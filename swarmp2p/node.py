@@ -615,7 +615,7 @@ async def _run_with_network(
             await _join_at_round_start(coordinator, clock, config.join_min_remaining, stopping)
         await nursery.start(peer.run)
         nursery.start_soon(_hello_loop, network, make_hello, schedule.swarm_id, config.hello_interval_s)
-        nursery.start_soon(_receive_hellos, network, hellos, hello_stats)
+        nursery.start_soon(_receive_hellos, network, hellos, hello_stats, schedule, echo)
         if config.dashboard_port:
             from swarmp2p.dashboard import serve_dashboard
 
@@ -756,8 +756,16 @@ async def _hello_loop(
         await trio.sleep(interval_s)
 
 
-async def _receive_hellos(network: Any, channel: Any, stats: dict[str, int]) -> None:
-    """Learn where peers listen from their signed hellos (so nobody depends on one bootstrap)."""
+async def _receive_hellos(
+    network: Any, channel: Any, stats: dict[str, int], schedule: Any, echo: Callable[[str], None]
+) -> None:
+    """Learn where peers listen from their signed hellos (so nobody depends on one bootstrap), and
+    say once per peer when one follows other scoring rules than ours: on a chain (the contract
+    carries no rules) that is two operators' configs differing, and every batch between us
+    would be rejected as forged."""
+    from swarmp2p.rules import differing_rules
+
+    warned: set[str] = set()
     async for message in channel:
         try:
             hello = open_hello(message.data, message.transport_sender)
@@ -767,3 +775,12 @@ async def _receive_hellos(network: Any, channel: Any, stats: dict[str, int]) -> 
             continue
         stats["hellos_accepted"] += 1
         network.add_known_peer(hello.peer_id, hello.listen_addrs)
+        differing = differing_rules(schedule, hello.schedule)
+        if differing and hello.peer_id not in warned:
+            warned.add(hello.peer_id)
+            stats["peers_with_other_rules"] = len(warned)
+            echo(
+                f"peer {hello.peer_id} follows other swarm rules ({', '.join(differing)}): "
+                "its batches and ours will be rejected as forged; give every peer the same "
+                "[trainer] tasks/weights/format_reward/difficulty and [node] questions_per_round"
+            )

@@ -79,6 +79,12 @@ def differences(schedule: SwarmSchedule, local_rules: dict[str, Any]) -> str | N
     return f"swarm rules: {ours} (local config's {theirs} ignored)"
 
 
+def differing_rules(ours: SwarmSchedule, theirs: SwarmSchedule) -> list[str]:
+    """The names of the rules two schedules disagree on (empty: they score alike)."""
+    mine, other = rules_of_schedule(ours), rules_of_schedule(theirs)
+    return [name for name in RULE_FIELDS if not _same(name, mine[name], other[name])]
+
+
 def trainer_config_for(schedule: SwarmSchedule, trainer_config: Any) -> Any:
     """The local TrainerConfig with the swarm's task mix, difficulty and format reward."""
     return attrs.evolve(

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import attrs
 import pytest
 import trio
 
@@ -228,3 +229,46 @@ def test_cli_node_with_an_old_swarm_json_exits_with_one_line(tmp_path: Path):
     assert "Traceback" not in done.stderr + done.stdout
     errors = [line for line in done.stderr.splitlines() if line.strip()]
     assert len(errors) == 1 and "older swarmp2p" in errors[0], done.stderr
+
+
+def test_a_peer_with_other_rules_is_reported_once_from_its_hellos():
+    # On a chain every peer takes the rules from its own config; a hello tells us when another
+    # peer's differ (all batches between us would be rejected as forged), once per peer.
+    from swarmp2p.node import _receive_hellos
+    from swarmp2p.ports import InboundMessage
+
+    ours = new_schedule(10.0, 0, rules_of_config(TRAINER_A, 2))
+    theirs = attrs.evolve(ours, format_reward=0.3, tasks=tuple(reversed(ours.tasks)))
+    same = attrs.evolve(ours, genesis_ms=5)  # clock fields differ, rules do not: nothing to say
+
+    def hello_from(seed: bytes, schedule) -> InboundMessage:
+        hello = Hello(
+            PROTOCOL_VERSION, peer_id_from_seed(seed), schedule, 0, ("/ip4/127.0.0.1/tcp/1",), "tiny"
+        )
+        return InboundMessage(topic="t", data=seal(hello, seed), transport_sender=peer_id_from_seed(seed))
+
+    class Book:
+        def __init__(self) -> None:
+            self.known: list[str] = []
+
+        def add_known_peer(self, peer_id: str, addrs: tuple[str, ...]) -> None:
+            self.known.append(peer_id)
+
+    lines: list[str] = []
+    stats = {"hellos_accepted": 0, "hellos_rejected": 0}
+    book = Book()
+
+    async def main() -> None:
+        send, receive = trio.open_memory_channel(10)
+        async with send:
+            await send.send(hello_from(SEED_B, theirs))
+            await send.send(hello_from(SEED_B, theirs))
+            await send.send(hello_from(SEED_A, same))
+        await _receive_hellos(book, receive, stats, ours, lines.append)
+
+    trio.run(main)
+    assert stats["hellos_accepted"] == 3 and book.known == [PEER_B, PEER_B, PEER_A]
+    assert stats["peers_with_other_rules"] == 1
+    assert len(lines) == 1 and lines[0].startswith(
+        f"peer {PEER_B} follows other swarm rules (tasks, format_reward)"
+    )
