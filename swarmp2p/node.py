@@ -612,7 +612,7 @@ async def _run_with_network(
             f"terminal:\n  swarmp2p node --data-dir <another dir> --bootstrap {addr}"
         )
         if isinstance(coordinator, ScheduleCoordinator):
-            await _join_at_round_start(coordinator, clock, config.join_min_remaining, stopping)
+            await _join_at_round_start(coordinator, clock, config.join_min_remaining)
         await nursery.start(peer.run)
         nursery.start_soon(_hello_loop, network, make_hello, schedule.swarm_id, config.hello_interval_s)
         nursery.start_soon(_receive_hellos, network, hellos, hello_stats, schedule, echo)
@@ -630,8 +630,7 @@ async def _run_with_network(
         os.replace(staging, node_file)
         task_status.started(info)
         # Run until stopped: run_node's stop() cancels the trainer and this whole scope.
-        await stopping.wait()
-        nursery.cancel_scope.cancel()
+        await trio.sleep_forever()
 
 
 def _build_policy(trainer_config: Any, registry: Any, warmup_steps: int, echo: Callable[[str], None]) -> Any:
@@ -712,10 +711,8 @@ async def _coordinator(
         raise NodeError(f"unusable swarm schedule: {error}") from None
 
 
-async def _join_at_round_start(
-    coordinator: Any, clock: Any, min_remaining: float, stopping: trio.Event
-) -> None:
-    """Wait for the next round when too little of the current one is left (or until stopping).
+async def _join_at_round_start(coordinator: Any, clock: Any, min_remaining: float) -> None:
+    """Wait for the next round when too little of the current one is left (a stop cancels it).
 
     The round machine joins at the CURRENT round. A node that starts it with a second to go
     publishes after every peer's collect deadline and trains alone; measured in the 5-process
@@ -729,8 +726,7 @@ async def _join_at_round_start(
     if remaining_ms >= min_remaining * stage_ms:
         return
     log.info("joining at round %d, in %.1fs", info.round + 1, remaining_ms / 1000)
-    with trio.move_on_after(remaining_ms / 1000 + 0.05):
-        await stopping.wait()
+    await trio.sleep(remaining_ms / 1000 + 0.05)
 
 
 async def _watch_signals(stop: Callable[[str], None]) -> None:

@@ -71,7 +71,7 @@ def differences(schedule: SwarmSchedule, local_rules: dict[str, Any]) -> str | N
     e.g. "swarm rules: tasks a,b; format_reward 0.2 (local config's tasks c; format_reward 0.5 ignored)"
     """
     swarm_rules = rules_of_schedule(schedule)
-    differing = [name for name in RULE_FIELDS if not _same(name, swarm_rules[name], local_rules[name])]
+    differing = _differing(swarm_rules, local_rules)
     if not differing:
         return None
     ours = "; ".join(_show(name, swarm_rules[name]) for name in differing)
@@ -81,8 +81,11 @@ def differences(schedule: SwarmSchedule, local_rules: dict[str, Any]) -> str | N
 
 def differing_rules(ours: SwarmSchedule, theirs: SwarmSchedule) -> list[str]:
     """The names of the rules two schedules disagree on (empty: they score alike)."""
-    mine, other = rules_of_schedule(ours), rules_of_schedule(theirs)
-    return [name for name in RULE_FIELDS if not _same(name, mine[name], other[name])]
+    return _differing(rules_of_schedule(ours), rules_of_schedule(theirs))
+
+
+def _differing(rules: dict[str, Any], other: dict[str, Any]) -> list[str]:
+    return [name for name in RULE_FIELDS if not _same(name, rules[name], other[name])]
 
 
 def trainer_config_for(schedule: SwarmSchedule, trainer_config: Any) -> Any:
