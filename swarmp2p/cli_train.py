@@ -51,6 +51,7 @@ def train(
 
     from swarmp2p.config import config_or_exit
     from trainer.config import TrainerConfig
+    from trainer.evaluation import eval_due
     from trainer.model import ModelLoadError
     from trainer.plot import plot_rewards
     from trainer.tasks import TaskError
@@ -90,9 +91,16 @@ def train(
             losses = policy.warmup(warmup)
             console.print(f"format warm-up: {warmup} steps, loss {losses[0]:.2f} -> {losses[-1]:.2f}")
     evals: list[tuple[int, float]] = []
-    if config.eval_every:
-        first = policy.evaluate()
-        evals.append((policy.step, first["reward"]))
+    last_eval_at: int | None = None
+
+    def maybe_evaluate() -> None:
+        nonlocal last_eval_at
+        if eval_due(config, policy.step, last_eval_at):
+            result = policy.evaluate()
+            last_eval_at = policy.step
+            evals.append((policy.step, result["accuracy"]))
+
+    maybe_evaluate()
 
     rng = random.Random(config.seed * 1_000_003 + policy.step)
     rewards: list[float] = []
@@ -114,12 +122,7 @@ def train(
             metrics = policy.train(groups)
             rewards.append(metrics["reward_mean"])
             log.write(json.dumps(metrics) + "\n")
-            if (
-                policy.last_eval is not None
-                and policy.last_eval["step"] == policy.step
-                and metrics.get("updated")
-            ):
-                evals.append((policy.step, policy.last_eval["reward"]))
+            maybe_evaluate()
             if policy.step != start_step and policy.step % save_every == 0:
                 policy.save()
             progress.update(

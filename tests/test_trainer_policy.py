@@ -162,7 +162,7 @@ def test_checkpoints_keep_last_k_and_fall_back_over_a_corrupt_one(model_cache: P
 
 
 def test_evaluate_reports_per_task_reward_and_accuracy(model_cache: Path) -> None:
-    policy = TrainerPolicy(small_config(model_cache, eval_questions_per_task=2))
+    policy = TrainerPolicy(small_config(model_cache, eval_questions=2))
     result = policy.evaluate()
     assert set(result["per_task"]) == set(TASKS)
     for values in result["per_task"].values():

@@ -99,8 +99,19 @@ class TrainerConfig:
     # --- checkpoints & evaluation ---
     checkpoint_keep: int = attrs.field(default=3, validator=[v.instance_of(int), _positive])
     eval_every: int = attrs.field(default=0, validator=[v.instance_of(int), _non_negative])
-    """Evaluate every this many train() calls; 0 = only when asked."""
-    eval_questions_per_task: int = attrs.field(default=8, validator=[v.instance_of(int), _positive])
+    """Held-out evaluation every this many updates (`train`: GRPO steps; `node` and the simulator:
+    rounds); 0 = never on a schedule (still run by `eval_before_train`)."""
+    eval_before_train: bool = attrs.field(default=True, validator=v.instance_of(bool))
+    """Evaluate once before the first update (when `eval_every > 0`), the curve's starting point."""
+    eval_questions: int = attrs.field(default=32, validator=[v.instance_of(int), _positive])
+    """Held-out questions per task. The set is fixed: the same questions at every evaluation."""
+    eval_generations_to_log: int = attrs.field(default=3, validator=[v.instance_of(int), _non_negative])
+    """Sample generations kept with each evaluation result (metrics, status, round line)."""
+    eval_temperature: float = attrs.field(default=0.6, converter=float, validator=_non_negative)
+    eval_top_p: float = attrs.field(default=0.95, converter=float, validator=_unit_interval)
+    eval_seed: int = attrs.field(default=20261123, validator=v.instance_of(int))
+    """Seeds the held-out set's dataset seed and the evaluation sampler: never a training seed, and
+    the same for every peer, so results compare across peers and runs."""
     seed: int = attrs.field(default=0, validator=v.instance_of(int))
 
     # --- data ---

@@ -31,9 +31,11 @@ def sample(
     pad_id: int,
     generator: torch.Generator,
     cancel: threading.Event | None = None,
+    top_p: float = 1.0,
 ) -> list[list[int]]:
     """`repeats` sampled completions (token ids, EOS included when produced) per prompt, in
-    prompt-major order. temperature 0 means greedy."""
+    prompt-major order. temperature 0 means greedy; top_p < 1 samples from the smallest set of
+    tokens whose probability reaches top_p (nucleus sampling)."""
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
@@ -73,6 +75,8 @@ def sample(
             chosen = logits.argmax(dim=-1)
         else:
             probs = torch.softmax(logits.float() / temperature, dim=-1)
+            if top_p < 1.0:
+                probs = _nucleus(probs, top_p)
             chosen = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(device)
         chosen = torch.where(finished, torch.full_like(chosen, pad_id), chosen)
         tokens[:, step] = chosen
@@ -94,3 +98,13 @@ def sample(
     lengths_list = lengths.tolist()
     token_rows = tokens.cpu().tolist()
     return [row[:length] for row, length in zip(token_rows, lengths_list, strict=True)]
+
+
+def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Zero every token outside the smallest top-probability set whose mass reaches `top_p`
+    (the most likely token always stays), then renormalise."""
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+    sorted_probs = sorted_probs.masked_fill(mass_before >= top_p, 0.0)
+    kept = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    return kept / kept.sum(dim=-1, keepdim=True)

@@ -28,6 +28,7 @@ from trainer.tasks import ReasoningGymRegistry
 __all__ = ["Cancelled", "TrainerPolicy"]
 
 _TOKEN_CACHE_SIZE = 8192
+_EVAL_CHUNK = 64  # held-out questions per generation batch (bounds memory on large models)
 
 
 class TrainerPolicy:
@@ -115,15 +116,18 @@ class TrainerPolicy:
         """G sampled completions per question, each scored by the local registry."""
         return self._generate(questions, self.config.num_generations, self.config.temperature)
 
-    def _generate(
-        self, questions: Sequence[QuestionRef], repeats: int, temperature: float
-    ) -> list[QuestionGroup]:
+    def _sample_ids(
+        self,
+        questions: Sequence[QuestionRef],
+        repeats: int,
+        temperature: float,
+        generator: Any,
+        top_p: float = 1.0,
+    ) -> list[list[int]]:
         self._check_cancel()
-        if not questions:
-            return []
         prompts = [self.prompt_ids(ref) for ref in questions]
         self.model.eval()
-        rows = sample(
+        return sample(
             self.model,
             prompts,
             repeats,
@@ -131,9 +135,18 @@ class TrainerPolicy:
             temperature,
             eos_id=self.tokenizer.eos_token_id,
             pad_id=self.tokenizer.pad_token_id,
-            generator=self.sampler,
+            generator=generator,
             cancel=self._cancel,
+            top_p=top_p,
         )
+
+    def _generate(
+        self, questions: Sequence[QuestionRef], repeats: int, temperature: float
+    ) -> list[QuestionGroup]:
+        self._check_cancel()
+        if not questions:
+            return []
+        rows = self._sample_ids(questions, repeats, temperature, self.sampler)
         groups = []
         for q, ref in enumerate(questions):
             completions = []
@@ -150,8 +163,6 @@ class TrainerPolicy:
 
         self._check_cancel()
         started = time.perf_counter()
-        if self.step == 0 and self.config.eval_every and self.last_eval is None:
-            self.evaluate()
         all_rewards = [c.reward for g in groups for c in g.completions]
         metrics: dict[str, float] = {
             "reward_mean": sum(all_rewards) / len(all_rewards) if all_rewards else 0.0,
@@ -206,8 +217,6 @@ class TrainerPolicy:
             step=float(self.step),
             seconds=time.perf_counter() - started,
         )
-        if self.config.eval_every and self.step % self.config.eval_every == 0:
-            self.evaluate()
         return metrics
 
     def _chunk_loss(self, batch: Any, advantages: Any, start: int, end: int, total_tokens: float) -> tuple:
@@ -295,41 +304,33 @@ class TrainerPolicy:
         return True
 
     # --- evaluation ---
-    def evaluate(self, samples_to_log: int = 3) -> dict[str, Any]:
-        """Greedy answers on the held-out questions: mean reward and accuracy per task."""
-        questions = self.registry.eval_questions(self.config.eval_questions_per_task, self.config.seed)
-        groups = self._generate(questions, repeats=1, temperature=0.0)
-        per_task: dict[str, dict[str, float]] = {}
-        for task in self.registry.task_names():
-            rewards = [g.completions[0].reward for g in groups if g.question.task == task]
-            per_task[task] = {
-                "reward": sum(rewards) / len(rewards),
-                "accuracy": sum(r >= 0.999 for r in rewards) / len(rewards),
-            }
-        result = {
-            "step": self.step,
-            "reward": sum(t["reward"] for t in per_task.values()) / len(per_task),
-            "accuracy": sum(t["accuracy"] for t in per_task.values()) / len(per_task),
-            "per_task": per_task,
-            "samples": [
-                {
-                    "task": g.question.task,
-                    "index": g.question.index,
-                    "completion": g.completions[0].text,
-                    "reward": g.completions[0].reward,
-                }
-                for g in groups[:samples_to_log]
-            ],
-        }
+    def evaluate(self) -> dict[str, Any]:
+        """Answer the held-out set (trainer/evaluation.py) once per question at the evaluation
+        temperature and top-p, with a sampler seeded afresh from `eval_seed`: the same model
+        always gets the same result. Appends the result to `<data_dir>/eval.jsonl`."""
+        import torch
+
+        from trainer.evaluation import evaluate
+
+        def answer(refs: Sequence[QuestionRef]) -> list[str]:
+            generator = torch.Generator(device="cpu").manual_seed(self.config.eval_seed)
+            texts = []
+            for start in range(0, len(refs), _EVAL_CHUNK):
+                chunk = refs[start : start + _EVAL_CHUNK]
+                rows = self._sample_ids(
+                    chunk, 1, self.config.eval_temperature, generator, top_p=self.config.eval_top_p
+                )
+                texts.extend(self.tokenizer.decode(ids, skip_special_tokens=True) for ids in rows)
+            return texts
+
+        result = evaluate(self.registry, self.config, answer, self.step)
         self.last_eval = result
         self.config.data_path.mkdir(parents=True, exist_ok=True)
         with open(self.config.data_path / "eval.jsonl", "a", encoding="utf-8") as handle:
             handle.write(json.dumps(result) + "\n")
         self.log(
-            f"eval step {self.step}: reward {result['reward']:.3f} accuracy {result['accuracy']:.3f}; "
-            f"sample: {result['samples'][0]['completion'][:80]!r}"
-            if result["samples"]
-            else ""
+            f"eval step {self.step}: accuracy {result['accuracy']:.3f} reward {result['reward']:.3f} "
+            f"on {result['questions']} held-out questions ({result['seconds']:.1f} s)"
         )
         return result
 

@@ -108,6 +108,15 @@ class ReasoningGymRegistry:
             return correctness
         return combine(correctness, format_score(completion_text), self._format_weight)
 
+    def correctness(self, question: QuestionRef, answer: str) -> float:
+        """The dataset's own score of `answer` (already extracted), in [0, 1]; never raises."""
+        try:
+            dataset, entry = self._dataset_and_entry(question)
+        except Exception:
+            return 0.0
+        with _isolated_from_process_state():
+            return safe_score(dataset.score_answer, answer, entry)
+
     # --- regeneration ---
     def question(self, ref: QuestionRef) -> tuple[str, str | None]:
         """(prompt text, reference answer) for `ref`. Raises TaskError for unknown or denied tasks."""

@@ -1,0 +1,107 @@
+"""Held-out evaluation: a fixed question set no training step ever sees, answered once each.
+
+The reference recipe's settings: one completion per question sampled at temperature 0.6 with
+top-p 0.95 (not greedy: it is how the model is used, and greedy hides a policy that is right
+only on its single most likely path). The sampler is seeded from `eval_seed` at every call, so
+the same model gives the same result, and evaluating never moves the training sampler.
+
+Disjoint by construction: held-out items are `QuestionRef(task, eval_seed, EVAL_INDEX_BASE + i)`;
+training indices are below TRAIN_INDEX_LIMIT and pre-training drops any item whose question text
+is in the held-out set (trainer/pretrain.py). tests/test_trainer_evaluation.py checks both.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from protocol.messages import QuestionRef
+from trainer.config import TrainerConfig
+from trainer.rewards import extract_answer
+from trainer.tasks import ReasoningGymRegistry
+
+CORRECT = 0.999  # a correctness score at or above this counts as a right answer
+
+
+def eval_questions(registry: ReasoningGymRegistry, config: TrainerConfig) -> list[QuestionRef]:
+    return registry.eval_questions(config.eval_questions, config.eval_seed)
+
+
+def eval_due(config: TrainerConfig, updates: int, last_eval_at: int | None) -> bool:
+    """Whether an evaluation is due after `updates` updates (steps or rounds), the previous one
+    having run after `last_eval_at` updates (None: never)."""
+    if config.eval_every <= 0:
+        return False
+    if last_eval_at is None:
+        return config.eval_before_train or updates >= config.eval_every
+    return updates - last_eval_at >= config.eval_every
+
+
+def summarize(
+    registry: ReasoningGymRegistry,
+    refs: Sequence[QuestionRef],
+    texts: Sequence[str],
+    generations_to_log: int,
+) -> dict[str, Any]:
+    """Accuracy (correct answers, format ignored) and mean reward (the swarm's reward, format
+    included) per task and overall (the mean over tasks, so every task weighs the same)."""
+    per_task: dict[str, dict[str, float]] = {}
+    samples = []
+    for ref, text in zip(refs, texts, strict=True):
+        correct = correctness(registry, ref, text) >= CORRECT
+        reward = registry.score(ref, text)
+        stats = per_task.setdefault(ref.task, {"n": 0, "correct": 0, "reward_sum": 0.0})
+        stats["n"] += 1
+        stats["correct"] += int(correct)
+        stats["reward_sum"] += reward
+        if len(samples) < generations_to_log:
+            _prompt, answer = registry.question(ref)
+            samples.append(
+                {
+                    "task": ref.task,
+                    "index": ref.index,
+                    "completion": text,
+                    "reference": answer,
+                    "correct": correct,
+                    "reward": reward,
+                }
+            )
+    tasks = {
+        task: {
+            "accuracy": stats["correct"] / stats["n"],
+            "reward": stats["reward_sum"] / stats["n"],
+            "n": stats["n"],
+        }
+        for task, stats in per_task.items()
+    }
+    return {
+        "accuracy": sum(t["accuracy"] for t in tasks.values()) / len(tasks),
+        "reward": sum(t["reward"] for t in tasks.values()) / len(tasks),
+        "questions": len(refs),
+        "per_task": tasks,
+        "samples": samples,
+    }
+
+
+def correctness(registry: ReasoningGymRegistry, ref: QuestionRef, text: str) -> float:
+    """The dataset's own score of the answer inside <answer>...</answer> (0 without one)."""
+    answer = extract_answer(text)
+    if answer is None:
+        return 0.0
+    return registry.correctness(ref, answer)
+
+
+def evaluate(
+    registry: ReasoningGymRegistry,
+    config: TrainerConfig,
+    answer: Callable[[Sequence[QuestionRef]], list[str]],
+    step: int,
+) -> dict[str, Any]:
+    """Answer the held-out set with `answer` (one text per question) and summarize."""
+    started = time.perf_counter()
+    refs = eval_questions(registry, config)
+    texts = answer(refs)
+    result = {"step": step, **summarize(registry, refs, texts, config.eval_generations_to_log)}
+    result["seconds"] = time.perf_counter() - started
+    return result
