@@ -15,6 +15,12 @@ class DropCounters:
         "gossip_subscription_queue_full",
         "gossip_rate_limited",
         "gossip_oversized_publish",
+        # Inbound gossip py-libp2p refuses (it only logs them at debug level).
+        "gossip_bad_signature",
+        "gossip_validator_rejected",
+        "gossip_score_gated",
+        "gossip_blacklisted",
+        "gossip_replayed_own",
         "inbound_channel_full",
         "request_garbage",
         "request_oversized",

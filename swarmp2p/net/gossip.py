@@ -1,9 +1,10 @@
 """Gossipsub for py-libp2p 0.8.1, configured and instrumented so that nothing is dropped silently.
 
-py-libp2p drops in four places without raising: the per-peer publish rate limit, the per-peer
-outbound RPC queue (32), the per-subscription delivery queue (32), and adaptive heartbeat
-stretching (up to 60 s). The subclasses here raise those limits from settings and count every
-drop that still happens, so the node can report it.
+py-libp2p drops in several places without raising: the per-peer publish rate limit, the per-peer
+outbound RPC queue (32), the per-subscription delivery queue (32), adaptive heartbeat
+stretching (up to 60 s), and inbound messages that are unsigned, wrongly signed, refused by a
+topic validator or gated by the peer scorer (debug log only). The subclasses here raise those
+limits from settings and count every drop that still happens, so the node can report it.
 """
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from typing import Any
 
 import trio
 from libp2p.abc import IHost
+from libp2p.exceptions import ValidationError
 from libp2p.peer.id import ID
 from libp2p.pubsub import pubsub as _pubsub_module
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.pubsub.rpc_queue import RpcQueue
+from libp2p.pubsub.validators import signature_validator
 
 from swarmp2p.net.counters import DropCounters
 from swarmp2p.net.settings import NetworkSettings
@@ -117,6 +120,49 @@ class CountingPubsub(Pubsub):
         finally:
             _pubsub_module.SUBSCRIPTION_CHANNEL_SIZE = previous
 
+    async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
+        """py-libp2p 0.8.1's `Pubsub.push_msg`, step for step, with a counter on every drop.
+
+        The original drops messages with a bad or missing signature, messages a topic validator
+        refuses, messages its peer scorer gates and messages that claim to come from us, each
+        with only a debug log. It also lets an exception from the signature check (a garbage
+        public key in the message) escape into the pubsub service. Duplicates (already seen)
+        are not drops and are not counted."""
+        if self.is_peer_blacklisted(msg_forwarder) or self.is_peer_blacklisted(ID(msg.from_id)):
+            self._drop_counters.add("gossip_blacklisted")
+            return
+        if self._is_msg_seen(msg):
+            return
+        scorer = getattr(self.router, "scorer", None)
+        try:
+            gated = scorer is not None and not scorer.allow_publish(msg_forwarder, list(msg.topicIDs))
+        except Exception:
+            gated = False  # as upstream: a router without scoring gates nothing
+        if gated:
+            self._drop_counters.add("gossip_score_gated")
+            return
+        if self.strict_signing and not _signature_ok(msg):
+            self._drop_counters.add("gossip_bad_signature")
+            return
+        try:
+            await self.validate_msg(msg_forwarder, msg)
+        except ValidationError:
+            self._drop_counters.add("gossip_validator_rejected")
+            if scorer is not None:
+                for topic in msg.topicIDs:
+                    scorer.on_invalid_message(msg_forwarder, topic)
+            return
+        self._mark_msg_seen(msg)
+        if scorer is not None:
+            for topic in msg.topicIDs:
+                scorer.on_first_delivery(msg_forwarder, topic)
+        if ID(msg.from_id) == self.my_id and msg_forwarder != self.my_id:
+            # Our own message replayed to us after the seen-cache forgot it.
+            self._drop_counters.add("gossip_replayed_own")
+            return
+        self.notify_subscriptions(msg)
+        await self.router.publish(msg_forwarder, msg)
+
     def notify_subscriptions(self, publish_message: rpc_pb2.Message) -> None:
         for topic in publish_message.topicIDs:
             if topic in self.topic_ids:
@@ -126,6 +172,13 @@ class CountingPubsub(Pubsub):
                     self._drop_counters.add("gossip_subscription_queue_full")
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     pass  # unsubscribed meanwhile: nobody is listening, nothing is lost
+
+
+def _signature_ok(msg: rpc_pb2.Message) -> bool:
+    try:
+        return bool(signature_validator(msg))
+    except Exception:  # an undecodable public key in msg.key
+        return False
 
 
 def build_gossip(host: IHost, settings: NetworkSettings, counters: DropCounters) -> CountingPubsub:

@@ -1,0 +1,109 @@
+"""Gossip messages py-libp2p drops on its own (it logs them only at debug level) are counted.
+
+A bare libp2p host plays the attacker: it speaks gossipsub's wire format by hand on a raw
+/meshsub/1.1.0 stream, so it can send what a real gossipsub implementation never would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import multiaddr
+import trio
+from libp2p import new_host
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.crypto.keys import KeyPair
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import info_from_p2p_addr
+from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11
+from libp2p.pubsub.pb import rpc_pb2
+from libp2p.pubsub.validators import PUBSUB_SIGNING_PREFIX
+from libp2p.utils.varint import encode_varint_prefixed
+
+from swarmp2p.net import NetworkSettings, open_libp2p_network
+
+TOPIC = "swarmp2p/test/drops"
+FAST = NetworkSettings(handler_timeout_s=2.0, peer_exchange_interval_s=0.5, upkeep_interval_s=0.2)
+
+
+async def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    with trio.fail_after(timeout_s):
+        while not predicate():
+            await trio.sleep(0.05)
+
+
+def message(origin: KeyPair, data: bytes, seqno: int, *, signer: KeyPair | None = None) -> rpc_pb2.Message:
+    """A pubsub message from `origin`, signed by `signer` (None: unsigned)."""
+    msg = rpc_pb2.Message(
+        data=data,
+        topicIDs=[TOPIC],
+        from_id=ID.from_pubkey(origin.public_key).to_bytes(),
+        seqno=seqno.to_bytes(8, "big"),
+    )
+    if signer is not None:
+        msg.signature = signer.private_key.sign(PUBSUB_SIGNING_PREFIX.encode() + msg.SerializeToString())
+        msg.key = signer.public_key.serialize()
+    return msg
+
+
+def rpc(*messages: rpc_pb2.Message) -> bytes:
+    out = rpc_pb2.RPC(publish=list(messages))
+    out.subscriptions.append(rpc_pb2.RPC.SubOpts(subscribe=True, topicid=TOPIC))
+    return encode_varint_prefixed(out.SerializeToString())
+
+
+def test_unsigned_forged_and_validator_rejected_gossip_is_counted() -> None:
+    attacker_key = create_new_key_pair()
+    bystander_key = create_new_key_pair()
+
+    async def main() -> None:
+        with trio.fail_after(60):
+            async with open_libp2p_network(create_new_key_pair(), FAST) as node:
+                inbox = await node.subscribe(TOPIC)
+                attacker = new_host(key_pair=attacker_key)
+                async with attacker.run(listen_addrs=[multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]):
+                    await attacker.connect(info_from_p2p_addr(multiaddr.Multiaddr(node.listen_addrs()[0])))
+                    node_id = ID.from_base58(node.local_peer_id)
+                    stream: Any = await attacker.new_stream(node_id, [PROTOCOL_ID_V11])
+
+                    # A well-signed message arrives: the hand-made wire format is right.
+                    await stream.write(rpc(message(attacker_key, b"fine", 1, signer=attacker_key)))
+                    with trio.fail_after(10):
+                        assert (await inbox.receive()).data == b"fine"
+                    assert node.counters["gossip_bad_signature"] == 0
+
+                    # Unsigned; signed by someone else; claiming to come from a bystander.
+                    await stream.write(rpc(message(attacker_key, b"unsigned", 2)))
+                    await stream.write(rpc(message(attacker_key, b"wrong key", 3, signer=bystander_key)))
+                    await stream.write(rpc(message(bystander_key, b"impersonated", 4, signer=attacker_key)))
+                    tampered = message(attacker_key, b"original", 5, signer=attacker_key)
+                    tampered.data = b"tampered"
+                    await stream.write(rpc(tampered))
+                    # An undecodable public key made py-libp2p's signature check raise.
+                    garbage_key = rpc_pb2.Message(
+                        data=b"garbage key",
+                        topicIDs=[TOPIC],
+                        from_id=b"\x12\x20" + bytes(32),  # a sha256 peer id: the key must come along
+                        seqno=(6).to_bytes(8, "big"),
+                        signature=b"sig",
+                        key=b"not a protobuf public key",
+                    )
+                    await stream.write(rpc(garbage_key))
+                    await wait_until(lambda: node.counters["gossip_bad_signature"] == 5)
+
+                    # A well-signed message that a topic validator refuses.
+                    node.pubsub.set_topic_validator(TOPIC, lambda sender, msg: msg.data != b"refused", False)
+                    await stream.write(rpc(message(attacker_key, b"refused", 7, signer=attacker_key)))
+                    await wait_until(lambda: node.counters["gossip_validator_rejected"] == 1)
+
+                    # None of the dropped ones was delivered; a good one still is.
+                    await stream.write(rpc(message(attacker_key, b"fine again", 8, signer=attacker_key)))
+                    with trio.fail_after(10):
+                        assert (await inbox.receive()).data == b"fine again"
+                    assert node.counters["gossip_bad_signature"] == 5
+                    assert node.counters["gossip_validator_rejected"] == 1
+                    assert "gossip_bad_signature" in node.status()["drops"]
+                    await stream.reset()
+
+    trio.run(main)
