@@ -468,11 +468,24 @@ def unpack_strict(
         raise ProtocolError("malformed", "string is not valid UTF-8") from None
     except ValueError as error:
         text = str(error)
-        if "exceeds max" in text:
+        if "exceeds max" in text and _is_complete_msgpack(data):
             raise ProtocolError("oversized", f"msgpack length {text}") from None
         raise ProtocolError("malformed", f"invalid msgpack: {text}") from None
     except Exception as error:
         raise ProtocolError("malformed", f"invalid msgpack: {type(error).__name__}") from None
+
+
+def _is_complete_msgpack(data: bytes) -> bool:
+    """Whether `data` is one whole msgpack object. msgpack checks a length header against the
+    max_*_len bounds before it reads what follows, so "exceeds max" alone does not tell a
+    message that really holds too many items from garbage whose header claims billions: only
+    the former is `oversized`. msgpack's default bounds are the input's own length, so this
+    second pass allocates no more than the input."""
+    try:
+        msgpack.unpackb(data, raw=False, use_list=False, strict_map_key=False)
+    except Exception:
+        return False
+    return True
 
 
 _TOP_KEYS = frozenset({"v", "k", "b"})

@@ -169,15 +169,57 @@ def test_invalid_utf8_is_malformed():
     assert reason_of(top.replace(b"@@@@", b"\xff\xfe\xfd\xfc")) == "malformed"
 
 
-def test_hostile_length_prefix_does_not_allocate():
-    # bin32 / str32 / array32 / map32 headers claiming ~4 GiB with almost no payload.
+def test_hostile_length_prefix_does_not_allocate_and_is_malformed():
+    # bin32 / str32 / array32 / map32 headers claiming ~4 GiB with almost no payload: a header
+    # promising more than the message holds is garbage, not a message that is too big.
     for header in (
         b"\xc6\xff\xff\xff\xf0",
         b"\xdb\xff\xff\xff\xf0",
         b"\xdd\xff\xff\xff\xf0",
         b"\xdf\xff\xff\xff\xf0",
+        b"\xde\x01\x00",  # map16 of 256 pairs, then nothing
     ):
-        assert reason_of(header + b"\x00" * 16) in {"malformed", "oversized"}
+        assert reason_of(header + b"\x00" * 16) == "malformed"
+
+
+def test_a_complete_message_with_too_many_items_is_still_oversized():
+    # Well-formed msgpack whose map or list is over the decoder's bound: really too big.
+    many_keys = raw({f"k{i}": i for i in range(100)})
+    assert reason_of(many_keys) == "oversized"
+    long_list = raw({"v": PROTOCOL_VERSION, "k": "reward", "b": list(range(1000))})
+    assert reason_of(long_list) == "oversized"
+
+
+def well_formed_msgpack(data: bytes) -> bool:
+    """Complete msgpack (one object, nothing after it), whatever its sizes and shape."""
+    try:
+        msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception:
+        return False
+    return True
+
+
+# Random bytes that start like a container or string more often than uniform bytes would.
+_LENGTH_HEADERS = [*range(0x80, 0xC0), 0xC4, 0xC5, 0xC6, 0xD9, 0xDA, 0xDB, 0xDC, 0xDD, 0xDE, 0xDF]
+garbage = st.one_of(
+    st.binary(max_size=512),
+    st.builds(
+        lambda head, rest: bytes([head]) + rest, st.sampled_from(_LENGTH_HEADERS), st.binary(max_size=64)
+    ),
+    st.builds(lambda n, rest: codec.encode(REPORT)[:n] + rest, st.integers(0, 60), st.binary(max_size=64)),
+)
+
+
+@given(garbage)
+def test_garbage_is_malformed_never_oversized(data):
+    """`oversized` means a message really is too big: over its byte cap, or well-formed
+    msgpack holding more than a bound allows. Bytes that are not msgpack at all are
+    `malformed`, whatever length a header in them claims."""
+    try:
+        codec.decode(data)
+    except ProtocolError as error:
+        if error.reason == "oversized":
+            assert len(data) > limits.MAX_ANY_MESSAGE_BYTES or well_formed_msgpack(data), (error, data)
 
 
 def test_over_cap_messages_are_oversized_before_parsing():

@@ -211,6 +211,30 @@ def test_mutated_or_random_envelopes_raise_only_protocol_error(data):
         assert opened.signer == PEER_A
 
 
+def test_garbage_envelopes_are_malformed_not_oversized():
+    # A map header promising 15 entries, an array header, a map32 claiming ~4 GiB.
+    for data in (b"\x8f\x01", b"\xdf\xff\xff\xff\xf0" + bytes(16), b"\xde\x01\x00"):
+        assert reason_of(data) == "malformed", data
+
+
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(st.binary(max_size=256), mutated_envelopes()))
+def test_random_envelope_bytes_are_oversized_only_when_they_are(data):
+    try:
+        open_envelope(data)
+    except ProtocolError as error:
+        if error.reason == "oversized":
+            assert len(data) > limits.MAX_ENVELOPE_BYTES or well_formed_msgpack(data), (error, data)
+
+
+def well_formed_msgpack(data: bytes) -> bool:
+    try:
+        msgpack.unpackb(data, raw=False, strict_map_key=False)
+    except Exception:
+        return False
+    return True
+
+
 def test_opened_is_frozen():
     opened = open_envelope(seal(report(), SEED_A))
     with pytest.raises(attrs.exceptions.FrozenInstanceError):
