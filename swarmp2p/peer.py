@@ -78,7 +78,7 @@ from protocol.rounds import (
     Train,
     TrainingFinished,
 )
-from protocol.sampling import sample_training_groups
+from protocol.sampling import SamplingRule, SamplingState, observe_round, sample_training_groups
 from protocol.scoring import PeerScores
 from protocol.tasks import TaskRegistry
 from protocol.verification import VerificationLimits, verify_batch
@@ -127,6 +127,12 @@ class PeerSettings:
     n_local: int = attrs.field(default=4, validator=attrs.validators.ge(0))
     n_external: int = attrs.field(default=4, validator=attrs.validators.ge(0))
     max_groups_per_peer: int = attrs.field(default=2, validator=attrs.validators.ge(1))
+    sampling: SamplingRule = attrs.field(factory=SamplingRule)
+    """How the n_local + n_external training groups are picked (protocol.sampling: fixed,
+    adaptive split, filtered peers; optional top-up of a short side)."""
+    verify_rewards: bool = True
+    """Re-score every fetched batch before accepting it. False takes claimed rewards on trust:
+    only for the experiment that measures what verification is worth, never for a real peer."""
     ban_threshold: int = attrs.field(default=3, validator=attrs.validators.ge(1))
     collect_fraction: float = attrs.field(
         default=0.6, validator=[attrs.validators.gt(0.0), attrs.validators.le(1.0)]
@@ -189,6 +195,8 @@ class RoundRecord:
     finished_ms: int
     train_metrics: Mapping[str, float] = attrs.field(factory=dict)
     skipped: bool = False  # never started: too little of it was left (PeerSettings.min_round_remaining)
+    trained_local: int = 0  # local groups passed to train() this round
+    trained_external: int = 0  # external groups passed to train() this round
 
     def to_json(self) -> dict[str, Any]:
         data = attrs.asdict(self)
@@ -234,6 +242,8 @@ class _RoundState:
     deferred: dict[str, tuple[float, RolloutAnnouncement]] = attrs.Factory(dict)
     rejected: Counter[str] = attrs.Factory(Counter)
     trained_on: tuple[str, ...] = ()
+    trained_local: int = 0
+    trained_external: int = 0
     train_metrics: dict[str, float] = attrs.Factory(dict)
 
 
@@ -370,6 +380,7 @@ class Peer:
         self.history: list[RoundRecord] = []
         self.rejections: Counter[str] = Counter()
         self.counters: Counter[str] = Counter()
+        self.sampling_state = SamplingState()  # what the sampling rule remembers between rounds
         self.topic = announce_topic(settings.swarm_id)
 
         self._state: _RoundState | None = None
@@ -683,16 +694,29 @@ class Peer:
         external = {
             peer: groups for peer, groups in state.external.items() if not self.scores.is_banned(peer)
         }
+        settings = self.settings
         sampled = sample_training_groups(
             state.local,
             external,
-            n_local=self.settings.n_local,
-            n_external=self.settings.n_external,
-            max_per_peer=self.settings.max_groups_per_peer,
-            seed=derive_seed(self.settings.seed, round_number, self.peer_id, "sample"),
+            n_local=settings.n_local,
+            n_external=settings.n_external,
+            max_per_peer=settings.max_groups_per_peer,
+            seed=derive_seed(settings.seed, round_number, self.peer_id, "sample"),
+            rule=settings.sampling,
+            state=self.sampling_state,
+        )
+        self.sampling_state = observe_round(
+            settings.sampling,
+            self.sampling_state,
+            state.local,
+            external,
+            round_number=round_number,
+            n_local=settings.n_local,
+            n_external=settings.n_external,
         )
         groups = [*sampled.local, *(group for _, group in sampled.external)]
         state.trained_on = tuple(sorted({peer for peer, _ in sampled.external}))
+        state.trained_local, state.trained_external = len(sampled.local), len(sampled.external)
         self.counters["dropped_zero_advantage"] += sampled.dropped_zero_advantage
         if groups:
             try:
@@ -706,6 +730,7 @@ class Peer:
                 log.exception("%s: training failed in round %d", self.peer_id, round_number)
                 self.counters["train_failed"] += 1
                 state.trained_on = ()
+                state.trained_local = state.trained_external = 0
             try:
                 await self._offload(self.policy.save)
             except Exception:
@@ -759,6 +784,8 @@ class Peer:
             opened_ms=state.opened_ms,
             finished_ms=self.clock.now_ms(),
             train_metrics=state.train_metrics,
+            trained_local=state.trained_local,
+            trained_external=state.trained_external,
         )
         self._record(record)
 
@@ -1046,6 +1073,7 @@ class Peer:
             expected_questions=expected,
             limits=settings.verification_limits,
             tolerance=settings.reward_tolerance,
+            rescore=settings.verify_rewards,
         )
 
     async def _fetch(self, job: _FetchJob) -> tuple[bytes, bool] | None:
