@@ -14,6 +14,11 @@ learning, not of a transformer — enough to compare sampling splits, faults and
 
 Compute time is virtual: each call adds to `pending_cost_s`, which the simulator's offload turns
 into `trio.sleep` on the virtual clock (slow peers have a larger `slowdown`).
+
+`evaluate()` answers a fixed held-out set (questions at indices from protocol.questions'
+EVAL_INDEX_BASE, which training never draws) once each, from the same skills, and returns the
+result shape of trainer/policy.py's `evaluate()` marked `"simulated": True`: its accuracy is
+this caricature's skill, not a model's.
 """
 
 from __future__ import annotations
@@ -21,10 +26,12 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+from typing import Any
 
 import attrs
 
 from protocol.messages import Completion, QuestionGroup, QuestionRef
+from protocol.questions import EVAL_INDEX_BASE
 from simulator.registry import SimTaskRegistry, format_answer, reference_answer
 from swarmp2p.peer import derive_seed
 
@@ -37,6 +44,10 @@ class SimPolicyParams:
     initial_format: tuple[float, float] = (0.2, 0.5)
     generate_cost_s: float = 0.5  # virtual seconds per question
     train_cost_s: float = 0.25  # virtual seconds per group
+    eval_questions: int = 16  # held-out questions per task
+    eval_generations_to_log: int = 3
+    eval_cost_s: float = 0.1  # virtual seconds per held-out question (one completion each)
+    eval_dataset_seed: int = 20261123  # the held-out set's dataset seed (trainer: eval_seed)
 
 
 @attrs.frozen
@@ -140,6 +151,50 @@ class SimPolicy:
         self.steps = checkpoint.steps
         return True
 
+    def evaluate(self) -> dict[str, Any]:
+        """One answer per held-out question (the same questions every time, sampled from a seed
+        fixed by the policy's state: the same policy gives the same result). Accuracy counts
+        correct formatted answers; reward is the swarm's. Costs `eval_cost_s` per question."""
+        params = self.params
+        tasks = self.registry.task_names()
+        cost = params.eval_cost_s * params.eval_questions * len(tasks) * self.slowdown
+        self.pending_cost_s += cost
+        rng = random.Random(derive_seed(self.seed, self.name, self.steps, "eval"))
+        per_task: dict[str, dict[str, float]] = {}
+        samples: list[dict[str, Any]] = []
+        for task in tasks:
+            correct_sum = reward_sum = 0.0
+            for i in range(params.eval_questions):
+                question = QuestionRef(task, params.eval_dataset_seed, EVAL_INDEX_BASE + i)
+                text = self._answer(question, rng)
+                reward = self.registry.score(question, text)
+                correct = reward >= 1.0
+                correct_sum += correct
+                reward_sum += reward
+                if len(samples) < params.eval_generations_to_log:
+                    samples.append(
+                        {
+                            "task": task,
+                            "index": question.index,
+                            "completion": text,
+                            "reference": reference_answer(question),
+                            "correct": correct,
+                            "reward": reward,
+                        }
+                    )
+            n = params.eval_questions
+            per_task[task] = {"accuracy": correct_sum / max(1, n), "reward": reward_sum / max(1, n), "n": n}
+        return {
+            "step": self.steps,
+            "accuracy": math.fsum(t["accuracy"] for t in per_task.values()) / len(per_task),
+            "reward": math.fsum(t["reward"] for t in per_task.values()) / len(per_task),
+            "questions": params.eval_questions * len(tasks),
+            "per_task": per_task,
+            "samples": samples,
+            "seconds": cost,  # virtual
+            "simulated": True,
+        }
+
     # ---- helpers -------------------------------------------------------------------------
 
     def mean_skill(self) -> float:
@@ -155,19 +210,19 @@ class SimPolicy:
                 self.seed, self.name, self.steps, question.task, question.dataset_seed, question.index
             )
         )
-        answer = reference_answer(question)
-        skill = self.skills.get(question.task, 0.0)
         completions = []
         for _ in range(self.params.group_size):
-            if rng.random() < self.format_skill:
-                if rng.random() < skill:
-                    text = format_answer(answer)
-                else:
-                    text = format_answer(str((int(answer) + 1 + rng.randrange(998)) % 1000))
-            else:
-                text = answer if rng.random() < 0.5 else "I think it is " + answer
+            text = self._answer(question, rng)
             completions.append(Completion(text=text, reward=self.registry.score(question, text)))
         return QuestionGroup(question=question, completions=tuple(completions))
+
+    def _answer(self, question: QuestionRef, rng: random.Random) -> str:
+        answer = reference_answer(question)
+        if rng.random() < self.format_skill:
+            if rng.random() < self.skills.get(question.task, 0.0):
+                return format_answer(answer)
+            return format_answer(str((int(answer) + 1 + rng.randrange(998)) % 1000))
+        return answer if rng.random() < 0.5 else "I think it is " + answer
 
 
 class ForgingPolicy(SimPolicy):

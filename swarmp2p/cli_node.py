@@ -33,6 +33,20 @@ def node(
     contract: str | None = typer.Option(None, "--contract", help="SwarmCoordinator contract address."),
     eth_key: str | None = typer.Option(None, "--eth-key", help="Ethereum key file for the coordinator."),
     log_level: str | None = typer.Option(None, "--log-level", help="debug, info or warning."),
+    eval_every: int | None = typer.Option(
+        None, "--eval-every", help="Held-out evaluation every N rounds (default 5; 0: never)."
+    ),
+    eval_before_train: bool | None = typer.Option(
+        None,
+        "--eval-before-train/--no-eval-before-train",
+        help="Evaluate once before the first round (default: yes).",
+    ),
+    eval_questions: int | None = typer.Option(
+        None, "--eval-questions", help="Held-out questions per task (the same set every time)."
+    ),
+    eval_generations_to_log: int | None = typer.Option(
+        None, "--eval-generations-to-log", help="Sample answers kept with each evaluation."
+    ),
 ) -> None:
     """Run a swarm peer. With no arguments: start a new local swarm on the tiny model."""
     import trio
@@ -40,7 +54,7 @@ def node(
     from rich.markup import escape
 
     from swarmp2p.config import config_or_exit
-    from swarmp2p.node import NodeConfig, NodeError, run_node
+    from swarmp2p.node import NODE_TRAINER_DEFAULTS, NodeConfig, NodeError, run_node
     from trainer.config import TrainerConfig
 
     node_config = config_or_exit(
@@ -66,7 +80,15 @@ def node(
         TrainerConfig,
         section="trainer",
         file=config,
-        overrides={"model": model or node_config.model, "data_dir": str(Path(node_config.data_dir))},
+        overrides={
+            "model": model or node_config.model,
+            "data_dir": str(Path(node_config.data_dir)),
+            "eval_every": eval_every,
+            "eval_before_train": eval_before_train,
+            "eval_questions": eval_questions,
+            "eval_generations_to_log": eval_generations_to_log,
+        },
+        defaults=NODE_TRAINER_DEFAULTS,
     )
     console = Console(soft_wrap=True, highlight=False)
     errors = Console(stderr=True, soft_wrap=True)

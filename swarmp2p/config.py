@@ -137,11 +137,14 @@ def load_config(
     overrides: Mapping[str, Any] | None = None,
     env_prefix: str = ENV_PREFIX,
     registry: ConfigRegistry | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> T:
     """Build `cls` from defaults < file `[section]` < environment < overrides (CLI flags).
 
     `file` None means: the path in `SWARMP2P_CONFIG` if set, else no file. `overrides` values
-    that are None are ignored (a flag the user did not pass). Raises `ConfigError`.
+    that are None are ignored (a flag the user did not pass). `defaults` replaces the class's
+    own defaults for this command (e.g. `swarmp2p node` evaluates every 5 rounds where the
+    trainer's default is never): the lowest layer. Raises `ConfigError`.
     """
     registry = registry or REGISTRY
     registry.register(cls, section)
@@ -153,6 +156,10 @@ def load_config(
 
     # Each layer maps field name -> (raw value, source description, base dir for relative paths).
     layers: dict[str, tuple[Any, str, Path | None]] = {}
+    for key, raw in (defaults or {}).items():
+        if key not in fields:
+            raise ConfigError(f"config error: [{section}] {key}: not a setting of this command (default)")
+        layers[key] = (raw, "the command's default", None)
 
     config_path, path_source = _config_file_path(file, env)
     if config_path is not None:
@@ -521,6 +528,7 @@ def config_or_exit(
     env: Mapping[str, str] | None = None,
     env_prefix: str = ENV_PREFIX,
     registry: ConfigRegistry | None = None,
+    defaults: Mapping[str, Any] | None = None,
 ) -> T:
     """`load_config` for CLI commands: on error print the one line in red to stderr, exit 2."""
     try:
@@ -532,6 +540,7 @@ def config_or_exit(
             overrides=overrides,
             env_prefix=env_prefix,
             registry=registry,
+            defaults=defaults,
         )
     except ConfigError as error:
         from rich.console import Console

@@ -15,7 +15,16 @@ key optional, extra keys are passed through to `/api/status`):
      "peers": [peer id, ...] or int,
      "history": [{"round": int, "reward": float, "rollouts_in": int,
                   "rollouts_out": int, "rejected": int}, ...],
-     "counters": {name: number, ...}}
+     "counters": {name: number, ...},
+     "eval": {"round": int or null, "step": int, "accuracy": float, "reward": float,
+              "accuracy_change": float or null, "questions": int, "seconds": float,
+              "per_task": {task: {"accuracy": float, "reward": float, "n": int}},
+              "samples": [{"task", "completion", "reference", "correct", "reward"}, ...],
+              "simulated": bool},
+     "eval_history": [{"round": int or null, "step": int, "accuracy": float, "reward": float}, ...],
+     "eval_deferred": {"round": int, "needed_s": float, "left_s": float} or null}
+
+(`eval*` come from swarmp2p/heldout.py: the held-out evaluation; round null = before training.)
 
 Peer ids, phases and counter names can come from other peers; the page inserts them only as
 text (never as HTML) and a Content-Security-Policy forbids any script or fetch from elsewhere.
@@ -96,6 +105,12 @@ def normalize_status(raw: Mapping[str, Any]) -> dict[str, Any]:
         if isinstance(counters, dict)
         else {}
     )
+    evals = status.get("eval_history")
+    rows = [row for row in evals if isinstance(row, dict)] if isinstance(evals, list) else []
+    status["eval_history"] = rows[-_MAX_HISTORY:]
+    for key in ("eval", "eval_deferred"):
+        if not isinstance(status.get(key), dict):
+            status[key] = None
     for key in ("peer_id", "phase"):
         if key in status and status[key] is not None:
             status[key] = str(status[key])
@@ -161,6 +176,7 @@ def render_metrics(status: Mapping[str, Any] | None, source_errors: int) -> tupl
                 gauge = GaugeMetricFamily(name, help_text)
                 gauge.add_metric([], float(value))
                 families.append(gauge)
+        families.extend(_eval_metrics(status))
         seen = {"swarmp2p_dashboard_source_errors"}
         for key, value in sorted(status.get("counters", {}).items()):
             name = _metric_name(key)
@@ -180,6 +196,44 @@ def render_metrics(status: Mapping[str, Any] | None, source_errors: int) -> tupl
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Snapshot())
     return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+def _eval_metrics(status: Mapping[str, Any]) -> list[Any]:
+    """Gauges of the latest held-out evaluation: overall and per task (label `task`)."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    result = status.get("eval")
+    if not isinstance(result, Mapping):
+        return []
+    families: list[Any] = []
+    overall = {
+        "swarmp2p_eval_accuracy": (
+            "Held-out accuracy of the latest evaluation (mean over tasks).",
+            "accuracy",
+        ),
+        "swarmp2p_eval_reward": ("Held-out mean reward of the latest evaluation.", "reward"),
+        "swarmp2p_eval_step": ("Training step the latest held-out evaluation measured.", "step"),
+        "swarmp2p_eval_seconds": ("Duration of the latest held-out evaluation.", "seconds"),
+    }
+    for name, (help_text, key) in overall.items():
+        if _is_number(result.get(key)):
+            gauge = GaugeMetricFamily(name, help_text)
+            gauge.add_metric([], float(result[key]))
+            families.append(gauge)
+    per_task = result.get("per_task")
+    if isinstance(per_task, Mapping):
+        for key in ("accuracy", "reward"):
+            gauge = GaugeMetricFamily(
+                f"swarmp2p_eval_task_{key}",
+                f"Held-out {key} of the latest evaluation, per task.",
+                labels=["task"],
+            )
+            for task, stats in sorted(per_task.items()):
+                if isinstance(stats, Mapping) and _is_number(stats.get(key)):
+                    gauge.add_metric([str(task)], float(stats[key]))
+            if gauge.samples:
+                families.append(gauge)
+    return families
 
 
 # --------------------------------------------------------------------------------------
@@ -282,7 +336,13 @@ _PAGE = """<!doctype html>
  table{border-collapse:collapse;background:#fff;font-size:.85rem}
  td,th{border:1px solid #dde1e7;padding:.25rem .6rem;text-align:right} th{background:#eef0f4}
  td.l,th.l{text-align:left}
- #chart{background:#fff;border:1px solid #dde1e7;border-radius:6px}
+ svg.chart{background:#fff;border:1px solid #dde1e7;border-radius:6px;max-width:100%;height:auto}
+ .note{font-size:.8rem;font-weight:normal;color:#5b6473}
+ .samples{table-layout:fixed;width:100%;max-width:72rem}
+ .samples td{vertical-align:top}
+ .samples td.text{font-family:ui-monospace,monospace;font-size:.78rem;white-space:pre-wrap;
+  word-break:break-word;text-align:left}
+ .ok{color:#067647;font-weight:600} .bad{color:#b42318;font-weight:600}
  #state{font-size:.8rem;color:#5b6473} #state.bad{color:#b42318;font-weight:600}
  .peers{font-family:ui-monospace,monospace;font-size:.8rem;max-height:10rem;overflow:auto;background:#fff;
   border:1px solid #dde1e7;padding:.4rem;margin:0}
@@ -297,9 +357,30 @@ _PAGE = """<!doctype html>
  <div class="card"><div class="k">last reward</div><div class="v" id="last_reward">–</div></div>
 </div>
 <h2>Reward per round</h2>
-<svg id="chart" width="720" height="240" viewBox="0 0 720 240" role="img" aria-label="reward per round"></svg>
+<svg id="chart" class="chart" width="720" height="240" viewBox="0 0 720 240" role="img"
+ aria-label="reward per round"></svg>
+<h2>Held-out evaluation <span class="note" id="eval_note"></span></h2>
+<div class="cards">
+ <div class="card"><div class="k">accuracy</div><div class="v" id="eval_accuracy">–</div></div>
+ <div class="card"><div class="k">change</div><div class="v" id="eval_change">–</div></div>
+ <div class="card"><div class="k">eval reward</div><div class="v" id="eval_reward">–</div></div>
+ <div class="card"><div class="k">measured at</div><div class="v" id="eval_when">–</div></div>
+ <div class="card"><div class="k">deferred</div><div class="v" id="eval_deferred">–</div></div>
+</div>
+<p></p>
+<svg id="evalchart" class="chart" width="720" height="200" viewBox="0 0 720 200" role="img"
+ aria-label="held-out accuracy per round"></svg>
+<h2>Held-out accuracy per task</h2>
+<table><thead><tr><th class="l">task</th><th>accuracy</th><th>reward</th><th>questions</th></tr>
+</thead><tbody id="eval_tasks"></tbody></table>
+<h2>Last logged generations</h2>
+<table class="samples"><colgroup><col style="width:11rem"><col style="width:5rem"><col style="width:5rem">
+<col style="width:8rem"><col></colgroup>
+<thead><tr><th class="l">task</th><th>correct</th><th>reward</th><th class="l">reference</th>
+<th class="l">completion</th></tr></thead><tbody id="eval_samples"></tbody></table>
 <h2>Recent rounds</h2>
-<table><thead><tr><th>round</th><th>reward</th><th>rollouts in</th><th>rollouts out</th><th>rejected</th></tr>
+<table><thead><tr><th>round</th><th>reward</th><th>rollouts in</th><th>rollouts out</th><th>rejected</th>
+<th>held-out acc</th></tr>
 </thead><tbody id="rounds"></tbody></table>
 <h2>Counters</h2>
 <table><tbody id="counters"></tbody></table>
@@ -319,15 +400,16 @@ function svg(tag, attrs, content) {
   if (content !== undefined) node.textContent = content;
   return node;
 }
-function drawChart(history) {
-  const chart = $("chart"); chart.replaceChildren();
-  const pts = history.filter(r => typeof r.round === "number" && typeof r.reward === "number");
-  const W = 720, H = 240, L = 48, R = 12, T = 12, B = 28;
-  if (pts.length === 0) { chart.appendChild(svg("text", {x: W/2, y: H/2, "text-anchor": "middle",
-    fill: "#5b6473"}, "no rounds yet")); return; }
-  const xs = pts.map(p => p.round), ys = pts.map(p => p.reward);
+function drawChart(chart, series, opts) {
+  // series: [{pts: [{x, y, tip}], color, dash}]; opts: {W, H, y0, y1, empty, xlabel}
+  chart.replaceChildren();
+  const W = opts.W, H = opts.H, L = 48, R = 12, T = 12, B = 28;
+  const all = series.flatMap(s => s.pts);
+  if (all.length === 0) { chart.appendChild(svg("text", {x: W/2, y: H/2, "text-anchor": "middle",
+    fill: "#5b6473"}, opts.empty)); return; }
+  const xs = all.map(p => p.x), ys = all.map(p => p.y);
   let x0 = Math.min(...xs), x1 = Math.max(...xs); if (x0 === x1) { x0 -= 1; x1 += 1; }
-  let y0 = Math.min(0, ...ys), y1 = Math.max(1, ...ys);
+  const y0 = Math.min(opts.y0, ...ys), y1 = Math.max(opts.y1, ...ys);
   const sx = (x) => L + (x - x0) / (x1 - x0) * (W - L - R);
   const sy = (y) => H - B - (y - y0) / (y1 - y0) * (H - T - B);
   for (let i = 0; i <= 4; i++) {
@@ -336,28 +418,102 @@ function drawChart(history) {
     chart.appendChild(svg("text", {x: L - 6, y: sy(y) + 4, "text-anchor": "end", "font-size": 11,
       fill: "#5b6473"}, y.toFixed(2)));
   }
-  chart.appendChild(svg("text", {x: L, y: H - 8, "font-size": 11, fill: "#5b6473"}, "round " + x0));
+  chart.appendChild(svg("text", {x: L, y: H - 8, "font-size": 11, fill: "#5b6473"}, opts.xlabel + " " + x0));
   chart.appendChild(svg("text", {x: W - R, y: H - 8, "text-anchor": "end", "font-size": 11,
-    fill: "#5b6473"}, "round " + x1));
-  const d = pts.map((p, i) => (i ? "L" : "M") + sx(p.round).toFixed(1) + "," + sy(p.reward).toFixed(1))
-    .join("");
-  chart.appendChild(svg("path", {d: d, fill: "none", stroke: "#2563eb", "stroke-width": 2}));
-  if (pts.length <= 200) for (const p of pts) {
-    const dot = svg("circle", {cx: sx(p.round), cy: sy(p.reward), r: 3, fill: "#2563eb"});
-    dot.appendChild(svg("title", {}, "round " + p.round + ": " + fmt(p.reward, 3)));
-    chart.appendChild(dot);
+    fill: "#5b6473"}, opts.xlabel + " " + x1));
+  let legendX = L + 8;
+  for (const s of series) {
+    if (s.pts.length === 0) continue;
+    const d = s.pts.map((p, i) => (i ? "L" : "M") + sx(p.x).toFixed(1) + "," + sy(p.y).toFixed(1)).join("");
+    const line = {d: d, fill: "none", stroke: s.color, "stroke-width": 2};
+    if (s.dash) line["stroke-dasharray"] = "5 4";
+    chart.appendChild(svg("path", line));
+    if (s.pts.length <= 200) for (const p of s.pts) {
+      const dot = svg("circle", {cx: sx(p.x), cy: sy(p.y), r: 3, fill: s.color});
+      dot.appendChild(svg("title", {}, p.tip));
+      chart.appendChild(dot);
+    }
+    if (s.label) {
+      chart.appendChild(svg("rect", {x: legendX, y: T + 2, width: 12, height: 3, fill: s.color}));
+      chart.appendChild(svg("text", {x: legendX + 16, y: T + 8, "font-size": 11, fill: "#1d2330"}, s.label));
+      legendX += 24 + 7 * s.label.length;
+    }
+  }
+}
+function drawRewards(history) {
+  const pts = history.filter(r => typeof r.round === "number" && typeof r.reward === "number")
+    .map(r => ({x: r.round, y: r.reward, tip: "round " + r.round + ": " + fmt(r.reward, 3)}));
+  drawChart($("chart"), [{pts: pts, color: "#2563eb"}],
+    {W: 720, H: 240, y0: 0, y1: 1, empty: "no rounds yet", xlabel: "round"});
+}
+function evalRounds(evals, history) {
+  // An evaluation before training has round null: drawn one round before the first one played.
+  const played = history.concat(evals).map(r => r.round).filter(r => typeof r === "number");
+  const start = played.length ? Math.min(...played) - 1 : 0;
+  return evals.filter(e => typeof e.accuracy === "number")
+    .map(e => ({e: e, x: typeof e.round === "number" ? e.round : start}));
+}
+function drawEval(evals, history) {
+  const rows = evalRounds(evals, history);
+  const when = (r) => (typeof r.e.round === "number" ? "round " + r.e.round : "before training") +
+    (typeof r.e.step === "number" ? " (step " + r.e.step + ")" : "");
+  const acc = rows.map(r => ({x: r.x, y: r.e.accuracy, tip: when(r) + ": accuracy " + fmt(r.e.accuracy, 3)}));
+  const rew = rows.filter(r => typeof r.e.reward === "number")
+    .map(r => ({x: r.x, y: r.e.reward, tip: when(r) + ": reward " + fmt(r.e.reward, 3)}));
+  drawChart($("evalchart"), [{pts: acc, color: "#067647", label: "accuracy"},
+                             {pts: rew, color: "#9e77ed", dash: true, label: "reward"}],
+    {W: 720, H: 200, y0: 0, y1: 1, empty: "no held-out evaluation yet", xlabel: "round"});
+}
+function cell(tr, value, cls) {
+  const td = document.createElement("td"); td.textContent = value; if (cls) td.className = cls;
+  tr.appendChild(td); return td;
+}
+function fillEval(body) {
+  const last = body.eval || null, deferred = body.eval_deferred || null;
+  const counters = body.counters || {};
+  text("eval_accuracy", last ? fmt(last.accuracy, 3) : null);
+  const change = last ? last.accuracy_change : null;
+  text("eval_change", typeof change === "number" ? (change >= 0 ? "+" : "") + change.toFixed(3) : null);
+  text("eval_reward", last ? fmt(last.reward, 3) : null);
+  text("eval_when", !last ? null : (typeof last.round === "number" ? "round " + last.round : "start") +
+    (typeof last.step === "number" ? " · step " + last.step : ""));
+  text("eval_deferred", typeof counters.eval_deferred === "number" ? counters.eval_deferred : 0);
+  let note = last && last.simulated ? "simulated learner: accuracy is its simulated skill" : "";
+  if (last && typeof last.questions === "number") note = (note ? note + " · " : "") + last.questions +
+    " held-out questions" + (typeof last.seconds === "number" ? " in " + last.seconds.toFixed(1) + " s" : "");
+  if (deferred) note += " · last deferred in round " + deferred.round + ": " + fmt(deferred.needed_s, 1) +
+    " s needed, " + fmt(deferred.left_s, 1) + " s left";
+  $("eval_note").textContent = note;
+  drawEval(Array.isArray(body.eval_history) ? body.eval_history : [], body.history || []);
+  const tasks = $("eval_tasks"); tasks.replaceChildren();
+  const perTask = (last && last.per_task) || {};
+  for (const name of Object.keys(perTask).sort()) {
+    const t = perTask[name] || {}, tr = document.createElement("tr");
+    cell(tr, name, "l"); cell(tr, fmt(t.accuracy, 3)); cell(tr, fmt(t.reward, 3));
+    cell(tr, typeof t.n === "number" ? String(t.n) : "–"); tasks.appendChild(tr);
+  }
+  const samples = $("eval_samples"); samples.replaceChildren();
+  for (const sample of (last && Array.isArray(last.samples)) ? last.samples : []) {
+    const tr = document.createElement("tr");
+    cell(tr, String(sample.task), "l");
+    cell(tr, sample.correct ? "yes" : "no", sample.correct ? "ok" : "bad");
+    cell(tr, fmt(sample.reward, 2));
+    cell(tr, String(sample.reference), "text"); cell(tr, String(sample.completion), "text");
+    samples.appendChild(tr);
   }
 }
 function fillRounds(history) {
   const body = $("rounds"); body.replaceChildren();
+  // A node's records carry rejections per reason, a report's a total: show the total either way.
+  const total = (v) => (v && typeof v === "object") ? Object.values(v).reduce((a, b) => a + b, 0) : v;
   for (const row of history.slice(-20).reverse()) {
     const tr = document.createElement("tr");
-    for (const [key, digits] of [["round", 0], ["reward", 3], ["rollouts_in", 0], ["rollouts_out", 0],
-                                 ["rejected", 0]]) {
-      const td = document.createElement("td");
-      td.textContent = (typeof row[key] === "number") ? fmt(row[key], digits) : "–";
-      tr.appendChild(td);
+    const ev = (row.eval && typeof row.eval === "object") ? row.eval : null;
+    for (const [value, digits] of [[row.round, 0], [row.reward, 3], [row.rollouts_in, 0],
+                                   [row.rollouts_out, 0], [total(row.rejected), 0]]) {
+      cell(tr, (typeof value === "number") ? fmt(value, digits) : "–");
     }
+    cell(tr, ev ? fmt(ev.accuracy, 3) : (row.eval_deferred ? "deferred" : ""));
     body.appendChild(tr);
   }
 }
@@ -379,7 +535,7 @@ async function refresh() {
     text("peer_id", body.peer_id); text("round", body.round); text("phase", body.phase);
     text("peer_count", body.peer_count);
     text("last_reward", history.length ? fmt(history[history.length - 1].reward, 3) : null);
-    drawChart(history); fillRounds(history); fillCounters(body.counters || {});
+    drawRewards(history); fillRounds(history); fillCounters(body.counters || {}); fillEval(body);
     $("peers").textContent = (body.peers || []).join("\\n");
     $("state").textContent = "updated " + new Date().toLocaleTimeString(); $("state").className = "";
   } catch (error) {

@@ -34,6 +34,8 @@ import attrs
 import trio
 
 from swarmp2p.config import register_config
+from swarmp2p.heldout import EvalSettings
+from swarmp2p.heldout import describe as describe_eval
 
 log = logging.getLogger("swarmp2p.node")
 
@@ -291,6 +293,9 @@ class TimedPolicy:
     def load(self) -> bool:
         return bool(self._timed("load"))
 
+    def evaluate(self) -> Any:
+        return self._timed("evaluate")
+
     def take_timings(self) -> dict[str, float]:
         taken, self.seconds = self.seconds, {}
         return taken
@@ -335,10 +340,18 @@ class RoundLog:
         state = ""
         if not record.completed:
             state = " (skipped: too little time left)" if record.skipped else " (abandoned)"
+        evaluation = ""
+        if record.eval is not None:
+            evaluation = f" | eval {describe_eval(record.eval)}"
+        elif record.eval_deferred is not None:
+            evaluation = (
+                f" | eval deferred: {record.eval_deferred['needed_s']:.1f} s needed, "
+                f"{record.eval_deferred['left_s']:.1f} s left"
+            )
         self.echo(
             f"round {record.round}{state} | reward {reward} | peers {data['peers']} | "
             f"rollouts in {record.rollouts_in} out {record.rollouts_out} | "
-            f"trained on {len(record.external_peers_trained_on)} peers | {rejected}"
+            f"trained on {len(record.external_peers_trained_on)} peers | {rejected}{evaluation}"
         )
 
 
@@ -505,8 +518,43 @@ def swarm_setup(schedule: Any, config: NodeConfig, trainer_config: Any) -> Swarm
         fetch_timeout_s=config.fetch_timeout_s,
         # One setting for both guards: the first round after a (re)join and every later one.
         min_round_remaining=config.join_min_remaining,
+        evaluation=eval_settings(trainer_config),
     )
     return SwarmSetup(peer_settings, registry, trainer_config_for(schedule, trainer_config), notice)
+
+
+def eval_settings(trainer_config: Any) -> EvalSettings:
+    """The round loop's held-out evaluation schedule from the [trainer] eval settings (a node
+    counts `eval_every` in rounds; see NODE_TRAINER_DEFAULTS for the node's own default)."""
+    return EvalSettings(
+        every=trainer_config.eval_every,
+        before_train=trainer_config.eval_before_train,
+        questions=trainer_config.eval_questions * len(trainer_config.tasks),
+    )
+
+
+NODE_TRAINER_DEFAULTS: dict[str, Any] = {"eval_every": 5}
+"""[trainer] defaults of `swarmp2p node` that differ from TrainerConfig's (below the config file,
+the environment and flags): a held-out evaluation every 5 rounds makes learning visible in the
+round lines and on the dashboard (the trainer's own default, 0, is for `swarmp2p train`)."""
+
+
+async def _evaluate_before_train(
+    policy: Any, settings: EvalSettings, stopping: trio.Event, echo: Callable[[str], None]
+) -> tuple[dict[str, Any], float] | None:
+    """The held-out evaluation before the first round, run before the node joins (and before a
+    new swarm's genesis), so it never eats into a round. (result, seconds) or None."""
+    if not (settings.every > 0 and settings.before_train):
+        return None
+    echo(f"held-out evaluation before training ({settings.questions} questions)…")
+    started = time.monotonic()
+    try:
+        result = await trio.to_thread.run_sync(policy.evaluate)
+    except Exception as error:
+        if not stopping.is_set():
+            echo(f"held-out evaluation failed: {error}")
+        return None
+    return result, time.monotonic() - started
 
 
 async def _run_with_network(
@@ -546,6 +594,9 @@ async def _run_with_network(
     built.append(policy)
     if stopping.is_set():
         return  # stopped while the model loaded (a worker thread, not cancellable): start nothing
+    initial_eval = await _evaluate_before_train(policy, setup.peer_settings.evaluation, stopping, echo)
+    if stopping.is_set():
+        return
     if new_swarm:
         # A new swarm's round 0 starts once its first peer is ready to play it: stamped before
         # the model had loaded and warmed up, round 0 was over before the peer could join it.
@@ -570,6 +621,14 @@ async def _run_with_network(
         clock,
         on_round_complete=rounds_log,
     )
+    if initial_eval is not None:
+        result, seconds = initial_eval
+        policy.take_timings()  # not part of the first round's timings
+        recorded = peer.evaluation.record(result, None, seconds)
+        echo(
+            f"eval before training: {describe_eval(recorded)} on {recorded.get('questions')} "
+            f"held-out questions ({seconds:.1f} s)"
+        )
 
     def make_hello() -> bytes:
         try:

@@ -13,7 +13,8 @@ One round, as the machine sees it:
                  dht_put(/swarmp2p/<swarm>/<r>/<stage>/<me>, envelope), serve FetchRequests for it
     ...          meanwhile inbound announcements are checked, fetched, verified, kept per sender
     Tick past the collect deadline -> Train(r): sample_training_groups -> offload(policy.train), save
-    Report(r)    coordinator.submit_reward / submit_winners (failures counted, never fatal)
+    Report(r)    coordinator.submit_reward / submit_winners (failures counted, never fatal), then
+                 the held-out evaluation when due and it fits before the next round (swarmp2p/heldout.py)
 
 Inbound handling never raises out of the Peer: protocol failures become counted rejections
 (`rejections[reason]`) and, when the fault is attributable, a strike against the sender in
@@ -82,6 +83,7 @@ from protocol.sampling import SamplingRule, SamplingState, observe_round, sample
 from protocol.scoring import PeerScores
 from protocol.tasks import TaskRegistry
 from protocol.verification import VerificationLimits, verify_batch
+from swarmp2p.heldout import EvalSettings, HeldOutEvaluation
 from swarmp2p.peer_cache import VerifyCache
 from swarmp2p.ports import (
     Clock,
@@ -176,6 +178,9 @@ class PeerSettings:
     next round late too. 0 disables. Needs the stage length, learned from the coordinator's
     stage ends, so it applies from the second round a Peer sees; `swarmp2p node` guards the
     first one itself (`join_min_remaining`)."""
+    evaluation: EvalSettings = attrs.field(factory=EvalSettings)
+    """Held-out evaluation (swarmp2p/heldout.py): before the first round and every N rounds,
+    after the train step and only when it fits before the next round starts. Off by default."""
 
 
 @attrs.frozen
@@ -197,6 +202,8 @@ class RoundRecord:
     skipped: bool = False  # never started: too little of it was left (PeerSettings.min_round_remaining)
     trained_local: int = 0  # local groups passed to train() this round
     trained_external: int = 0  # external groups passed to train() this round
+    eval: Mapping[str, Any] | None = None  # the held-out evaluation run after this round (heldout.py)
+    eval_deferred: Mapping[str, Any] | None = None  # {needed_s, left_s}: due, but did not fit
 
     def to_json(self) -> dict[str, Any]:
         data = attrs.asdict(self)
@@ -245,6 +252,9 @@ class _RoundState:
     trained_local: int = 0
     trained_external: int = 0
     train_metrics: dict[str, float] = attrs.Factory(dict)
+    generate_s: float | None = None
+    eval: dict[str, Any] | None = None
+    eval_deferred: dict[str, Any] | None = None
 
 
 def _job_for(announcement: RolloutAnnouncement) -> _FetchJob:
@@ -381,6 +391,7 @@ class Peer:
         self.rejections: Counter[str] = Counter()
         self.counters: Counter[str] = Counter()
         self.sampling_state = SamplingState()  # what the sampling rule remembers between rounds
+        self.evaluation = HeldOutEvaluation(settings.evaluation, self.counters, self.peer_id)
         self.topic = announce_topic(settings.swarm_id)
 
         self._state: _RoundState | None = None
@@ -422,6 +433,8 @@ class Peer:
         except Exception:
             log.exception("%s: loading the checkpoint failed; starting fresh", self.peer_id)
             self.counters["load_failed"] += 1
+        if self.evaluation.wants_before_train():  # `swarmp2p node` runs it before joining instead
+            await self.evaluation.run(self.policy, self._offload, self.clock.now_ms, None)
         subscribe_inline = getattr(self.network, "subscribe_inline", None)
         inline = subscribe_inline is not None and subscribe_inline(self.topic, self._handle_announcement)
         channel = None if inline else await self.network.subscribe(self.topic)
@@ -449,6 +462,7 @@ class Peer:
             "counters": dict(sorted(self.counters.items())),
             "rejections": dict(sorted(self.rejections.items())),
             "banned": self.banned_peers(),
+            **self.evaluation.status(),
         }
 
     def is_banned(self, peer_id: str) -> bool:
@@ -613,7 +627,9 @@ class Peer:
         for sender in sorted(early):
             self._consider(*early[sender])
         try:
+            started_ms = self.clock.now_ms()
             groups = list(await self._offload(self.policy.generate, state.questions))
+            state.generate_s = (self.clock.now_ms() - started_ms) / 1000
             batch = RolloutBatch(
                 swarm_id=settings.swarm_id,
                 round=round_number,
@@ -759,6 +775,15 @@ class Peer:
         except Exception:
             log.exception("%s: report failed", self.peer_id)
             self.counters["report_failed"] += 1
+        state.eval, state.eval_deferred = await self.evaluation.after_round(
+            self.policy,
+            self._offload,
+            self.clock.now_ms,
+            round_number,
+            self.machine.round_ends_ms,
+            state.generate_s,
+            len(state.questions),
+        )
         self._finish(state, completed=True)
         self._feed(ReportFinished(round_number))
 
@@ -786,6 +811,8 @@ class Peer:
             train_metrics=state.train_metrics,
             trained_local=state.trained_local,
             trained_external=state.trained_external,
+            eval=state.eval,
+            eval_deferred=state.eval_deferred,
         )
         self._record(record)
 

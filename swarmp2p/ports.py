@@ -114,6 +114,13 @@ class PolicyPort(Protocol):
         """Restore the newest valid checkpoint. Returns False when there is none."""
         ...
 
+    def evaluate(self) -> dict[str, Any]:
+        """Answer the fixed held-out set once per question. Returns {step, accuracy, reward,
+        questions, per_task: {task: {accuracy, reward, n}}, samples: [{task, index, completion,
+        reference, correct, reward}], seconds} (+ `simulated: True` from the simulated learner).
+        Optional at run time: a policy without it is never evaluated (swarmp2p/heldout.py)."""
+        ...
+
 
 class Clock(Protocol):
     def now_ms(self) -> int:

@@ -326,3 +326,29 @@ def test_closed_connection_still_listed_by_libp2p_is_dropped_and_redialed() -> N
         assert b.local_peer_id in a.connected_peers()
 
     run_swarm(2, body)
+
+
+def test_a_peer_that_left_is_forgotten_and_no_longer_dialed() -> None:
+    settings = attrs.evolve(
+        FAST, forget_unreachable_after_s=1.5, redial_backoff_initial_s=0.2, redial_backoff_max_s=0.4
+    )
+
+    async def main() -> None:
+        with trio.fail_after(60):
+            async with open_libp2p_network(create_new_key_pair(), settings) as a:
+                async with open_libp2p_network(create_new_key_pair(), settings) as b:
+                    await a.connect(b.listen_addrs()[0])
+                    gone = b.local_peer_id
+                    await wait_until(lambda: gone in a.book.connected())
+                # b has shut down: upkeep re-dials it with backoff, then gives up on it.
+                await wait_until(lambda: gone not in a.book, timeout_s=20)
+                assert a.counters["peer_forgotten"] == 1
+                assert a.counters["dial_failed"] >= 3
+                # Forgotten by py-libp2p's peerstore too, so its auto-connector stops dialing it.
+                assert not a.host.get_peerstore().peers_with_addrs().count(ID.from_base58(gone))
+                failed = a.counters["dial_failed"]
+                await trio.sleep(1.5)  # deliberate: several upkeep ticks in which nothing is due
+                assert a.counters["dial_failed"] == failed
+                assert gone not in a.book
+
+    trio.run(main)

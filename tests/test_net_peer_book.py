@@ -69,3 +69,122 @@ def test_book_never_exceeds_its_cap_and_keeps_pinned(names: list[str], cap: int)
             book.dial_failed(name, 0.0)
         assert len(book) <= cap
     assert "boot" in book
+
+
+# ---- forgetting peers that left, and a bounded dial rate -------------------------------------
+
+
+def _forgetful_book(**kwargs: float) -> PeerBook:
+    options = {"forget_after_s": 120.0, "max_dials_per_s": 4.0, "dial_burst": 8} | kwargs
+    return PeerBook("me", backoff_initial_s=0.5, backoff_max_s=30.0, max_known=1024, **options)
+
+
+def _run_dials(book: PeerBook, start_s: float, end_s: float, *, reachable: set[str] = frozenset()) -> list:
+    """Upkeep on fake time (a tick every 0.5 s): dial whatever is due; only `reachable` answer."""
+    dials = []
+    now = start_s
+    while now < end_s:
+        for peer_id in book.due_for_dial(now, limit=32):
+            dials.append((now, peer_id))
+            if peer_id in reachable:
+                book.mark_connected(peer_id)
+            else:
+                book.dial_failed(peer_id, now)
+        now += 0.5
+    return dials
+
+
+def test_a_peer_unreachable_long_enough_is_forgotten_and_no_longer_dialed() -> None:
+    book = _forgetful_book()
+    book.learn("gone", ADDR)
+    book.mark_connected("gone")
+    book.mark_disconnected("gone", now_s=0.0)  # it left the swarm at t=0
+    dials = _run_dials(book, 0.0, 3600.0)
+    assert "gone" not in book
+    assert book.forgotten == 1
+    # Backoff 0.5, 1, 2, ... 30 s until 120 s have passed, then never again (an hour: not 120+).
+    assert dials and max(t for t, _ in dials) <= 120.0 + 30.0
+    assert len(dials) <= 12
+
+
+def test_bootstrap_peers_are_never_forgotten() -> None:
+    book = _forgetful_book()
+    book.learn("boot", ADDR, pinned=True)
+    dials = _run_dials(book, 0.0, 3600.0)
+    assert "boot" in book
+    assert max(t for t, _ in dials) >= 3600.0 - 30.0  # still re-dialed at the backoff cap
+
+
+def test_a_forgotten_peer_comes_back_only_when_heard_of_again() -> None:
+    book = _forgetful_book()
+    book.learn("gone", ADDR)
+    _run_dials(book, 0.0, 600.0)
+    assert "gone" not in book
+    assert _run_dials(book, 600.0, 1200.0) == []
+    assert book.learn("gone", ADDR)  # a peer exchange or hello names it again: new to us
+    assert _run_dials(book, 1200.0, 1201.0, reachable={"gone"}) == [(1200.0, "gone")]
+    assert book.connected() == ["gone"]
+
+
+def test_the_forget_clock_restarts_when_the_peer_is_reached() -> None:
+    book = _forgetful_book()
+    book.learn("flaky", ADDR)
+    _run_dials(book, 0.0, 100.0)  # 100 s unreachable: not yet forgotten
+    assert "flaky" in book
+    book.mark_connected("flaky")
+    book.mark_disconnected("flaky", now_s=200.0)
+    _run_dials(book, 200.0, 300.0)  # another 100 s down, 200 s in all but not in a row
+    assert "flaky" in book
+    _run_dials(book, 300.0, 400.0)
+    assert "flaky" not in book
+
+
+def test_dials_are_rate_limited_however_many_peers_are_due() -> None:
+    book = _forgetful_book(forget_after_s=10_000.0)
+    for i in range(1000):
+        book.learn(f"p{i}", ADDR)
+    assert len(book.due_for_dial(0.0, limit=1000)) == 8  # the burst
+    dials = _run_dials(book, 0.5, 60.5)
+    assert len(dials) <= 4.0 * 60 + 1
+
+
+def test_peers_being_dialed_are_skipped_without_spending_the_dial_budget() -> None:
+    book = _forgetful_book(dial_burst=2)
+    for name in ("a", "b", "c"):
+        book.learn(name, ADDR)
+    assert book.due_for_dial(0.0, limit=10, skip={"a", "b"}) == ["c"]
+    assert book.due_for_dial(0.0, limit=10, skip={"c"}) == ["a"]  # one token left of two
+
+
+@given(
+    events=st.lists(
+        st.tuples(
+            st.sampled_from(["tick", "learn", "connect", "disconnect"]),
+            st.sampled_from(["a", "b", "boot"]),
+            st.floats(0.0, 60.0),
+        ),
+        max_size=60,
+    )
+)
+def test_only_peers_unreachable_for_the_whole_forget_period_are_forgotten(events: list) -> None:
+    book = _forgetful_book(forget_after_s=90.0)
+    book.learn("boot", ADDR, pinned=True)
+    now = 0.0
+    last_reached: dict[str, float] = {}  # when each peer was last connected or learned anew
+    for kind, peer, advance in events:
+        if kind == "learn":
+            if book.learn(peer, ADDR):
+                last_reached[peer] = now
+        elif kind == "connect" and peer in book:
+            book.mark_connected(peer)
+            last_reached[peer] = now
+        elif kind == "disconnect":
+            book.mark_disconnected(peer, now)
+        else:
+            present = {p for p in ("a", "b") if p in book}
+            dials = _run_dials(book, now, now + advance)
+            now += advance
+            for gone in present - {p for p in ("a", "b") if p in book}:
+                assert now - last_reached.get(gone, 0.0) >= 90.0
+            assert len(dials) <= 8 + 4.0 * advance + 1
+        assert "boot" in book

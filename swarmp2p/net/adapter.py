@@ -17,6 +17,7 @@ All payloads are opaque bytes here: decoding and validating messages is the node
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -124,6 +125,9 @@ class LibP2PNetwork:
             backoff_initial_s=settings.redial_backoff_initial_s,
             backoff_max_s=settings.redial_backoff_max_s,
             max_known=settings.max_known_peers,
+            forget_after_s=settings.forget_unreachable_after_s,
+            max_dials_per_s=settings.max_dials_per_s,
+            dial_burst=settings.dial_burst,
         )
         host.set_stream_handler(FETCH_PROTOCOL, self._serve_fetch)
         host.set_stream_handler(HELLO_PROTOCOL, self._serve_hello)
@@ -448,19 +452,37 @@ class LibP2PNetwork:
             return False
         self._dialing.add(peer_id)
         try:
-            with trio.move_on_after(self.settings.dial_timeout_s):
+            with trio.move_on_after(self.settings.dial_timeout_s) as scope:
                 await self.host.connect(PeerInfo(pid, addrs))
-                self.book.mark_connected(peer_id)
-                await self._add_dht_peer(pid)
-                return True
-            logger.debug("dial %s %s timed out", peer_id, [str(a) for a in addrs])
+                # connect can return with no open connection (the remote accepted TCP but its
+                # host is gone, so the upgrade failed): that is a failed dial, not a success
+                # that resets the peer's backoff and has upkeep re-dial it every tick.
+                if _any_open(self.host.get_network().connections.get(pid, [])):
+                    self.book.mark_connected(peer_id)
+                    await self._add_dht_peer(pid)
+                    return True
+                logger.debug("dial %s %s left no open connection", peer_id, [str(a) for a in addrs])
+            if scope.cancelled_caught:
+                logger.debug("dial %s %s timed out", peer_id, [str(a) for a in addrs])
         except Exception as error:
             logger.debug("dial %s %s failed: %r", peer_id, [str(a) for a in addrs], error)
         finally:
             self._dialing.discard(peer_id)
         self.counters.add("dial_failed")
-        self.book.dial_failed(peer_id, trio.current_time())
+        if peer_id in self.book and self.book.dial_failed(peer_id, trio.current_time()) == math.inf:
+            self._forget_peer(peer_id, pid)
         return False
+
+    def _forget_peer(self, peer_id: str, pid: ID) -> None:
+        """The peer book gave up on a peer that stayed unreachable: forget it everywhere, so
+        neither we nor py-libp2p's auto-connector (which dials peerstore addresses) keep trying."""
+        self.counters.add("peer_forgotten")
+        self._exchange_quiet_until.pop(peer_id, None)
+        self._forget_dht_peer(peer_id)
+        try:
+            self.host.get_peerstore().clear_addrs(pid)
+        except Exception as error:
+            logger.debug("clearing addresses of %s failed: %r", peer_id, error)
 
     async def _add_dht_peer(self, pid: ID) -> None:
         key = pid.to_base58()
@@ -504,10 +526,9 @@ class LibP2PNetwork:
                     await self._add_dht_peer(ID.from_base58(peer_id))
             missing = self.settings.target_peers - len(connected)
             if missing > 0:
-                for peer_id in self.book.due_for_dial(now, missing):
-                    if peer_id not in self._dialing and peer_id not in connected:
-                        self._dialing.add(peer_id)
-                        self._nursery.start_soon(self._dial, peer_id)
+                for peer_id in self.book.due_for_dial(now, missing, skip=self._dialing | connected):
+                    self._dialing.add(peer_id)
+                    self._nursery.start_soon(self._dial, peer_id)
             await trio.sleep(self.settings.upkeep_interval_s)
 
     def _learn_from_peerstore(self, peer_id: str) -> None:
@@ -525,6 +546,9 @@ class LibP2PNetwork:
         asking every 0.5 s spent a measurable share of its CPU on nothing new."""
         while True:
             now = trio.current_time()
+            for peer_id, until in list(self._exchange_quiet_until.items()):
+                if until <= now:
+                    del self._exchange_quiet_until[peer_id]
             connected = sorted(self.connected_peers())
             askable = [p for p in connected if self._exchange_quiet_until.get(p, 0.0) <= now]
             learned = 0

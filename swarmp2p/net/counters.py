@@ -38,8 +38,11 @@ class DropCounters:
         "dial_failed",
         "stale_connections_dropped",
         "stream_retried",
+        "peer_forgotten",  # unreachable for forget_unreachable_after_s: no longer dialed
     )
-    NOT_DATA_LOSS = frozenset({"dial_failed", "stale_connections_dropped", "stream_retried"})
+    NOT_DATA_LOSS = frozenset(
+        {"dial_failed", "stale_connections_dropped", "stream_retried", "peer_forgotten"}
+    )
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -3,9 +3,19 @@
 Connection upkeep keeps the swarm from collapsing into a star around the bootstrap peer: every
 peer learned through peer exchange, hellos or identify goes in the book, and the upkeep loop
 dials those that are due, backing off exponentially on each failure so a dead peer costs little.
+
+A peer that stays unreachable for `forget_after_s` (and at least `forget_after_failures` dials)
+is forgotten: it left the swarm, and re-dialing it every `backoff_max_s` forever only burns
+dials (a 17-minute run counted 334 failed dials to peers long gone). It comes back only when
+something names it again (a peer exchange lists only peers the sender is connected to, so a
+gone peer is not taught back). Bootstrap peers are pinned and never forgotten. Dials are also
+rate-limited as a whole (a token bucket), however many peers fall due at once.
 """
 
 from __future__ import annotations
+
+import math
+from collections.abc import Collection
 
 import attrs
 
@@ -17,6 +27,7 @@ class _Entry:
     connected: bool = False
     failures: int = 0
     next_dial_s: float = 0.0
+    down_since_s: float | None = None  # unreachable since (lost, or first failed dial); None: fine
 
 
 class PeerBook:
@@ -28,15 +39,28 @@ class PeerBook:
         backoff_max_s: float,
         max_known: int,
         max_addrs_per_peer: int = 8,
+        forget_after_s: float = 600.0,
+        forget_after_failures: int = 3,
+        max_dials_per_s: float = 8.0,
+        dial_burst: int = 32,
     ) -> None:
         if backoff_initial_s <= 0 or backoff_max_s < backoff_initial_s:
             raise ValueError("need 0 < backoff_initial_s <= backoff_max_s")
+        if forget_after_s <= 0 or max_dials_per_s <= 0 or dial_burst < 1:
+            raise ValueError("need forget_after_s > 0, max_dials_per_s > 0 and dial_burst >= 1")
         self.local_peer_id = local_peer_id
         self.backoff_initial_s = backoff_initial_s
         self.backoff_max_s = backoff_max_s
         self.max_known = max_known
         self.max_addrs_per_peer = max_addrs_per_peer
+        self.forget_after_s = forget_after_s
+        self.forget_after_failures = forget_after_failures
+        self.max_dials_per_s = max_dials_per_s
+        self.dial_burst = dial_burst
+        self.forgotten = 0  # peers dropped for being unreachable too long
         self._entries: dict[str, _Entry] = {}
+        self._dial_tokens = float(dial_burst)
+        self._tokens_at_s: float | None = None
 
     def __contains__(self, peer_id: str) -> bool:
         return peer_id in self._entries
@@ -81,6 +105,7 @@ class PeerBook:
         if entry is not None:
             entry.connected = True
             entry.failures = 0
+            entry.down_since_s = None
 
     def mark_disconnected(self, peer_id: str, now_s: float) -> None:
         """A live connection went away: try again soon, not immediately (it may be restarting)."""
@@ -88,27 +113,54 @@ class PeerBook:
         if entry is not None and entry.connected:
             entry.connected = False
             entry.next_dial_s = now_s + self.backoff_initial_s
+            entry.down_since_s = now_s
 
     def dial_failed(self, peer_id: str, now_s: float) -> float:
-        """Record a failed dial; returns the delay before the next attempt."""
+        """Record a failed dial; returns the delay before the next attempt (`math.inf` when
+        the peer has now been unreachable long enough to be forgotten)."""
         entry = self._entries.get(peer_id)
         if entry is None:
             return 0.0
         entry.connected = False
         entry.failures += 1
+        if entry.down_since_s is None:
+            entry.down_since_s = now_s
+        if (
+            not entry.pinned
+            and entry.failures >= self.forget_after_failures
+            and now_s - entry.down_since_s >= self.forget_after_s
+        ):
+            del self._entries[peer_id]
+            self.forgotten += 1
+            return math.inf
         delay = min(self.backoff_max_s, self.backoff_initial_s * 2 ** min(entry.failures - 1, 30))
         entry.next_dial_s = now_s + delay
         return delay
 
-    def due_for_dial(self, now_s: float, limit: int) -> list[str]:
-        """Disconnected peers whose backoff has expired: bootstrap peers first, then fewest failures."""
+    def due_for_dial(self, now_s: float, limit: int, *, skip: Collection[str] = ()) -> list[str]:
+        """Disconnected peers whose backoff has expired, bootstrap peers first, then fewest
+        failures; at most `limit`, and no more than the dial budget allows (each peer returned
+        is taken to be dialed). `skip`: peers not to return (a dial already in flight)."""
+        self._refill_tokens(now_s)
         due = [
             (not e.pinned, e.failures, pid)
             for pid, e in self._entries.items()
-            if not e.connected and e.next_dial_s <= now_s
+            if not e.connected and e.next_dial_s <= now_s and pid not in skip
         ]
         due.sort()
-        return [pid for _, _, pid in due[: max(0, limit)]]
+        take = max(0, min(limit, int(self._dial_tokens)))
+        chosen = [pid for _, _, pid in due[:take]]
+        self._dial_tokens -= len(chosen)
+        return chosen
+
+    def _refill_tokens(self, now_s: float) -> None:
+        if self._tokens_at_s is not None and now_s > self._tokens_at_s:
+            elapsed = now_s - self._tokens_at_s
+            self._dial_tokens = min(
+                float(self.dial_burst), self._dial_tokens + elapsed * self.max_dials_per_s
+            )
+        if self._tokens_at_s is None or now_s > self._tokens_at_s:
+            self._tokens_at_s = now_s
 
     def known(self) -> list[tuple[str, tuple[str, ...]]]:
         return [(pid, e.addrs) for pid, e in self._entries.items()]

@@ -68,6 +68,13 @@ class NetworkSettings:
     # libp2p's AutoConnector would do the same work again with go-libp2p's watermarks
     # (min 50 / low 100 / high 300): on a 5-peer swarm it logged "initiating 196 new dials"
     # every 10 s (below min_connections it polls at 10 s) for peers that do not exist. Now
+    # A peer unreachable this long (and for at least 3 dials) is forgotten until something names
+    # it again; bootstrap peers never are. Well above a restart, so a restarting peer is kept.
+    forget_unreachable_after_s: float = attrs.field(default=600.0, validator=_positive)
+    # Dials started by upkeep, all peers together: a token bucket of `dial_burst` refilled at
+    # `max_dials_per_s`. A joiner learning a whole swarm dials `dial_burst` peers at once.
+    max_dials_per_s: float = attrs.field(default=8.0, validator=_positive)
+    dial_burst: int = attrs.field(default=32, validator=_positive)
     # min_connections is 0 (it ticks every 30 s) and the watermarks are sized from
     # `target_peers`: a node dials `target_peers` and is dialed by about as many, so pruning
     # starts well above that. `libp2p_auto_connect=False` turns its dialing off entirely (no

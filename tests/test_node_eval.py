@@ -1,0 +1,368 @@
+"""Held-out evaluation in the round loop (swarmp2p/heldout.py): it runs when due and lands in the
+round record, the status and the round line; it is deferred, and says so, when it would not fit
+before the next round; `swarmp2p node`'s flags map onto the [trainer] eval settings. Real Peers
+on the simulator's in-memory network, on virtual time."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from typer.testing import CliRunner
+
+from protocol.envelope import peer_id_from_seed
+from protocol.messages import SwarmSchedule
+from protocol.questions import EVAL_INDEX_BASE
+from simulator.network import LinkModel, SimWorld
+from simulator.policy import CheckpointStore, SimPolicy, SimPolicyParams
+from simulator.registry import SimTaskRegistry
+from swarmp2p.config import ConfigError, ConfigRegistry, load_config
+from swarmp2p.heldout import EvalSettings, HeldOutEvaluation
+from swarmp2p.node import NODE_TRAINER_DEFAULTS, RoundLog, eval_settings
+from swarmp2p.peer import Peer, PeerSettings, RoundRecord
+from swarmp2p.schedule import ScheduleCoordinator, TrioClock
+from trainer.config import TrainerConfig
+
+ROUND_MS = 10_000
+GENESIS_MS = 10_000  # peers start at 0: an evaluation before training has time to run
+SWARM = "t"
+
+
+class Swarm:
+    """`count` honest SimPolicy peers; every call costs its virtual compute time."""
+
+    def __init__(self, count: int, evaluation: EvalSettings, params: SimPolicyParams) -> None:
+        self.clock = TrioClock(0)
+        self.coordinator = ScheduleCoordinator(SwarmSchedule(SWARM, GENESIS_MS, ROUND_MS, 1, 5), self.clock)
+        self.world = SimWorld(
+            LinkModel(),
+            seed=1,
+            now_ms=self.clock.now_ms,
+            round_of=lambda now: max(0, now - GENESIS_MS) // ROUND_MS,
+        )
+        self.registry = SimTaskRegistry()
+        self.settings = PeerSettings(
+            swarm_id=SWARM, seed=5, tasks=self.registry.task_names(), evaluation=evaluation
+        )
+        self.store = CheckpointStore()
+        self.policies: list[SimPolicy] = []
+        self.peers = [self._make_peer(i, params) for i in range(count)]
+        self.statuses: list[dict[str, Any]] = []  # Peer.status() at the end of the run
+
+    def _make_peer(self, index: int, params: SimPolicyParams) -> Peer:
+        seed = hashlib.sha256(f"peer-{index}".encode()).digest()
+        port = self.world.attach(peer_id_from_seed(seed))
+        policy = SimPolicy(port.local_peer_id, self.registry, seed=5, params=params, store=self.store)
+        self.policies.append(policy)
+
+        async def offload(fn, *args):  # type: ignore[no-untyped-def]
+            result = fn(*args)  # inline, then the policy's virtual compute time
+            await trio.sleep(policy.take_cost())
+            return result
+
+        return Peer(
+            self.settings, seed, port, self.coordinator, policy, self.registry, self.clock, offload=offload
+        )
+
+    def run(self, rounds: int) -> None:
+        async def main() -> None:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.world.run_deliveries)
+                for peer in self.peers:
+                    nursery.start_soon(peer.run)
+                # Half a second before round `rounds` opens: rounds 0 .. rounds - 1 are over.
+                await trio.sleep_until((GENESIS_MS + rounds * ROUND_MS - 500) / 1000)
+                self.statuses = [peer.status() for peer in self.peers]
+                nursery.cancel_scope.cancel()
+
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def assert_rounds_on_time(peer: Peer, rounds: int) -> None:
+    """Every round completed (none skipped or abandoned) and finished before the next began."""
+    completed = [record for record in peer.history if record.completed]
+    assert [record.round for record in completed] == list(range(rounds))
+    assert not [record for record in peer.history if record.skipped or not record.completed]
+    for record in completed:
+        assert record.finished_ms <= GENESIS_MS + (record.round + 1) * ROUND_MS, record
+    assert peer.counters["internal_error"] == 0
+
+
+def test_evaluations_run_when_due_and_land_in_records_and_status() -> None:
+    # 2 questions x 4 tasks x 0.1 s = 0.8 s: fits in the ~2 s left after training.
+    params = SimPolicyParams(eval_questions=2, eval_generations_to_log=3)
+    swarm = Swarm(2, EvalSettings(every=2, before_train=True, questions=8), params)
+    swarm.run(rounds=7)
+    for peer, policy, status in zip(swarm.peers, swarm.policies, swarm.statuses, strict=True):
+        assert_rounds_on_time(peer, 7)
+        evaluated = [record.round for record in peer.history if record.eval is not None]
+        assert evaluated == [1, 3, 5]  # after every 2nd round played
+        assert all(record.eval_deferred is None for record in peer.history)
+        for record in peer.history:
+            if record.eval is None:
+                continue
+            result = record.eval
+            assert result["round"] == record.round
+            assert 0.0 <= result["accuracy"] <= 1.0 and 0.0 <= result["reward"] <= 1.0
+            assert set(result["per_task"]) == set(swarm.registry.task_names())
+            assert all(stats["n"] == 2 for stats in result["per_task"].values())
+            assert result["questions"] == 8 and result["simulated"] is True
+            assert len(result["samples"]) == 3
+            assert result["step"] == record.round + 1  # one training step per round played
+            assert isinstance(result["accuracy_change"], float)
+            saved = json.loads(json.dumps(record.to_json()))
+            assert saved["eval"]["per_task"] == result["per_task"]
+        history = status["eval_history"]
+        assert [entry["round"] for entry in history] == [None, 1, 3, 5]  # None: before training
+        assert history[0]["step"] == 0
+        assert status["eval"] == peer.history[5].eval
+        assert status["eval"]["accuracy"] == history[-1]["accuracy"]
+        assert status["eval_deferred"] is None
+        assert status["counters"]["evaluations"] == 4
+        assert policy.steps == 7
+
+
+def test_an_evaluation_that_would_not_fit_is_deferred_and_said(caplog: pytest.LogCaptureFixture) -> None:
+    # 16 x 4 x 0.1 s = 6.4 s (measured before round 0): never fits in the ~2 s left after
+    # training. Run anyway, it would push every next round's generation past its deadline.
+    caplog.set_level(logging.INFO, logger="swarmp2p.peer")
+    params = SimPolicyParams(eval_questions=16)
+    swarm = Swarm(2, EvalSettings(every=2, before_train=True, questions=64), params)
+    swarm.run(rounds=6)
+    for peer, status in zip(swarm.peers, swarm.statuses, strict=True):
+        assert_rounds_on_time(peer, 6)
+        assert [record.round for record in peer.history if record.eval is not None] == []
+        deferred = [record for record in peer.history if record.eval_deferred is not None]
+        # Due from the 2nd round played on, and still due after each deferral.
+        assert [record.round for record in deferred] == [1, 2, 3, 4, 5]
+        for record in deferred:
+            assert record.eval_deferred["needed_s"] == pytest.approx(1.25 * 6.4 + 0.5)
+            assert record.eval_deferred["left_s"] < record.eval_deferred["needed_s"]
+        assert status["counters"]["eval_deferred"] == 5
+        assert status["counters"]["evaluations"] == 1  # the one before training
+        assert status["eval_deferred"] == deferred[-1].eval_deferred
+        assert [entry["round"] for entry in status["eval_history"]] == [None]
+    said = [r.getMessage() for r in caplog.records if "eval deferred" in r.getMessage()]
+    assert len(said) == 10 and "8.5 s needed" in said[0]
+
+
+def test_without_a_measurement_the_first_estimate_comes_from_generation_time() -> None:
+    # No evaluation before training: the first estimate scales this round's generation time
+    # (0.5 s x 4 questions = 2 s) to the 64 held-out questions: 32 s, x 1.25 + 0.5 s.
+    swarm = Swarm(1, EvalSettings(every=1, before_train=False, questions=64), SimPolicyParams())
+    swarm.run(rounds=3)
+    [peer] = swarm.peers
+    assert_rounds_on_time(peer, 3)
+    assert [record.eval_deferred["needed_s"] for record in peer.history] == [40.5, 40.5, 40.5]
+    assert peer.counters["evaluations"] == 0 and swarm.statuses[0]["eval"] is None
+
+
+def test_a_small_evaluation_estimated_from_generation_runs_and_then_uses_its_own_time() -> None:
+    params = SimPolicyParams(eval_questions=1)
+    swarm = Swarm(1, EvalSettings(every=1, before_train=False, questions=4), params)
+    swarm.run(rounds=4)
+    [peer] = swarm.peers
+    assert_rounds_on_time(peer, 4)
+    assert [record.round for record in peer.history if record.eval is not None] == [0, 1, 2, 3]
+    assert peer.evaluation.estimate_s == pytest.approx(0.4)  # 4 questions x 0.1 s, measured
+    assert peer.history[0].eval["accuracy_change"] is None
+    assert peer.history[1].eval["accuracy_change"] == pytest.approx(
+        peer.history[1].eval["accuracy"] - peer.history[0].eval["accuracy"]
+    )
+
+
+def test_evaluation_is_off_unless_asked_and_a_policy_without_evaluate_is_left_alone() -> None:
+    swarm = Swarm(1, EvalSettings(), SimPolicyParams())
+    swarm.run(rounds=3)
+    [peer] = swarm.peers
+    assert all(record.eval is None and record.eval_deferred is None for record in peer.history)
+    assert swarm.statuses[0]["eval_history"] == [] and peer.counters["evaluations"] == 0
+
+    class NoEval:
+        pass
+
+    schedule = HeldOutEvaluation(EvalSettings(every=1, questions=4), peer.counters)
+
+    async def main() -> tuple[Any, Any]:
+        return await schedule.after_round(NoEval(), None, lambda: 0, 0, 10_000, 1.0, 4)  # type: ignore[arg-type]
+
+    assert trio.run(main) == (None, None)
+
+
+def test_a_failing_evaluation_is_counted_and_waits_for_its_next_turn() -> None:
+    from collections import Counter
+
+    counters: Counter[str] = Counter()
+    schedule = HeldOutEvaluation(EvalSettings(every=2, before_train=False), counters)
+
+    class Broken:
+        def evaluate(self) -> dict[str, Any]:
+            raise RuntimeError("no model")
+
+    async def offload(fn, *args):  # type: ignore[no-untyped-def]
+        return fn(*args)
+
+    async def rounds() -> list[Any]:
+        return [await schedule.after_round(Broken(), offload, lambda: 0, r, 10_000, 1.0, 4) for r in range(4)]
+
+    assert trio.run(rounds) == [(None, None)] * 4
+    assert counters["eval_failed"] == 2  # rounds 1 and 3, not every round after the failure
+
+
+# ---- the simulated learner's evaluate() --------------------------------------------------------
+
+
+def test_sim_policy_evaluate_has_the_trainer_shape_and_is_deterministic() -> None:
+    registry = SimTaskRegistry()
+    params = SimPolicyParams(eval_questions=50, eval_generations_to_log=2)
+    policy = SimPolicy("p", registry, seed=3, params=params)
+    before = policy.evaluate()
+    assert policy.take_cost() == pytest.approx(0.1 * 50 * len(registry.task_names()))
+    assert before == policy.evaluate()  # the same policy: the same result
+    assert set(before) >= {"step", "accuracy", "reward", "questions", "per_task", "samples", "seconds"}
+    assert before["simulated"] is True and before["questions"] == 200
+    assert [sample["index"] >= EVAL_INDEX_BASE for sample in before["samples"]] == [True, True]
+    for sample in before["samples"]:
+        assert set(sample) == {"task", "index", "completion", "reference", "correct", "reward"}
+        assert sample["correct"] == (sample["reward"] >= 1.0)
+    # Evaluating does not move generation: a twin that never evaluated generates the same.
+    twin = SimPolicy("p", registry, seed=3, params=params)
+    question = registry.task_names()[0]
+    from protocol.messages import QuestionRef
+
+    refs = [QuestionRef(question, 1, i) for i in range(3)]
+    assert policy.generate(refs) == twin.generate(refs)
+    # A skilled policy scores higher on the same held-out set.
+    policy.skills = dict.fromkeys(policy.skills, 0.999)
+    policy.format_skill = 0.999
+    assert policy.evaluate()["accuracy"] > before["accuracy"] + 0.5
+
+
+# ---- the node: round line, rounds.jsonl, flags ------------------------------------------------
+
+
+def _record(**changes: Any) -> RoundRecord:
+    fields: dict[str, Any] = {
+        "round": 7,
+        "stage": 0,
+        "completed": True,
+        "reward": 0.25,
+        "rollouts_in": 12,
+        "rollouts_out": 4,
+        "external_peers_trained_on": ("a",),
+        "accepted_peers": ("a",),
+        "rejected": {},
+        "opened_ms": 0,
+        "finished_ms": 1,
+    }
+    fields.update(changes)
+    return RoundRecord(**fields)
+
+
+def test_round_line_and_rounds_jsonl_carry_the_evaluation(tmp_path: Path) -> None:
+    result = {
+        "round": 7,
+        "step": 8,
+        "accuracy": 0.3125,
+        "reward": 0.42,
+        "accuracy_change": 0.05,
+        "per_task": {"basic_arithmetic": {"accuracy": 0.3125, "reward": 0.42, "n": 32}},
+        "samples": [{"task": "basic_arithmetic", "completion": "<answer>4</answer>"}],
+        "seconds": 2.5,
+        "questions": 32,
+    }
+    lines: list[str] = []
+    log = RoundLog(tmp_path / "rounds.jsonl", "me", lambda: 3, lines.append)
+    log(_record(eval=result))
+    log(_record(round=8, eval_deferred={"round": 8, "needed_s": 3.1, "left_s": 1.2}))
+    log(_record(round=9))
+    assert lines[0].endswith("| rejected 0 | eval acc 0.312 (+0.050) reward 0.420")
+    assert lines[1].endswith("| rejected 0 | eval deferred: 3.1 s needed, 1.2 s left")
+    assert lines[2].endswith("| rejected 0")
+    saved = [json.loads(text) for text in (tmp_path / "rounds.jsonl").read_text().splitlines()]
+    assert saved[0]["eval"] == result and saved[0]["eval_deferred"] is None
+    assert saved[1]["eval"] is None and saved[1]["eval_deferred"]["needed_s"] == 3.1
+    assert saved[2]["eval"] is None
+
+
+def _node_configs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, *args: str) -> tuple[Any, Any]:
+    """Run `swarmp2p node ARGS` with run_node replaced: the configs it would have run with."""
+    import swarmp2p.node
+    from swarmp2p.cli import app
+
+    for name in list(__import__("os").environ):
+        if name.startswith("SWARMP2P_"):
+            monkeypatch.delenv(name)
+    captured: list[Any] = []
+
+    async def fake_run_node(node_config: Any, trainer_config: Any, **_: Any) -> None:
+        captured.append((node_config, trainer_config))
+
+    monkeypatch.setattr(swarmp2p.node, "run_node", fake_run_node)
+    done = CliRunner().invoke(app, ["node", "--data-dir", str(tmp_path / "data"), *args])
+    assert done.exit_code == 0, done.output
+    return captured[0]
+
+
+def test_node_eval_flags_map_onto_the_trainer_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _, trainer = _node_configs(monkeypatch, tmp_path)
+    defaults = TrainerConfig()
+    assert trainer.eval_every == NODE_TRAINER_DEFAULTS["eval_every"] == 5  # the node's own default
+    assert trainer.eval_before_train is defaults.eval_before_train
+    assert trainer.eval_questions == defaults.eval_questions
+    assert eval_settings(trainer) == EvalSettings(
+        every=5, before_train=True, questions=defaults.eval_questions * len(trainer.tasks)
+    )
+
+    _, trainer = _node_configs(
+        monkeypatch,
+        tmp_path,
+        "--eval-every",
+        "3",
+        "--no-eval-before-train",
+        "--eval-questions",
+        "7",
+        "--eval-generations-to-log",
+        "2",
+    )
+    assert (trainer.eval_every, trainer.eval_before_train) == (3, False)
+    assert (trainer.eval_questions, trainer.eval_generations_to_log) == (7, 2)
+    assert eval_settings(trainer).questions == 7 * len(trainer.tasks)
+
+    # The config file beats the node's default (0: never), and a flag beats the file.
+    config = tmp_path / "node.toml"
+    config.write_text("[trainer]\neval_every = 0\neval_questions = 4\n")
+    _, trainer = _node_configs(monkeypatch, tmp_path, "--config", str(config))
+    assert (trainer.eval_every, trainer.eval_questions) == (0, 4)
+    _, trainer = _node_configs(monkeypatch, tmp_path, "--config", str(config), "--eval-every", "2")
+    assert trainer.eval_every == 2
+
+
+def test_a_bad_eval_flag_is_a_one_line_config_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from swarmp2p.cli import app
+
+    done = CliRunner().invoke(app, ["node", "--data-dir", str(tmp_path), "--eval-questions", "0"])
+    assert done.exit_code == 2
+    assert "eval_questions" in done.output and "--eval-questions" in done.output
+
+
+def test_command_defaults_sit_between_class_defaults_and_the_file(tmp_path: Path) -> None:
+    registry = ConfigRegistry()
+
+    def load(**kwargs: Any) -> TrainerConfig:
+        return load_config(TrainerConfig, section="trainer", registry=registry, **kwargs)
+
+    assert load(env={}).eval_every == TrainerConfig().eval_every
+    assert load(env={}, defaults={"eval_every": 5}).eval_every == 5
+    path = tmp_path / "c.toml"
+    path.write_text("[trainer]\neval_every = 2\n")
+    assert load(file=path, env={}, defaults={"eval_every": 5}).eval_every == 2
+    assert load(env={"SWARMP2P_EVAL_EVERY": "9"}, defaults={"eval_every": 5}).eval_every == 9
+    with pytest.raises(ConfigError, match="no_such_field"):
+        load(env={}, defaults={"no_such_field": 1})
