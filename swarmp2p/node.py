@@ -227,8 +227,8 @@ def open_hello(data: bytes, expected_signer: str | None) -> Any:
 
 async def learn_schedule(network: Any, bootstrap: tuple[str, ...], timeout_s: float) -> Any:
     """Ask bootstrap peers for their signed Hello until one answers; returns its schedule."""
-    from swarmp2p.net import parse_peer_multiaddr
-    from swarmp2p.ports import NetworkError
+    from swarmp2p.net import HELLO_PROTOCOL, parse_peer_multiaddr
+    from swarmp2p.ports import NetworkError, ProtocolRefused
 
     peers = [parse_peer_multiaddr(addr)[0] for addr in bootstrap]
     last_error = "no answer"
@@ -237,6 +237,14 @@ async def learn_schedule(network: Any, bootstrap: tuple[str, ...], timeout_s: fl
             for peer_id in list(peers):
                 try:
                     raw = await network.request_hello(peer_id, timeout_s=5.0)
+                except ProtocolRefused:
+                    # Reachable but not serving hellos: not a swarmp2p node. Final, like a version
+                    # mismatch: fail now once no bootstrap peer is left.
+                    peers.remove(peer_id)
+                    last_error = f"bootstrap {peer_id} does not serve {HELLO_PROTOCOL}"
+                    if not peers:
+                        raise NodeError(f"{last_error}; is it a swarmp2p node?") from None
+                    continue
                 except NetworkError as error:
                     last_error = str(error)
                     continue

@@ -67,6 +67,11 @@ class NetworkError(Exception):
     """A network operation failed (timeout, unreachable peer, closed stream)."""
 
 
+class ProtocolRefused(NetworkError):
+    """The peer is reachable but does not serve the protocol asked for (not a swarmp2p node,
+    or another version): asking again will not help."""
+
+
 @attrs.frozen
 class RoundInfo:
     """What the coordinator says now: the current round and stage and when the stage ends."""

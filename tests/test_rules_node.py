@@ -272,3 +272,27 @@ def test_a_peer_with_other_rules_is_reported_once_from_its_hellos():
     assert len(lines) == 1 and lines[0].startswith(
         f"peer {PEER_B} follows other swarm rules (tasks, format_reward)"
     )
+
+
+def test_a_bootstrap_that_does_not_serve_hello_is_reported_at_once():
+    # A libp2p host that is not a swarmp2p node (or a wrong address on someone else's node):
+    # reachable, but it refuses /swarmp2p/hello/1.0.0. Waiting out the join timeout cannot help.
+    import multiaddr
+    from libp2p import new_host
+    from libp2p.crypto.ed25519 import create_new_key_pair
+
+    from swarmp2p.net import NetworkSettings, open_libp2p_network
+
+    async def join() -> str:
+        stranger = new_host(key_pair=create_new_key_pair())
+        async with stranger.run(listen_addrs=[multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]):
+            addr = f"{stranger.get_addrs()[0]}"
+            if "/p2p/" not in addr:
+                addr += f"/p2p/{stranger.get_id().to_base58()}"
+            async with open_libp2p_network(create_new_key_pair(), NetworkSettings(bootstrap=(addr,))) as net:
+                with trio.fail_after(20), pytest.raises(NodeError) as caught:  # far below the join timeout
+                    await learn_schedule(net, (addr,), timeout_s=3600)
+                return str(caught.value)
+
+    text = trio.run(join)
+    assert "/swarmp2p/hello/1.0.0" in text and "\n" not in text, text

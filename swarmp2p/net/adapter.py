@@ -34,6 +34,7 @@ from libp2p.network.auto_connector import AutoConnector
 from libp2p.network.config import ConnectionConfig
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+from libp2p.protocol_muxer.exceptions import MultiselectClientError, ProtocolNotSupportedError
 from libp2p.tools.anyio_service import background_trio_service
 from libp2p.utils.address_validation import expand_wildcard_address
 
@@ -44,7 +45,7 @@ from swarmp2p.net.gossip import CountingPubsub, build_gossip
 from swarmp2p.net.peer_book import PeerBook
 from swarmp2p.net.settings import NetworkSettings
 from swarmp2p.net.streams import read_frame, write_frame
-from swarmp2p.ports import InboundMessage, NetworkError, RequestHandler
+from swarmp2p.ports import InboundMessage, NetworkError, ProtocolRefused, RequestHandler
 
 logger = logging.getLogger(__name__)
 
@@ -249,6 +250,8 @@ class LibP2PNetwork:
             except NetworkError:
                 raise
             except (FrameError, Exception) as error:
+                if _protocol_not_supported(error):
+                    raise ProtocolRefused(f"{peer_id} does not serve {protocol}") from error
                 raise NetworkError(
                     f"{protocol} to {peer_id} failed: {type(error).__name__}: {error}"
                 ) from error
@@ -571,7 +574,7 @@ class LibP2PNetwork:
         except NetworkError as error:
             logger.debug("peer exchange with %s failed: %s", peer_id, error)
             # A peer without our protocol (a foreign libp2p node) is asked rarely; others soon again.
-            pause = 120.0 if "not supported" in str(error) else 5.0
+            pause = 120.0 if isinstance(error, ProtocolRefused) else 5.0
             self._exchange_quiet_until[peer_id] = trio.current_time() + pause
             return 0
         try:
@@ -636,6 +639,23 @@ def next_exchange_interval(
     if learned > 0 or connected == 0:
         return fast_s
     return min(slow_s, max(fast_s, current_s * 2))
+
+
+def _protocol_not_supported(error: BaseException) -> bool:
+    """Whether multistream negotiation failed because the remote refused the protocol.
+    py-libp2p 0.8.1 raises StreamFailure from a MultiselectClientError whose only mark of
+    the cause is its text ("protocols not supported: ..."); it drops the typed
+    ProtocolNotSupportedError it caught."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ProtocolNotSupportedError) or (
+            isinstance(current, MultiselectClientError) and "protocols not supported" in str(current)
+        ):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _remote_peer(stream: Any) -> str:
