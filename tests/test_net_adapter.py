@@ -328,6 +328,44 @@ def test_closed_connection_still_listed_by_libp2p_is_dropped_and_redialed() -> N
     run_swarm(2, body)
 
 
+def test_gossip_heartbeat_runs_and_shifts_the_message_cache() -> None:
+    """The GossipSub router's own service must run: it is what starts the heartbeat. Without it
+    the message cache never shifts (history [10, 0, 0, 0, 0] forever), memory grows, and every
+    new subscriber is handed the topic's whole history."""
+    settings = attrs.evolve(FAST, heartbeat_s=0.5)
+
+    async def main() -> None:
+        with trio.fail_after(60):
+            async with (
+                open_libp2p_network(create_new_key_pair(), settings) as a,
+                open_libp2p_network(create_new_key_pair(), settings) as b,
+            ):
+                await b.connect(a.listen_addrs()[0])
+                await a.subscribe("swarmp2p/test/hb")
+                router = a.pubsub.router
+                b_id = ID.from_base58(b.local_peer_id)
+                # Publish only once b is a gossip peer of a: before that, py-libp2p queues messages
+                # for a peer still being identified (30 s TTL) and flushes them later, a separate path.
+                await wait_until(lambda: b_id in a.pubsub.peers and b_id in router.peer_protocol)
+                for i in range(10):
+                    await a.publish("swarmp2p/test/hb", f"old {i}".encode())
+                # history_size 5 heartbeats at 0.5 s: everything leaves the cache within ~3 s
+                await wait_until(lambda: not router.mcache.msgs, timeout_s=8)
+                assert [len(window) for window in router.mcache.history] == [0] * len(router.mcache.history)
+
+                # A peer that subscribes only now is not handed the ten old messages (neither from
+                # the message cache nor from py-libp2p's queue for not-yet-subscribed peers).
+                await trio.sleep(settings.pending_gossip_ttl_s)
+                late = await b.subscribe("swarmp2p/test/hb")
+                await trio.sleep(1.5)  # three heartbeats: time to graft and gossip IHAVEs
+                await a.publish("swarmp2p/test/hb", b"fresh")
+                with trio.fail_after(10):
+                    first = await late.receive()
+                assert first.data == b"fresh", first.data
+
+    trio.run(main)
+
+
 def test_a_peer_that_left_is_forgotten_and_no_longer_dialed() -> None:
     settings = attrs.evolve(
         FAST, forget_unreachable_after_s=1.5, redial_backoff_initial_s=0.2, redial_backoff_max_s=0.4

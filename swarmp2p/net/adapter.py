@@ -778,7 +778,13 @@ async def open_libp2p_network(
     pubsub = build_gossip(host, settings, counters)
     dht, record_validator = build_dht(host, settings.dht_namespace, settings.max_dht_value_bytes, counters)
     async with host.run(listen_addrs=listen):
-        async with background_trio_service(pubsub), background_trio_service(dht):
+        # The router's own service is what runs the gossipsub heartbeat (message-cache shifts, mesh
+        # upkeep, IHAVE gossip, fanout expiry, score decay); Pubsub's service does not start it.
+        async with (
+            background_trio_service(pubsub),
+            background_trio_service(pubsub.router),
+            background_trio_service(dht),
+        ):
             await pubsub.wait_until_ready()
             async with trio.open_nursery() as nursery:
                 network = LibP2PNetwork(host, pubsub, dht, record_validator, settings, counters, nursery)

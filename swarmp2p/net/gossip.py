@@ -199,6 +199,7 @@ def build_gossip(host: IHost, settings: NetworkSettings, counters: DropCounters)
         # 127.0.0.1 and it would churn the mesh for nothing.
         eclipse_protection_enabled=False,
         prune_back_off=10,
+        pending_messages_ttl=settings.pending_gossip_ttl_s,
     )
     return CountingPubsub(
         host,

@@ -38,6 +38,11 @@ class NetworkSettings:
     # Gossip carries announcements and hellos only; py-libp2p drops RPCs over 1 MiB without a word,
     # so publish refuses anything near that limit loudly instead.
     max_gossip_bytes: int = attrs.field(default=512 * 1024, validator=_positive)
+    # py-libp2p queues every publish for each connected peer that has not (yet) subscribed to the
+    # topic, for 30 s by default, and hands the queue over when that peer subscribes: meant for
+    # the identify/subscription race (well under a second), it gave every joiner the last 30 s
+    # of stale announcements. A few seconds covers the race and nothing older.
+    pending_gossip_ttl_s: float = attrs.field(default=3.0, validator=_positive)
 
     # direct request/response (/swarmp2p/fetch/1.0.0)
     max_request_bytes: int = attrs.field(default=64 * 1024, validator=_positive)
@@ -63,11 +68,6 @@ class NetworkSettings:
     redial_backoff_initial_s: float = attrs.field(default=0.5, validator=_positive)
     redial_backoff_max_s: float = attrs.field(default=30.0, validator=_positive)
     max_known_peers: int = attrs.field(default=1024, validator=_positive)
-
-    # py-libp2p's own connection manager (ConnectionConfig). Our upkeep above dials and re-dials;
-    # libp2p's AutoConnector would do the same work again with go-libp2p's watermarks
-    # (min 50 / low 100 / high 300): on a 5-peer swarm it logged "initiating 196 new dials"
-    # every 10 s (below min_connections it polls at 10 s) for peers that do not exist. Now
     # A peer unreachable this long (and for at least 3 dials) is forgotten until something names
     # it again; bootstrap peers never are. Well above a restart, so a restarting peer is kept.
     forget_unreachable_after_s: float = attrs.field(default=600.0, validator=_positive)
@@ -75,6 +75,11 @@ class NetworkSettings:
     # `max_dials_per_s`. A joiner learning a whole swarm dials `dial_burst` peers at once.
     max_dials_per_s: float = attrs.field(default=8.0, validator=_positive)
     dial_burst: int = attrs.field(default=32, validator=_positive)
+
+    # py-libp2p's own connection manager (ConnectionConfig). Our upkeep above dials and re-dials;
+    # libp2p's AutoConnector would do the same work again with go-libp2p's watermarks
+    # (min 50 / low 100 / high 300): on a 5-peer swarm it logged "initiating 196 new dials"
+    # every 10 s (below min_connections it polls at 10 s) for peers that do not exist. Now
     # min_connections is 0 (it ticks every 30 s) and the watermarks are sized from
     # `target_peers`: a node dials `target_peers` and is dialed by about as many, so pruning
     # starts well above that. `libp2p_auto_connect=False` turns its dialing off entirely (no
