@@ -161,7 +161,7 @@ class SimPolicy:
         self.pending_cost_s += cost
         rng = random.Random(derive_seed(self.seed, self.name, self.steps, "eval"))
         per_task: dict[str, dict[str, float]] = {}
-        samples: list[dict[str, Any]] = []
+        answered: list[dict[str, Any]] = []
         for task in tasks:
             correct_sum = reward_sum = 0.0
             for i in range(params.eval_questions):
@@ -171,8 +171,8 @@ class SimPolicy:
                 correct = reward >= 1.0
                 correct_sum += correct
                 reward_sum += reward
-                if len(samples) < params.eval_generations_to_log:
-                    samples.append(
+                if i * len(tasks) < params.eval_generations_to_log:
+                    answered.append(
                         {
                             "task": task,
                             "index": question.index,
@@ -184,6 +184,8 @@ class SimPolicy:
                     )
             n = params.eval_questions
             per_task[task] = {"accuracy": correct_sum / max(1, n), "reward": reward_sum / max(1, n), "n": n}
+        # The logged generations take turns over the tasks: the first question of each, then the second...
+        samples = sorted(answered, key=lambda sample: sample["index"])[: params.eval_generations_to_log]
         return {
             "step": self.steps,
             "accuracy": math.fsum(t["accuracy"] for t in per_task.values()) / len(per_task),
@@ -226,17 +228,32 @@ class SimPolicy:
 
 
 class ForgingPolicy(SimPolicy):
-    """A byzantine learner: claims reward 1.0 for every completion, right or wrong."""
+    """A byzantine learner that poisons: its completions are honest (plausible text from its own
+    skills), its claimed rewards are inverted. Right answers are claimed 0.0 and wrong ones 1.0;
+    a group whose answers all scored alike has its first completion's claim flipped back, so
+    every group has spread (nonzero advantage) and would be trained on, pulling a learner away
+    from right answers, by any peer that takes the claims on trust. At least G-1 claims of
+    each group disagree with the registry, so verification catches every batch.
+
+    (Claiming 1.0 everywhere, the earlier forgery, gives every group zero advantage: dropped
+    before training whether or not anyone verifies, so it tested nothing.)"""
 
     def generate(self, questions: Sequence[QuestionRef]) -> list[QuestionGroup]:
-        groups = super().generate(questions)
-        return [
-            QuestionGroup(
-                question=group.question,
-                completions=tuple(Completion(text=c.text, reward=1.0) for c in group.completions),
-            )
-            for group in groups
-        ]
+        return [forged_group(group) for group in super().generate(questions)]
+
+
+def forged_group(group: QuestionGroup) -> QuestionGroup:
+    """`group` with inverted claimed rewards and guaranteed spread (see ForgingPolicy)."""
+    claims = [0.0 if completion.reward >= 0.5 else 1.0 for completion in group.completions]
+    if len(claims) > 1 and len(set(claims)) == 1:
+        claims[0] = 1.0 - claims[0]
+    return QuestionGroup(
+        question=group.question,
+        completions=tuple(
+            Completion(text=completion.text, reward=claim)
+            for completion, claim in zip(group.completions, claims, strict=True)
+        ),
+    )
 
 
 def _clamp(value: float) -> float:

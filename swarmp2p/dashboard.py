@@ -208,7 +208,7 @@ def _eval_metrics(status: Mapping[str, Any]) -> list[Any]:
     families: list[Any] = []
     overall = {
         "swarmp2p_eval_accuracy": (
-            "Held-out accuracy of the latest evaluation (mean over tasks).",
+            "Held-out accuracy of the latest evaluation (the mean over its tasks).",
             "accuracy",
         ),
         "swarmp2p_eval_reward": ("Held-out mean reward of the latest evaluation.", "reward"),
@@ -418,9 +418,10 @@ function drawChart(chart, series, opts) {
     chart.appendChild(svg("text", {x: L - 6, y: sy(y) + 4, "text-anchor": "end", "font-size": 11,
       fill: "#5b6473"}, y.toFixed(2)));
   }
-  chart.appendChild(svg("text", {x: L, y: H - 8, "font-size": 11, fill: "#5b6473"}, opts.xlabel + " " + x0));
+  const xname = opts.xname || ((x) => "round " + x);
+  chart.appendChild(svg("text", {x: L, y: H - 8, "font-size": 11, fill: "#5b6473"}, xname(x0)));
   chart.appendChild(svg("text", {x: W - R, y: H - 8, "text-anchor": "end", "font-size": 11,
-    fill: "#5b6473"}, opts.xlabel + " " + x1));
+    fill: "#5b6473"}, xname(x1)));
   let legendX = L + 8;
   for (const s of series) {
     if (s.pts.length === 0) continue;
@@ -444,17 +445,18 @@ function drawRewards(history) {
   const pts = history.filter(r => typeof r.round === "number" && typeof r.reward === "number")
     .map(r => ({x: r.round, y: r.reward, tip: "round " + r.round + ": " + fmt(r.reward, 3)}));
   drawChart($("chart"), [{pts: pts, color: "#2563eb"}],
-    {W: 720, H: 240, y0: 0, y1: 1, empty: "no rounds yet", xlabel: "round"});
+    {W: 720, H: 240, y0: 0, y1: 1, empty: "no rounds yet"});
 }
-function evalRounds(evals, history) {
+function evalStart(evals, history) {
   // An evaluation before training has round null: drawn one round before the first one played.
   const played = history.concat(evals).map(r => r.round).filter(r => typeof r === "number");
-  const start = played.length ? Math.min(...played) - 1 : 0;
-  return evals.filter(e => typeof e.accuracy === "number")
-    .map(e => ({e: e, x: typeof e.round === "number" ? e.round : start}));
+  return played.length ? Math.min(...played) - 1 : 0;
 }
 function drawEval(evals, history) {
-  const rows = evalRounds(evals, history);
+  const start = evalStart(evals, history);
+  const rows = evals.filter(e => typeof e.accuracy === "number")
+    .map(e => ({e: e, x: typeof e.round === "number" ? e.round : start}));
+  const before = rows.some(r => typeof r.e.round !== "number");
   const when = (r) => (typeof r.e.round === "number" ? "round " + r.e.round : "before training") +
     (typeof r.e.step === "number" ? " (step " + r.e.step + ")" : "");
   const acc = rows.map(r => ({x: r.x, y: r.e.accuracy, tip: when(r) + ": accuracy " + fmt(r.e.accuracy, 3)}));
@@ -462,7 +464,8 @@ function drawEval(evals, history) {
     .map(r => ({x: r.x, y: r.e.reward, tip: when(r) + ": reward " + fmt(r.e.reward, 3)}));
   drawChart($("evalchart"), [{pts: acc, color: "#067647", label: "accuracy"},
                              {pts: rew, color: "#9e77ed", dash: true, label: "reward"}],
-    {W: 720, H: 200, y0: 0, y1: 1, empty: "no held-out evaluation yet", xlabel: "round"});
+    {W: 720, H: 200, y0: 0, y1: 1, empty: "no held-out evaluation yet",
+     xname: (x) => (before && x === start) ? "before training" : "round " + x});
 }
 function cell(tr, value, cls) {
   const td = document.createElement("td"); td.textContent = value; if (cls) td.className = cls;
@@ -498,7 +501,10 @@ function fillEval(body) {
     cell(tr, String(sample.task), "l");
     cell(tr, sample.correct ? "yes" : "no", sample.correct ? "ok" : "bad");
     cell(tr, fmt(sample.reward, 2));
-    cell(tr, String(sample.reference), "text"); cell(tr, String(sample.completion), "text");
+    cell(tr, String(sample.reference), "text");
+    const full = String(sample.completion), long = full.length > 800;
+    const shown = cell(tr, long ? full.slice(0, 800) + "…" : full, "text");
+    if (long) shown.title = full;
     samples.appendChild(tr);
   }
 }

@@ -96,6 +96,74 @@ def test_api_status_index_and_metrics_answer():
     with_dashboard(lambda: STATUS, check)
 
 
+EVAL_STATUS = {
+    **STATUS,
+    "eval": {
+        "round": 6,
+        "step": 7,
+        "accuracy": 0.375,
+        "reward": 0.5,
+        "accuracy_change": 0.125,
+        "questions": 16,
+        "seconds": 2.5,
+        "per_task": {
+            "basic_arithmetic": {"accuracy": 0.5, "reward": 0.625, "n": 8},
+            'odd"task<b>': {"accuracy": 0.25, "reward": 0.375, "n": 8},
+        },
+        "samples": [
+            {
+                "task": "basic_arithmetic",
+                "index": 1,
+                "completion": "<answer>4</answer>",
+                "reference": "4",
+                "correct": True,
+                "reward": 1.0,
+            }
+        ],
+    },
+    "eval_history": [
+        {"round": None, "step": 0, "accuracy": 0.25, "reward": 0.4},
+        {"round": 6, "step": 7, "accuracy": 0.375, "reward": 0.5},
+        "junk",
+    ],
+    "eval_deferred": None,
+}
+
+
+def test_held_out_evaluation_is_in_the_status_the_page_and_the_metrics():
+    def check(base: str) -> None:
+        status = json.loads(http_get(base + "/api/status")[2])
+        assert status["eval"] == EVAL_STATUS["eval"]
+        assert status["eval_history"] == EVAL_STATUS["eval_history"][:2]  # bad rows dropped
+        assert status["eval_deferred"] is None
+
+        page = http_get(base + "/")[2].decode()
+        for element in ('id="evalchart"', 'id="eval_tasks"', 'id="eval_samples"', 'id="eval_accuracy"'):
+            assert element in page
+        assert "innerHTML" not in page
+
+        families = {
+            family.name: family
+            for family in text_string_to_metric_families(http_get(base + "/metrics")[2].decode())
+        }
+        assert families["swarmp2p_eval_accuracy"].samples[0].value == 0.375
+        assert families["swarmp2p_eval_reward"].samples[0].value == 0.5
+        assert families["swarmp2p_eval_step"].samples[0].value == 7
+        per_task = {s.labels["task"]: s.value for s in families["swarmp2p_eval_task_accuracy"].samples}
+        assert per_task == {"basic_arithmetic": 0.5, 'odd"task<b>': 0.25}
+        rewards = {s.labels["task"]: s.value for s in families["swarmp2p_eval_task_reward"].samples}
+        assert rewards == {"basic_arithmetic": 0.625, 'odd"task<b>': 0.375}
+
+    with_dashboard(lambda: EVAL_STATUS, check)
+
+    def without_eval(base: str) -> None:
+        status = json.loads(http_get(base + "/api/status")[2])
+        assert status["eval"] is None and status["eval_history"] == []
+        assert "swarmp2p_eval" not in http_get(base + "/metrics")[2].decode()
+
+    with_dashboard(lambda: STATUS, without_eval)
+
+
 def test_status_is_read_fresh_on_every_request_and_async_sources_work():
     state = {"round": 1}
 

@@ -228,6 +228,7 @@ def test_sim_policy_evaluate_has_the_trainer_shape_and_is_deterministic() -> Non
     assert set(before) >= {"step", "accuracy", "reward", "questions", "per_task", "samples", "seconds"}
     assert before["simulated"] is True and before["questions"] == 200
     assert [sample["index"] >= EVAL_INDEX_BASE for sample in before["samples"]] == [True, True]
+    assert [sample["task"] for sample in before["samples"]] == list(registry.task_names()[:2])  # spread
     for sample in before["samples"]:
         assert set(sample) == {"task", "index", "completion", "reference", "correct", "reward"}
         assert sample["correct"] == (sample["reward"] >= 1.0)
