@@ -16,7 +16,7 @@ import math
 import random
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +80,7 @@ class SimulationResult:
     coordinator_log: dict[str, Any] = attrs.Factory(dict)  # accepted submissions (see RecordingCoordinator)
     coordinator_mismatches: int = 0
     chain: Any = None  # simulator.chain.SimChain when coordinator = "chain"
+    peer_sizes: dict[str, str] = attrs.Factory(dict)  # peer id -> model size ("base"/"large"), trainer only
 
     @property
     def round_ms(self) -> int:
@@ -192,6 +193,10 @@ class _AuditedPolicy:
     def load(self) -> bool:
         return self.inner.load()
 
+    def __getattr__(self, name: str) -> Any:
+        # Optional capabilities (evaluate, ...) are the inner policy's, present or not.
+        return getattr(self.inner, name)
+
 
 def _seed_trio_scheduler(seed: int) -> None:
     # trio shuffles the order of runnable tasks with a module-level Random (to shake out
@@ -248,31 +253,68 @@ def run_simulation(
     policy_factory: Callable[..., Any] | None = None,
     tasks: tuple[str, ...] | None = None,
     work_dir: Path | None = None,
+    trainer_settings: Any = None,
+    trainer_config: Any = None,
+    trainer_large: Mapping[str, Any] | None = None,
+    peer_overrides: Mapping[str, Any] | None = None,
+    wrap_policy: Callable[[PeerPlan, Any], Any] | None = None,
 ) -> SimulationResult:
     """Run `scenario` to the end of its last round. `on_round(r)` is called as round r ends.
 
     `tasks` overrides the scenario's task list. `policy_factory` replaces the simulated policy
     (it scores with the registry it is given, which follows the swarm's rules).
     `work_dir`: where `policy = "trainer"` keeps the shared tiny model and the peers'
-    checkpoints (a temporary directory if None; its peers/ folder is wiped at the start)."""
+    checkpoints (a temporary directory if None; its peers/ folder is wiped at the start).
+    `trainer_settings` (TrainerSimSettings), `trainer_config` (a TrainerConfig to start every
+    peer's from; its tasks and format reward become the swarm's rules unless `tasks` or the
+    scenario name tasks) and `trainer_large` (overrides for the larger half of a heterogeneous
+    swarm) shape `policy = "trainer"` (simulator/trainer_policy.py).
+    `peer_overrides`: extra PeerSettings fields for every peer (sampling rule, verify_rewards,
+    evaluation, ...). `wrap_policy(plan, policy)` returns what the Peer calls instead of
+    `policy` (a spy, for tests and experiments); virtual compute time is still the policy's."""
     with contextlib.ExitStack() as stack:
+        peer_sizes: dict[int, str] = {}
         if scenario.policy == "trainer" and policy_factory is None:
             from simulator.trainer_policy import TRAINER_TASKS, TrainerSimSettings, TrainerSwarm
 
-            schedule = swarm_schedule(
-                scenario, tasks or scenario.tasks or TRAINER_TASKS, TrainerSimSettings().format_reward
+            trainer_settings = trainer_settings or TrainerSimSettings()
+            default_tasks = TRAINER_TASKS if trainer_config is None else trainer_config.tasks
+            format_reward = (
+                trainer_settings.format_reward if trainer_config is None else trainer_config.format_reward
             )
+            schedule = swarm_schedule(scenario, tasks or scenario.tasks or default_tasks, format_reward)
             if work_dir is None:
                 work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="swarmp2p-sim-")))
-            swarm = TrainerSwarm(work_dir, schedule=schedule, group_size=scenario.group_size)
+            swarm = TrainerSwarm(
+                work_dir,
+                schedule=schedule,
+                group_size=scenario.group_size,
+                settings=trainer_settings,
+                base_config=trainer_config,
+                large=trainer_large,
+            )
             policy_factory, registry = swarm.policy, swarm.registry
+            peer_sizes = {index: swarm.size_of(index) for index in range(scenario.peers)}
         else:
             schedule = swarm_schedule(scenario, tasks or scenario.tasks or DEFAULT_TASKS, FORMAT_REWARD)
             registry = SimTaskRegistry.for_schedule(schedule)
         _seed_trio_scheduler(scenario.seed)
         stack.enter_context(_young_gc_threshold(20_000))
         clock = trio.testing.MockClock(autojump_threshold=0)
-        return trio.run(_simulate, scenario, schedule, on_round, policy_factory, registry, clock, clock=clock)
+        result = trio.run(
+            _simulate,
+            scenario,
+            schedule,
+            on_round,
+            policy_factory,
+            registry,
+            clock,
+            dict(peer_overrides or {}),
+            wrap_policy,
+            clock=clock,
+        )
+        result.peer_sizes = {plan.peer_id: peer_sizes[plan.index] for plan in result.plans if peer_sizes}
+        return result
 
 
 async def _simulate(
@@ -282,6 +324,8 @@ async def _simulate(
     policy_factory: Callable[..., Any] | None,
     registry: Any,
     trio_clock: trio.abc.Clock,
+    peer_overrides: dict[str, Any],
+    wrap_policy: Callable[[PeerPlan, Any], Any] | None,
 ) -> SimulationResult:
     round_ms = schedule.round_ms
     end_ms = scenario.rounds * round_ms
@@ -339,6 +383,7 @@ async def _simulate(
         dht_sweep=scenario.dht_sweep,
         poll_interval_s=max(1.0, scenario.round_s / 4),
         verification_limits=VerificationLimits(),
+        **peer_overrides,
     )
     cache = VerifyCache(max_entries=max(50_000, 20 * scenario.peers))
     store = CheckpointStore()
@@ -381,7 +426,7 @@ async def _simulate(
             policy = make_policy(plan)
             policies[plan.peer_id] = policy
             audited = _AuditedPolicy(
-                policy,
+                policy if wrap_policy is None else wrap_policy(plan, policy),
                 audit,
                 lambda pid=plan.peer_id: invalid_trained.append(
                     (pid, max(0, (clock.now_ms() - EPOCH_MS) // round_ms))

@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-MAX_TRAINER_PEERS = 5
+MAX_TRAINER_PEERS = 32
 BYZANTINE_KINDS = ("forge", "malformed", "oversized", "replay", "impersonate", "flood")
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 
@@ -126,7 +126,7 @@ class Scenario:
     dht_sweep: bool = True
     """Look up in the DHT the batches of known peers whose announcement did not arrive."""
     policy: str = attrs.field(default="sim", validator=attrs.validators.in_(("sim", "trainer")))
-    """"sim": the cheap simulated learner; "trainer": the real trainer with the tiny model (<= 5 peers)."""
+    """"sim": the cheap simulated learner; "trainer": the real trainer with the tiny model (<= 32 peers)."""
     coordinator: str = attrs.field(default="schedule", validator=attrs.validators.in_(("schedule", "chain")))
     """"schedule": chain-less round clock; "chain": the SwarmCoordinator contract on one in-process chain."""
     tasks: tuple[str, ...] = ()

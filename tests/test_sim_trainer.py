@@ -34,5 +34,5 @@ def test_three_trainer_peers_complete_two_rounds(tmp_path: Path) -> None:
 
 
 def test_trainer_policy_is_refused_for_big_swarms() -> None:
-    with pytest.raises(ScenarioError, match="at most 5 peers"):
-        load_scenario(None, policy="trainer", peers=6)
+    with pytest.raises(ScenarioError, match="at most 32 peers"):
+        load_scenario(None, policy="trainer", peers=33)
