@@ -5,13 +5,24 @@ from __future__ import annotations
 from functools import cache
 
 import attrs
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from simulator.report import build_report, report_json
 from simulator.runner import SimulationResult, run_simulation
-from simulator.scenario import BYZANTINE_KINDS, ByzantineSpec, FaultSpec, NetworkSpec, PartitionSpec, Scenario
+from simulator.scenario import (
+    BYZANTINE_KINDS,
+    ByzantineSpec,
+    FaultSpec,
+    NetworkSpec,
+    PartitionSpec,
+    Scenario,
+    builtin_scenarios,
+    load_scenario,
+)
 
+BYZANTINE_SCENARIOS = [name for name in builtin_scenarios() if load_scenario(name).byzantine.fraction > 0]
 SLOW = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
 
 
@@ -26,7 +37,9 @@ def honest_completes_every_present_round(result: SimulationResult) -> None:
 
 
 def never_trained_on_forgeries(result: SimulationResult) -> None:
-    assert result.invalid_trained == []
+    """No honest peer ever trained on a group with forged rewards (a forger trains on its own)."""
+    honest = {plan.peer_id for plan in result.plans if plan.honest}
+    assert [(peer, round_number) for peer, round_number in result.invalid_trained if peer in honest] == []
 
 
 def no_honest_rollouts_lost(result: SimulationResult) -> None:
@@ -115,6 +128,37 @@ def test_byzantine_senders_are_banned_by_every_honest_peer() -> None:
         "equivocation",
     ):
         assert result.rejections[reason] > 0, reason
+
+
+FORGERS = ByzantineSpec(fraction=2 / 8, kinds=("forge",))
+
+
+@SLOW
+@given(seed=st.integers(0, 10**6))
+def test_forgeries_are_trained_on_without_verification_and_never_with_it(seed: int) -> None:
+    """The forger claims rewards with real spread (right answers scored 0, wrong ones 1), so
+    its groups survive the zero-advantage filter: only verification keeps them out of training.
+    Switched off, the property must fail, or it proves nothing."""
+    scenario = Scenario(peers=8, rounds=4, seed=seed, fetch_sample=0, byzantine=FORGERS)
+    unverified = run_simulation(scenario, peer_overrides={"verify_rewards": False})
+    with pytest.raises(AssertionError):
+        never_trained_on_forgeries(unverified)
+    assert unverified.rejections["forged_reward"] == 0
+    verified = run_simulation(scenario)
+    never_trained_on_forgeries(verified)
+    assert verified.rejections["forged_reward"] > 0
+
+
+@pytest.mark.parametrize("scenario_name", BYZANTINE_SCENARIOS)
+def test_byzantine_scenarios_are_safe_only_with_verification(scenario_name: str) -> None:
+    # The shipped byzantine scenarios, shrunk to test size (same fractions and attack kinds).
+    scenario = load_scenario(scenario_name, peers=20, rounds=5)
+    assert "forge" in scenario.byzantine.kinds
+    with pytest.raises(AssertionError):
+        never_trained_on_forgeries(run_simulation(scenario, peer_overrides={"verify_rewards": False}))
+    result = run_simulation(scenario)
+    never_trained_on_forgeries(result)
+    honest_completes_every_present_round(result)
 
 
 def test_partition_heals_and_honest_peers_agree_on_the_round() -> None:
