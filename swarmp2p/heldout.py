@@ -11,13 +11,17 @@ Peer (swarmp2p/peer.py) WHEN to call it, so that `swarmp2p node` and the simulat
   The estimate is the last evaluation's duration; before any, this round's generation time per
   question times the held-out question count (generation samples G completions per question and
   evaluation one, so this over-estimates: it errs on the side of deferring).
-- Otherwise deferred: not run, tried again after the next round, counted (`eval_deferred`) and
-  said in the log (`eval deferred: 3.1 s needed, 1.2 s left`) and in the round's record.
+- Otherwise deferred: counted (`eval_deferred`) and said in the log (`eval deferred: 3.1 s
+  needed, 1.2 s left`) and in the round's record. A deferred evaluation gets a second chance in
+  the next round's collect window (after its batch is published, the worker idles until the
+  collect deadline, and the model is still the one the deferred step left), if it fits before
+  that deadline (training must not wait for it); else it is tried after the next train step.
 
 A result as it lands in a round record, the status and the dashboard is the policy's dict
 (`step`, `accuracy`, `reward`, `questions`, `per_task`, `samples`, `seconds`, and `simulated`
-from the simulated learner) plus `round` (None: before the first round) and `accuracy_change`
-(against the previous evaluation; None for the first).
+from the simulated learner) plus `round`, the round after whose train step the model was
+evaluated (None: before the first round), and `accuracy_change` (against the previous
+evaluation; None for the first).
 """
 
 from __future__ import annotations
@@ -177,6 +181,23 @@ class HeldOutEvaluation:
             )
             return None, deferred
         return await self.run(policy, offload, now_ms, round_number), None
+
+    async def while_collecting(
+        self,
+        policy: Any,
+        offload: Callable[..., Awaitable[Any]],
+        now_ms: Callable[[], int],
+        collect_until_ms: int,
+    ) -> dict[str, Any] | None:
+        """Run the evaluation deferred after the previous train step, if it fits before
+        `collect_until_ms`. Returns its result, else None (it stays deferred, already said)."""
+        deferred = self.last_deferred
+        if deferred is None or not self.due():
+            return None
+        needed = self.needed_s(None, 0)
+        if needed is None or needed > (collect_until_ms - now_ms()) / 1000:
+            return None
+        return await self.run(policy, offload, now_ms, deferred["round"])
 
     def status(self) -> dict[str, Any]:
         """The status keys: `eval` (last result), `eval_history`, `eval_deferred` (the latest

@@ -14,7 +14,8 @@ One round, as the machine sees it:
     ...          meanwhile inbound announcements are checked, fetched, verified, kept per sender
     Tick past the collect deadline -> Train(r): sample_training_groups -> offload(policy.train), save
     Report(r)    coordinator.submit_reward / submit_winners (failures counted, never fatal), then
-                 the held-out evaluation when due and it fits before the next round (swarmp2p/heldout.py)
+                 the held-out evaluation when due and it fits before the next round; a deferred one
+                 may run in the next round's collect window instead (swarmp2p/heldout.py)
 
 Inbound handling never raises out of the Peer: protocol failures become counted rejections
 (`rejections[reason]`) and, when the fault is attributable, a strike against the sender in
@@ -605,6 +606,7 @@ class Peer:
             await self._generate(action.round)
         elif isinstance(action, Publish):
             await self._publish(action.round)
+            await self._evaluate_while_collecting(action.round)
         elif isinstance(action, Train):
             await self._train(action.round)
         elif isinstance(action, Report):
@@ -703,6 +705,15 @@ class Peer:
             log.exception("%s: DHT put failed", self.peer_id)
             self.counters["dht_put_failed"] += 1
 
+    async def _evaluate_while_collecting(self, round_number: int) -> None:
+        """An evaluation deferred after the last train step may fit in the worker's idle time
+        between publishing and the collect deadline (swarmp2p/heldout.py)."""
+        state = self._current(round_number)
+        if state is not None and self.machine.phase is Phase.COLLECTING:
+            state.eval = await self.evaluation.while_collecting(
+                self.policy, self._offload, self.clock.now_ms, self.machine.collect_until_ms
+            )
+
     async def _train(self, round_number: int) -> None:
         state = self._current(round_number)
         if state is None:
@@ -775,7 +786,7 @@ class Peer:
         except Exception:
             log.exception("%s: report failed", self.peer_id)
             self.counters["report_failed"] += 1
-        state.eval, state.eval_deferred = await self.evaluation.after_round(
+        evaluated, state.eval_deferred = await self.evaluation.after_round(
             self.policy,
             self._offload,
             self.clock.now_ms,
@@ -784,6 +795,7 @@ class Peer:
             state.generate_s,
             len(state.questions),
         )
+        state.eval = evaluated or state.eval
         self._finish(state, completed=True)
         self._feed(ReportFinished(round_number))
 

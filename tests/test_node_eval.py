@@ -52,6 +52,7 @@ class Swarm:
         )
         self.store = CheckpointStore()
         self.policies: list[SimPolicy] = []
+        self.calls: list[list[tuple[str, int, int]]] = []  # per peer: (policy call, start ms, end ms)
         self.peers = [self._make_peer(i, params) for i in range(count)]
         self.statuses: list[dict[str, Any]] = []  # Peer.status() at the end of the run
 
@@ -60,10 +61,14 @@ class Swarm:
         port = self.world.attach(peer_id_from_seed(seed))
         policy = SimPolicy(port.local_peer_id, self.registry, seed=5, params=params, store=self.store)
         self.policies.append(policy)
+        calls: list[tuple[str, int, int]] = []
+        self.calls.append(calls)
 
         async def offload(fn, *args):  # type: ignore[no-untyped-def]
+            started = self.clock.now_ms()
             result = fn(*args)  # inline, then the policy's virtual compute time
             await trio.sleep(policy.take_cost())
+            calls.append((fn.__name__, started, self.clock.now_ms()))
             return result
 
         return Peer(
@@ -150,6 +155,35 @@ def test_an_evaluation_that_would_not_fit_is_deferred_and_said(caplog: pytest.Lo
         assert [entry["round"] for entry in status["eval_history"]] == [None]
     said = [r.getMessage() for r in caplog.records if "eval deferred" in r.getMessage()]
     assert len(said) == 10 and "8.5 s needed" in said[0]
+
+
+def test_a_deferred_evaluation_runs_in_the_next_collect_window_when_it_fits_there() -> None:
+    # 6 x 4 x 0.1 s = 2.4 s, needing 3.5 s: more than the ~2 s left after training, less than
+    # the ~4 s between publishing (2 s of generation) and the collect deadline (6 s in).
+    swarm = Swarm(
+        2, EvalSettings(every=2, before_train=True, questions=24), SimPolicyParams(eval_questions=6)
+    )
+    swarm.run(rounds=7)
+    for peer, status, calls in zip(swarm.peers, swarm.statuses, swarm.calls, strict=True):
+        assert_rounds_on_time(peer, 7)
+        assert [r.round for r in peer.history if r.eval_deferred is not None] == [1, 3, 5]
+        ran = [r for r in peer.history if r.eval is not None]
+        assert [r.round for r in ran] == [2, 4, 6]  # in the next round's collect window...
+        for record in ran:
+            assert record.eval["round"] == record.round - 1  # ...measuring the deferred step's model
+            assert record.eval["step"] == record.round
+            assert record.external_peers_trained_on  # the other peer's batch arrived and was used
+        # Each ran within the collect window: after generating, done before the collect
+        # deadline (6 s into the round), and the train step started on time right after it.
+        evals = [(start, end) for name, start, end in calls if name == "evaluate"][1:]  # [0]: before
+        trains = [start for name, start, _ in calls if name == "train"]
+        assert len(evals) == 3
+        for (start, end), record in zip(evals, ran, strict=True):
+            round_start = GENESIS_MS + record.round * ROUND_MS
+            assert round_start + 2000 <= start and end <= round_start + 6000
+            assert round_start + 6000 in trains  # training at the deadline: it did not wait
+        assert [e["round"] for e in status["eval_history"]] == [None, 1, 3, 5]
+        assert status["counters"]["eval_deferred"] == 3 and status["counters"]["evaluations"] == 4
 
 
 def test_without_a_measurement_the_first_estimate_comes_from_generation_time() -> None:
