@@ -164,10 +164,12 @@ class TrainerSwarm:
         """`schedule`: the simulated swarm's; its rules (tasks, format reward, difficulty) shape
         every peer's trainer and the shared registry, exactly as they do for `swarmp2p node`.
 
-        `base_config`: a trainer.config.TrainerConfig to start from (its model, sizes, lr, ...);
-        None builds one from `settings` (a small tiny model for quick simulations). Either way
-        the simulator sets data_dir, device (cpu), threads (1), num_generations (`group_size`)
-        and seed (the schedule's), and the schedule's rules.
+        `base_config`: a trainer.config.TrainerConfig to start from (its model, sizes, lr, and its
+        seed, which names the tiny build: every seed of an experiment then starts from the same
+        model); None builds one from `settings` (a small tiny model for quick simulations) with
+        the schedule's seed. Either way the simulator sets data_dir, device (cpu), threads (1),
+        num_generations (`group_size`) and the schedule's rules; each peer's sampler is seeded
+        from the schedule's seed and the peer's index.
 
         `large`: TrainerConfig overrides (e.g. {"tiny_hidden_size": 256}) for every peer of odd
         index: half the swarm runs a larger model (`size_of(index)` says which)."""
@@ -183,6 +185,7 @@ class TrainerSwarm:
                 tiny_hidden_size=settings.tiny_hidden_size,
                 max_new_tokens=settings.max_new_tokens,
                 format_reward=settings.format_reward,
+                seed=seed,
             )
         local = attrs.evolve(
             base_config,
@@ -190,7 +193,6 @@ class TrainerSwarm:
             device="cpu",
             threads=1,  # one thread: the simulator is single-threaded and must be reproducible
             num_generations=group_size,
-            seed=seed,
         )
         self.base_config = trainer_config_for(schedule, local)
         self.large = dict(large or {})
@@ -248,7 +250,7 @@ class TrainerSwarm:
         if start is not None and not checkpoints.exists():
             # Every peer starts from the warmed-up model: Peer.run's policy.load() restores it.
             shutil.copytree(start, checkpoints)
-        # The config seed stays the swarm's: it also names the tiny build, which all share.
+        # The config seed names the tiny build, which all peers of a size share.
         config = attrs.evolve(self.configs[size], data_dir=str(peer_dir))
         inner = TrainerPolicy(config, registry=self.registry)
         inner.tokenizer = self.tokenizers[size]  # one tokenizer per build, not one per peer

@@ -29,6 +29,7 @@ _SUBCOMMAND_MODULES = (
     "swarmp2p.cli_node",
     "swarmp2p.cli_simulate",
     "swarmp2p.cli_train",
+    "swarmp2p.cli_experiment",
     "swarmp2p.cli_chain",
     "swarmp2p.cli_dashboard",
     "swarmp2p.cli_keygen",

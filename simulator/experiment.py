@@ -1,0 +1,762 @@
+"""The sharing experiment (`swarmp2p experiment sharing`): does training on other peers' rollouts
+help, at the same number of rollouts per update?
+
+Every configuration (an `Arm`) runs the same simulated swarm (simulator/runner.py: the node's
+round loop, in-memory network, virtual clock) once per seed, with the real trainer
+(simulator/trainer_policy.py) or the cheap simulated learner (simulator/policy.py). What differs
+between arms is only how each peer picks its training groups (protocol/sampling.py):
+
+- `L/E` splits: L groups of the peer's own + E groups from other peers' verified batches,
+  L + E the same in every split, zero-advantage groups dropped, a short side topped up from the
+  other (`SamplingRule.fill`; an L/0 peer never takes external groups). Every peer generates
+  `questions_per_round` questions of G completions per round whatever its split, so every arm
+  spends the same generation compute and every update sees the same number of groups.
+- `verified-only` / `unverified`: the middle split with `forgers` peers that claim inverted
+  rewards. A Peer already accepts only external batches that pass re-scoring, so
+  `verified-only` is the default behaviour under attack, and `unverified` switches the
+  re-scoring off (PeerSettings.verify_rewards) to measure what it is worth.
+- `adaptive`, `filtered`: the middle split under protocol.sampling's adaptive split and
+  filtered-peer rules (documented there).
+
+Measured per honest peer: the mean reward of its own completions every round (the training
+reward; summed over peers and rounds it is the table's cumulative reward), and the held-out
+accuracy (heldout.py through the Peer: before training, every `eval_every` rounds, and at the
+end). The trainer spy (`_Spy`) counts the groups and completions every train() call received.
+
+Reproducible: a job (arm, seed) is a pure function of its settings; jobs run in worker
+processes (`jobs`) in any order and give the same numbers as run one after another.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import math
+import multiprocessing
+import os
+import shutil
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from protocol.messages import QuestionGroup
+
+PUBLISHED = {
+    "source": "SAPO (Gensyn, arXiv:2509.08721): 8 agents, Qwen2.5 0.5B, reasoning-gym, "
+    "8 completions per question, the same number of rollouts per update",
+    "cumulative_reward": {"8/0": 561.79, "6/2": 854.43, "4/4": 1093.31, "2/6": 945.87},
+}
+VARIANTS: tuple[str, ...] = ("verified-only", "unverified", "adaptive", "filtered")
+POLICIES = ("trainer", "sim")
+
+
+class ExperimentError(ValueError):
+    """A bad experiment setting (one line)."""
+
+
+@attrs.frozen
+class Arm:
+    """One configuration: a row of the table."""
+
+    name: str
+    n_local: int
+    n_external: int
+    sampling: str = "fixed"
+    verify: bool = True
+    forgers: int = 0
+    baseline: str = ""  # the row this one is compared with ("" = the first split)
+
+
+@attrs.frozen
+class ExperimentSettings:
+    peers: int = 8
+    rounds: int = 20
+    splits: tuple[tuple[int, int], ...] = ((8, 0), (6, 2), (4, 4), (2, 6))
+    variants: tuple[str, ...] = VARIANTS
+    seeds: tuple[int, ...] = (1, 2, 3)
+    policy: str = "trainer"
+    hetero: bool = False
+    large: tuple[tuple[str, int], ...] = (("tiny_hidden_size", 256), ("tiny_layers", 4))
+    """TrainerConfig overrides of the larger half of a `hetero` swarm (odd peer indices)."""
+    questions_per_round: int = 8
+    group_size: int = 4
+    eval_every: int = 5
+    eval_questions: int = 16
+    """Held-out questions per task (trainer); the simulated learner answers its own 16."""
+    round_s: float = 30.0
+    forgers: int = 2
+    max_groups_per_peer: int = 2
+    fetch_sample: int = 0
+    """0: every peer fetches and verifies every batch; N: about N per round (large sim swarms)."""
+    warmup_steps: int = 20
+    """Supervised warm-up of the shared start (the raw tiny model never formats an answer)."""
+    jobs: int = 1
+    models_dir: str = ""
+    """Where the tiny model builds are cached ("" = the trainer's default, .swarmp2p/models)."""
+
+    def __attrs_post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ExperimentError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
+        if not self.splits:
+            raise ExperimentError("at least one split is needed")
+        budgets = {local + external for local, external in self.splits}
+        if len(budgets) != 1:
+            raise ExperimentError(
+                f"every split must train on the same number of groups (L + E), got "
+                f"{', '.join(f'{a}/{b}' for a, b in self.splits)}"
+            )
+        unknown = [name for name in self.variants if name not in VARIANTS]
+        if unknown:
+            raise ExperimentError(f"unknown variant {unknown[0]!r} (known: {', '.join(VARIANTS)})")
+        if self.variants and self.budget < 2:
+            raise ExperimentError("the variants need L + E >= 2 (they run the middle split)")
+        if self.peers < 2 or self.rounds < 1 or not self.seeds:
+            raise ExperimentError("need at least 2 peers, 1 round and 1 seed")
+        if self.forgers >= self.peers - 1 and any(
+            v in ("verified-only", "unverified") for v in self.variants
+        ):
+            raise ExperimentError(f"{self.forgers} forgers leave fewer than 2 honest peers")
+        if self.hetero and self.policy != "trainer":
+            raise ExperimentError("--hetero needs the real trainer (two model sizes)")
+        if self.eval_every < 0 or self.questions_per_round < 1 or self.group_size < 2:
+            raise ExperimentError("eval_every >= 0, questions_per_round >= 1, group_size >= 2")
+
+    @property
+    def budget(self) -> int:
+        local, external = self.splits[0]
+        return local + external
+
+    def arms(self) -> list[Arm]:
+        arms = [Arm(f"{local}/{external}", local, external) for local, external in self.splits]
+        half = self.budget // 2
+        middle = f"{self.budget - half}/{half}"
+        for variant in self.variants:
+            arm = Arm(variant, self.budget - half, half, baseline=middle)
+            if variant in ("verified-only", "unverified"):
+                arm = attrs.evolve(arm, verify=variant == "verified-only", forgers=self.forgers)
+            elif variant in ("adaptive", "filtered"):
+                arm = attrs.evolve(arm, sampling=variant)
+            arms.append(arm)
+        return arms
+
+    def to_json(self) -> dict[str, Any]:
+        data = attrs.asdict(self)
+        data["splits"] = [f"{local}/{external}" for local, external in self.splits]
+        data["large"] = dict(self.large)
+        return data
+
+
+def parse_splits(text: str) -> tuple[tuple[int, int], ...]:
+    splits = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            local, external = (int(x) for x in part.split("/"))
+        except ValueError:
+            raise ExperimentError(f"a split is L/E (e.g. 4/4), got {part!r}") from None
+        if local < 0 or external < 0 or local + external == 0:
+            raise ExperimentError(f"a split needs L, E >= 0 and L + E > 0, got {part!r}")
+        splits.append((local, external))
+    return tuple(splits)
+
+
+def parse_variants(text: str) -> tuple[str, ...]:
+    if text.strip().lower() in ("", "none"):
+        return ()
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+# ---- one job: an arm and a seed ----------------------------------------------------------
+
+
+class _Spy:
+    """Between the Peer and the policy: records what every train() call received and every
+    evaluation's result, and lets the experiment evaluate the peer once more at the end."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.updates: list[tuple[int, int]] = []  # (groups, completions) per train() call
+        self.evals: list[dict[str, Any]] = []  # (updates seen, result)
+
+    def generate(self, questions: Sequence[Any]) -> list[QuestionGroup]:
+        return self.inner.generate(questions)
+
+    def train(self, groups: Sequence[QuestionGroup]) -> dict[str, float]:
+        self.updates.append((len(groups), sum(len(group.completions) for group in groups)))
+        return self.inner.train(groups)
+
+    def save(self) -> None:
+        self.inner.save()
+
+    def load(self) -> bool:
+        return self.inner.load()
+
+    def evaluate(self) -> dict[str, Any]:
+        result = self.inner.evaluate()
+        self.evals.append({"updates": len(self.updates), **_eval_summary(result)})
+        return result
+
+
+def _eval_summary(result: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "accuracy": float(result["accuracy"]),
+        "reward": float(result["reward"]),
+        "per_task": {task: float(v["accuracy"]) for task, v in sorted(result.get("per_task", {}).items())},
+    }
+
+
+def _solved_threshold(format_reward: float) -> float:
+    """Between a wrong answer's best reward (the format reward) and a right one's (1.0)."""
+    return (1.0 + format_reward) / 2
+
+
+def trainer_config(settings: ExperimentSettings) -> Any:
+    """The TrainerConfig every peer starts from: the trainer's defaults (model, tasks, sizes,
+    format reward) with the experiment's evaluation size."""
+    from trainer.config import TrainerConfig
+
+    return TrainerConfig(eval_questions=settings.eval_questions, eval_every=settings.eval_every)
+
+
+def run_job(
+    settings: ExperimentSettings,
+    arm: Arm,
+    seed: int,
+    work_dir: Path,
+    on_round: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """Run one arm with one seed; returns its JSON-able per-peer record."""
+    from protocol.sampling import SamplingRule
+    from simulator.runner import run_simulation
+    from simulator.scenario import ByzantineSpec, Scenario
+    from swarmp2p.heldout import EvalSettings
+
+    started = time.perf_counter()
+    scenario = Scenario(
+        name=f"sharing-{arm.name}",
+        peers=settings.peers,
+        rounds=settings.rounds,
+        seed=seed,
+        round_s=settings.round_s,
+        questions_per_round=settings.questions_per_round,
+        n_local=arm.n_local,
+        n_external=arm.n_external,
+        max_groups_per_peer=settings.max_groups_per_peer,
+        group_size=settings.group_size,
+        fetch_sample=settings.fetch_sample,
+        policy=settings.policy,
+        byzantine=ByzantineSpec(fraction=arm.forgers / settings.peers, kinds=("forge",)),
+    )
+    spies: dict[str, _Spy] = {}
+
+    def wrap(plan: Any, policy: Any) -> Any:
+        spy = spies[plan.peer_id] = _Spy(policy)
+        return spy
+
+    kwargs: dict[str, Any] = {}
+    if settings.policy == "trainer":
+        from simulator.trainer_policy import TrainerSimSettings
+
+        config = trainer_config(settings)
+        format_reward = config.format_reward
+        work_dir.mkdir(parents=True, exist_ok=True)
+        _link_models(work_dir, settings)
+        kwargs = {
+            "work_dir": work_dir,
+            "trainer_config": config,
+            "trainer_settings": TrainerSimSettings(
+                warmup_steps=settings.warmup_steps, checkpoints=False, forge="invert"
+            ),
+            "trainer_large": dict(settings.large) if settings.hetero else None,
+        }
+        questions = settings.eval_questions * len(config.tasks)
+    else:
+        from simulator.policy import SimPolicyParams
+        from simulator.registry import DEFAULT_TASKS, FORMAT_REWARD
+
+        format_reward = FORMAT_REWARD
+        questions = SimPolicyParams().eval_questions * len(DEFAULT_TASKS)
+    rule = SamplingRule(kind=arm.sampling, fill=True, solved=_solved_threshold(format_reward))
+    overrides = {
+        "sampling": rule,
+        "verify_rewards": arm.verify,
+        "evaluation": EvalSettings(every=settings.eval_every, before_train=True, questions=questions),
+    }
+    result = run_simulation(
+        scenario,
+        on_round=on_round,
+        peer_overrides=overrides,
+        wrap_policy=wrap,
+        **kwargs,
+    )
+    last_round = settings.rounds - 1
+    peers = []
+    for plan in result.plans:
+        if not plan.honest:
+            continue
+        records = {record.round: record for record in result.records[plan.peer_id] if record.completed}
+        spy = spies[plan.peer_id]
+        evals = _evals_by_round(spy, records)
+        if settings.eval_every > 0 and (not evals or evals[-1]["round"] < last_round):
+            # The end point: after the last round, whatever the schedule left out.
+            summary = _eval_summary(spy.inner.evaluate())
+            evals.append({"round": last_round, **summary})
+        peers.append(
+            {
+                "index": plan.index,
+                "peer_id": plan.peer_id,
+                "size": result.peer_sizes.get(plan.peer_id, "base"),
+                "rewards": [
+                    None if r not in records or records[r].reward is None else records[r].reward
+                    for r in range(settings.rounds)
+                ],
+                "trained_local": [
+                    records[r].trained_local if r in records else 0 for r in range(settings.rounds)
+                ],
+                "trained_external": [
+                    records[r].trained_external if r in records else 0 for r in range(settings.rounds)
+                ],
+                "updates": [list(update) for update in spy.updates],
+                "evals": evals,
+            }
+        )
+    return {
+        "arm": arm.name,
+        "seed": seed,
+        "peers": peers,
+        "forgers": [plan.index for plan in result.plans if not plan.honest],
+        "invalid_trained": len(result.invalid_trained),
+        "rejections": dict(sorted(result.rejections.items())),
+        "wall_s": time.perf_counter() - started,
+    }
+
+
+def _evals_by_round(spy: _Spy, records: dict[int, Any]) -> list[dict[str, Any]]:
+    """The peer's evaluations: round -1 is before training (the Peer's first, before any
+    update), then the rounds whose record carries one (heldout.py)."""
+    evals = []
+    if spy.evals and spy.evals[0]["updates"] == 0:
+        evals.append({"round": -1, **{k: v for k, v in spy.evals[0].items() if k != "updates"}})
+    for round_number in sorted(records):
+        result = records[round_number].eval
+        if result:
+            evals.append({"round": round_number, **_eval_summary(dict(result))})
+    return evals
+
+
+def _link_models(work_dir: Path, settings: ExperimentSettings) -> None:
+    """Point the job's model cache at the shared one: every job reuses one build per size."""
+    shared = models_dir(settings)
+    shared.mkdir(parents=True, exist_ok=True)
+    link = work_dir / "models"
+    if link.is_symlink() or link.exists():
+        if link.is_symlink() and Path(os.readlink(link)) == shared.resolve():
+            return
+        if link.is_symlink() or link.is_file():
+            link.unlink()
+        else:
+            shutil.rmtree(link)
+    link.symlink_to(shared.resolve(), target_is_directory=True)
+
+
+def models_dir(settings: ExperimentSettings) -> Path:
+    if settings.models_dir:
+        return Path(settings.models_dir)
+    from trainer.config import TrainerConfig
+
+    return Path(TrainerConfig().data_dir) / "models"
+
+
+def prepare_models(settings: ExperimentSettings) -> None:
+    """Build the tiny model(s) once, before the jobs start (they would otherwise race to)."""
+    if settings.policy != "trainer":
+        return
+    from trainer.model import model_folder
+
+    base = trainer_config(settings)
+    configs = [base]
+    if settings.hetero:
+        configs.append(attrs.evolve(base, **dict(settings.large)))
+    for config in configs:
+        model_folder(attrs.evolve(config, data_dir=str(models_dir(settings).parent)))
+
+
+def _job_worker(
+    settings: ExperimentSettings, arm: Arm, seed: int, work_dir: str, queue: Any
+) -> dict[str, Any]:
+    def on_round(round_number: int) -> None:
+        queue.put((arm.name, seed, round_number))
+
+    return run_job(settings, arm, seed, Path(work_dir), on_round)
+
+
+def run_experiment(
+    settings: ExperimentSettings,
+    out: Path,
+    *,
+    on_round: Callable[[str, int, int], None] | None = None,
+    on_job: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Run every (arm, seed) job, `settings.jobs` at a time; returns the job records in arm and
+    seed order. `on_round(arm, seed, round)` as each simulated round ends, `on_job(record)` as
+    each job ends."""
+    out.mkdir(parents=True, exist_ok=True)
+    prepare_models(settings)
+    jobs = [(arm, seed) for arm in settings.arms() for seed in settings.seeds]
+    work = out / "work"
+    results: dict[tuple[str, int], dict[str, Any]] = {}
+
+    def done(record: dict[str, Any]) -> None:
+        results[(record["arm"], record["seed"])] = record
+        if on_job is not None:
+            on_job(record)
+
+    if settings.jobs <= 1:
+        for arm, seed in jobs:
+            callback = None if on_round is None else (lambda r, a=arm.name, s=seed: on_round(a, s, r))
+            done(run_job(settings, arm, seed, work / f"{_slug(arm.name)}-s{seed}", callback))
+    else:
+        context = multiprocessing.get_context("spawn")
+        with context.Manager() as manager:
+            queue = manager.Queue()
+            with concurrent.futures.ProcessPoolExecutor(
+                max_workers=settings.jobs, mp_context=context
+            ) as pool:
+                futures = [
+                    pool.submit(
+                        _job_worker, settings, arm, seed, str(work / f"{_slug(arm.name)}-s{seed}"), queue
+                    )
+                    for arm, seed in jobs
+                ]
+                pending = set(futures)
+                while pending:
+                    finished, pending = concurrent.futures.wait(pending, timeout=0.2)
+                    _drain(queue, on_round)
+                    for future in finished:
+                        done(future.result())
+                _drain(queue, on_round)
+    shutil.rmtree(work, ignore_errors=True)
+    return [results[(arm.name, seed)] for arm, seed in jobs]
+
+
+def _drain(queue: Any, on_round: Callable[[str, int, int], None] | None) -> None:
+    import queue as queue_module
+
+    while True:
+        try:
+            event = queue.get_nowait()
+        except queue_module.Empty:
+            return
+        if on_round is not None:
+            on_round(*event)
+
+
+def _slug(name: str) -> str:
+    return name.replace("/", "-")
+
+
+# ---- aggregation -------------------------------------------------------------------------
+
+
+def _spread(values: Sequence[float]) -> dict[str, float | None]:
+    if not values:
+        return {"mean": None, "std": None, "min": None, "max": None, "n": 0}
+    return {
+        "mean": statistics.fmean(values),
+        "std": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "min": min(values),
+        "max": max(values),
+        "n": len(values),
+    }
+
+
+def _job_numbers(job: dict[str, Any], size: str | None = None) -> dict[str, float | None]:
+    peers = [p for p in job["peers"] if size is None or p["size"] == size]
+    cumulative = math.fsum(r for p in peers for r in p["rewards"] if r is not None)
+    finals = [p["evals"][-1]["accuracy"] for p in peers if p["evals"]]
+    starts = [p["evals"][0]["accuracy"] for p in peers if p["evals"] and p["evals"][0]["round"] == -1]
+    return {
+        "cumulative_reward": cumulative,
+        "cumulative_reward_per_peer": cumulative / len(peers) if peers else None,
+        "final_accuracy": statistics.fmean(finals) if finals else None,
+        "start_accuracy": statistics.fmean(starts) if starts else None,
+        "honest_peers": len(peers),
+    }
+
+
+def summarize(settings: ExperimentSettings, jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The table (per arm: numbers over seeds) and the curves (per arm and round)."""
+    arms = settings.arms()
+    rows = []
+    sizes = ["base", "large"] if settings.hetero else [None]
+    for arm in arms:
+        mine = [job for job in jobs if job["arm"] == arm.name]
+        for size in sizes:
+            numbers = [_job_numbers(job, size) for job in mine]
+            updates = [
+                u for job in mine for p in job["peers"] if size in (None, p["size"]) for u in p["updates"]
+            ]
+            local = [
+                x
+                for job in mine
+                for p in job["peers"]
+                if size in (None, p["size"])
+                for x in p["trained_local"]
+            ]
+            external = [
+                x
+                for job in mine
+                for p in job["peers"]
+                if size in (None, p["size"])
+                for x in p["trained_external"]
+            ]
+            row = {
+                "configuration": arm.name,
+                "size": size or "all",
+                "n_local": arm.n_local,
+                "n_external": arm.n_external,
+                "sampling": arm.sampling,
+                "verify": arm.verify,
+                "forgers": arm.forgers,
+                "baseline": arm.baseline or f"{settings.splits[0][0]}/{settings.splits[0][1]}",
+                "honest_peers": numbers[0]["honest_peers"] if numbers else 0,
+                "seeds": [job["seed"] for job in mine],
+                "cumulative_reward": _spread([n["cumulative_reward"] for n in numbers]),
+                "cumulative_reward_per_peer": _spread(
+                    [
+                        n["cumulative_reward_per_peer"]
+                        for n in numbers
+                        if n["cumulative_reward_per_peer"] is not None
+                    ]
+                ),
+                "final_accuracy": _spread(
+                    [n["final_accuracy"] for n in numbers if n["final_accuracy"] is not None]
+                ),
+                "start_accuracy": _spread(
+                    [n["start_accuracy"] for n in numbers if n["start_accuracy"] is not None]
+                ),
+                "groups_per_update": _spread([float(g) for g, _ in updates]),
+                "completions_per_update": _spread([float(c) for _, c in updates]),
+                "trained_local_mean": statistics.fmean(local) if local else None,
+                "trained_external_mean": statistics.fmean(external) if external else None,
+                "invalid_trained": sum(job["invalid_trained"] for job in mine),
+                "wall_s": sum(job["wall_s"] for job in mine),
+            }
+            rows.append(row)
+    by_key = {(row["configuration"], row["size"]): row for row in rows}
+    for row in rows:
+        base = by_key.get((row["baseline"], row["size"]))
+        ours = row["cumulative_reward_per_peer"]["mean"]
+        theirs = base["cumulative_reward_per_peer"]["mean"] if base else None
+        row["ratio_to_baseline"] = ours / theirs if ours is not None and theirs else None
+        first = by_key.get((f"{settings.splits[0][0]}/{settings.splits[0][1]}", row["size"]))
+        theirs = first["cumulative_reward_per_peer"]["mean"] if first else None
+        row["ratio_to_first_split"] = ours / theirs if ours is not None and theirs else None
+    return {"rows": rows, "curves": _curves(settings, jobs)}
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def _band(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    return {
+        "mean": statistics.fmean(values),
+        "p10": _quantile(values, 0.1),
+        "p90": _quantile(values, 0.9),
+        "min": min(values),
+        "max": max(values),
+    }
+
+
+def _curves(settings: ExperimentSettings, jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per arm: reward per round and held-out accuracy per evaluation point, over every
+    (seed, honest peer): mean, p10-p90, min-max. Accuracy's x is rounds trained (0 = start)."""
+    curves: dict[str, Any] = {}
+    for arm in settings.arms():
+        mine = [job for job in jobs if job["arm"] == arm.name]
+        reward = []
+        for round_number in range(settings.rounds):
+            values = [
+                p["rewards"][round_number]
+                for job in mine
+                for p in job["peers"]
+                if p["rewards"][round_number] is not None
+            ]
+            reward.append({"round": round_number, **(_band(values) or {})})
+        points: dict[int, list[float]] = {}
+        for job in mine:
+            for peer in job["peers"]:
+                for entry in peer["evals"]:
+                    points.setdefault(entry["round"] + 1, []).append(entry["accuracy"])
+        accuracy = [{"rounds_trained": x, **(_band(v) or {})} for x, v in sorted(points.items())]
+        curves[arm.name] = {"reward": reward, "accuracy": accuracy}
+    return curves
+
+
+# ---- output ------------------------------------------------------------------------------
+
+
+def _fmt(spread: dict[str, Any], digits: int) -> str:
+    if spread.get("mean") is None:
+        return "–"
+    text = f"{spread['mean']:.{digits}f} ± {spread['std']:.{digits}f}"
+    return text + f" [{spread['min']:.{digits}f}–{spread['max']:.{digits}f}]"
+
+
+def table_markdown(settings: ExperimentSettings, summary: dict[str, Any]) -> str:
+    first = f"{settings.splits[0][0]}/{settings.splits[0][1]}"
+    lines = [
+        f"Sharing experiment: {settings.peers} peers ({settings.policy}), {settings.rounds} rounds, "
+        f"seeds {', '.join(map(str, settings.seeds))}; {settings.questions_per_round} questions x "
+        f"{settings.group_size} completions per peer and round; {settings.budget} groups per update.",
+        "Numbers are mean ± std [min–max] over seeds. Cumulative reward: the mean reward of each honest "
+        "peer's own completions, summed over honest peers and rounds. Ratio: cumulative reward per peer "
+        "against the baseline row's.",
+        "",
+        "| configuration | size | honest peers | cumulative reward | per peer | ratio to "
+        f"{first} | vs baseline | held-out accuracy start → end | groups / update [min–max] "
+        "| local + external (mean) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in summary["rows"]:
+        ratio = row["ratio_to_first_split"]
+        vs = row["ratio_to_baseline"] if row["baseline"] != first else None
+        groups = row["groups_per_update"]
+        groups_text = (
+            "–"
+            if groups["mean"] is None
+            else f"{groups['mean']:.2f} [{groups['min']:.0f}–{groups['max']:.0f}]"
+        )
+        start = row["start_accuracy"]["mean"]
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    row["configuration"],
+                    row["size"],
+                    str(row["honest_peers"]),
+                    _fmt(row["cumulative_reward"], 2),
+                    _fmt(row["cumulative_reward_per_peer"], 2),
+                    "–" if ratio is None else f"{ratio:.3f}",
+                    "–" if vs is None else f"{vs:.3f} (vs {row['baseline']})",
+                    ("–" if start is None else f"{start:.3f} → ") + _fmt(row["final_accuracy"], 3),
+                    groups_text,
+                    "–"
+                    if row["trained_local_mean"] is None
+                    else f"{row['trained_local_mean']:.2f} + {row['trained_external_mean']:.2f}",
+                ]
+            )
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_outputs(
+    settings: ExperimentSettings, jobs: list[dict[str, Any]], out: Path, command: str
+) -> list[Path]:
+    summary = summarize(settings, jobs)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    table = out / "table.md"
+    table.write_text(table_markdown(settings, summary))
+    written.append(table)
+    data = {"settings": settings.to_json(), "rows": summary["rows"], "curves": summary["curves"]}
+    data["published"] = PUBLISHED
+    (out / "table.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    written.append(out / "table.json")
+    (out / "jobs.json").write_text(json.dumps(jobs, sort_keys=True) + "\n")
+    written.append(out / "jobs.json")
+    written.extend(write_plots(settings, summary, out))
+    written.append(write_settings(settings, out, command))
+    return written
+
+
+def write_settings(settings: ExperimentSettings, out: Path, command: str) -> Path:
+    """Everything needed to rerun: the settings, every seed, the trainer config, the command."""
+    data: dict[str, Any] = {
+        "command": command,
+        "settings": settings.to_json(),
+        "arms": [attrs.asdict(arm) for arm in settings.arms()],
+        "seeds": list(settings.seeds),
+    }
+    if settings.policy == "trainer":
+        config = trainer_config(settings)
+        data["trainer_config"] = {k: v for k, v in attrs.asdict(config).items() if k != "data_dir"}
+        if settings.hetero:
+            data["trainer_config_large"] = dict(settings.large)
+    try:
+        import torch
+
+        data["torch"] = torch.__version__
+    except ImportError:  # pragma: no cover - the sim policy runs without torch
+        pass
+    path = out / "settings.json"
+    path.write_text(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
+    return path
+
+
+def write_plots(settings: ExperimentSettings, summary: dict[str, Any], out: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = summary["curves"]
+    written = []
+    colors = plt.get_cmap("tab10").colors
+    for key, name, xlabel, ylabel, x_key in (
+        ("reward", "reward.png", "round", "mean reward of own completions", "round"),
+        ("accuracy", "accuracy.png", "rounds trained", "held-out accuracy", "rounds_trained"),
+    ):
+        fig, ax = plt.subplots(figsize=(9, 4.8))
+        lows, highs = [], []
+        for i, (arm, curve) in enumerate(curves.items()):
+            points = [p for p in curve[key] if p.get("mean") is not None]
+            if not points:
+                continue
+            x = [p[x_key] for p in points]
+            color = colors[i % len(colors)]
+            ax.fill_between(
+                x, [p["p10"] for p in points], [p["p90"] for p in points], color=color, alpha=0.12
+            )
+            ax.plot(
+                x,
+                [p["mean"] for p in points],
+                color=color,
+                linewidth=1.8,
+                label=arm,
+                marker="o" if key == "accuracy" else None,
+                markersize=3,
+            )
+            lows.extend(p["p10"] for p in points)
+            highs.extend(p["p90"] for p in points)
+        if lows:
+            low, high = min(lows), max(highs)
+            pad = max(0.01, (high - low) * 0.08)
+            ax.set_ylim(max(0.0, low - pad), min(1.0, high + pad) if high <= 1.0 else high + pad)
+        ax.set(
+            xlabel=xlabel,
+            ylabel=ylabel,
+            title=f"{ylabel}: {settings.peers} peers ({settings.policy}), mean over peers and "
+            f"{len(settings.seeds)} seeds, band p10–p90",
+        )
+        ax.title.set_fontsize(10)
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
+        fig.tight_layout()
+        path = out / name
+        fig.savefig(path, dpi=90, metadata={"Software": None})
+        plt.close(fig)
+        written.append(path)
+    return written

@@ -1,0 +1,141 @@
+"""`swarmp2p experiment sharing`: local/external splits of the training groups, side by side."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import typer
+
+experiment_app = typer.Typer(
+    name="experiment",
+    help="Experiments run in the simulator (docs/experiments.md).",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+DEFAULT_ROUNDS = 20
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(experiment_app, name="experiment")
+
+
+@experiment_app.callback()
+def _group() -> None:
+    """Experiments run in the simulator (docs/experiments.md)."""
+
+
+@experiment_app.command(name="sharing")
+def sharing(
+    peers: int = typer.Option(8, "--peers", help="Peers in the swarm (trainer: at most 32)."),
+    rounds: int = typer.Option(DEFAULT_ROUNDS, "--rounds", help="Rounds per run."),
+    splits: str = typer.Option(
+        "8/0,6/2,4/4,2/6", "--splits", help="Local/external groups per update, L + E the same for all."
+    ),
+    variants: str = typer.Option(
+        "verified-only,unverified,adaptive,filtered",
+        "--variants",
+        help="Extra rows, each on the middle split: verified-only, unverified, adaptive, filtered (or none).",
+    ),
+    seeds: int = typer.Option(3, "--seeds", help="Seeds per configuration (1, 2, ... N)."),
+    first_seed: int = typer.Option(1, "--first-seed", help="The first seed."),
+    policy: str = typer.Option(
+        "trainer", "--policy", help="trainer (real tiny model) or sim (simulated learner)."
+    ),
+    hetero: bool = typer.Option(False, "--hetero", help="Half the peers run a larger model; rows per size."),
+    questions: int = typer.Option(8, "--questions", help="Questions each peer answers per round."),
+    group_size: int = typer.Option(4, "--group-size", help="Completions per question (G)."),
+    eval_every: int = typer.Option(
+        5, "--eval-every", help="Held-out evaluation every N rounds (and at start/end)."
+    ),
+    eval_questions: int = typer.Option(16, "--eval-questions", help="Held-out questions per task (trainer)."),
+    forgers: int = typer.Option(2, "--forgers", help="Reward-inverting peers in the verification rows."),
+    fetch_sample: int = typer.Option(
+        None, "--fetch-sample", help="Batches fetched per peer and round (default: all; sim: 8)."
+    ),
+    warmup_steps: int = typer.Option(20, "--warmup-steps", help="Supervised warm-up of the shared start."),
+    jobs: int = typer.Option(2, "--jobs", help="Runs in parallel (one process and one core each)."),
+    out: Path = typer.Option(
+        Path("runs/sharing"), "--out", help="Directory for table.md/json, plots, settings."
+    ),
+) -> None:
+    """Run every configuration with every seed; write DIR/table.md, table.json, reward.png,
+    accuracy.png and settings.json."""
+    import logging
+
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from simulator.experiment import (
+        ExperimentError,
+        ExperimentSettings,
+        parse_splits,
+        parse_variants,
+        run_experiment,
+        write_outputs,
+    )
+    from simulator.scenario import MAX_TRAINER_PEERS
+
+    console = Console(stderr=True, soft_wrap=True)
+    try:
+        if policy == "trainer" and peers > MAX_TRAINER_PEERS:
+            raise ExperimentError(
+                f"--policy trainer runs a real model per peer: at most {MAX_TRAINER_PEERS} peers"
+            )
+        settings = ExperimentSettings(
+            peers=peers,
+            rounds=rounds,
+            splits=parse_splits(splits),
+            variants=parse_variants(variants),
+            seeds=tuple(range(first_seed, first_seed + seeds)),
+            policy=policy,
+            hetero=hetero,
+            questions_per_round=questions,
+            group_size=group_size,
+            eval_every=eval_every,
+            eval_questions=eval_questions,
+            forgers=forgers,
+            fetch_sample=(8 if policy == "sim" and peers > 16 else 0)
+            if fetch_sample is None
+            else fetch_sample,
+            warmup_steps=warmup_steps,
+            jobs=max(1, jobs),
+        )
+    except (ExperimentError, ValueError) as error:
+        console.print(f"[red]{escape(str(error))}[/red]", soft_wrap=True)
+        raise typer.Exit(2) from None
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        console.print(f"[red]cannot create output directory {out}: {error.strerror}[/red]")
+        raise typer.Exit(2) from None
+    logging.basicConfig(level=logging.ERROR)
+    command = shlex.join(["swarmp2p", *sys.argv[1:]])
+    arms = settings.arms()
+    per_arm = len(settings.seeds) * settings.rounds
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("rounds"),
+        TimeElapsedColumn(),
+        console=console,
+    ) as progress:
+        total = progress.add_task(
+            f"[bold]{len(arms)} configurations x {len(settings.seeds)} seeds[/bold]",
+            total=per_arm * len(arms),
+        )
+        tasks = {arm.name: progress.add_task(f"  {arm.name}", total=per_arm) for arm in arms}
+
+        def on_round(arm: str, _seed: int, _round: int) -> None:
+            progress.advance(tasks[arm])
+            progress.advance(total)
+
+        jobs_done = run_experiment(settings, out, on_round=on_round)
+    written = write_outputs(settings, jobs_done, out, command)
+    console.print((out / "table.md").read_text(), markup=False, highlight=False)
+    console.print("\n".join(f"wrote {path}" for path in written))
