@@ -547,6 +547,27 @@ the environment and flags): a held-out evaluation every 5 rounds makes learning 
 round lines and on the dashboard (the trainer's own default, 0, is for `swarmp2p train`)."""
 
 
+EVAL_WINDOW_SHARE = 0.4
+"""About the share of a round the worker idles in one stretch (the collect window after
+generating, or the rest of the round after training) on a CPU peer: what an evaluation must fit."""
+
+
+def eval_fit_advice(settings: EvalSettings, seconds: float, round_s: float, per_task: int) -> str | None:
+    """A line of advice when an evaluation lasting `seconds` will rarely fit into a round of
+    `round_s` (so it would be deferred round after round); None when it fits."""
+    window = EVAL_WINDOW_SHARE * round_s
+    needed = settings.margin * seconds + settings.slack_s
+    if needed <= window or seconds <= 0:
+        return None
+    fits = int(per_task * (window - settings.slack_s) / (settings.margin * seconds))
+    fix = f"--eval-questions {fits} (per task) or " if fits >= 1 else ""
+    return (
+        f"held-out evaluation needs about {needed:.0f} s but a {round_s:g} s round leaves the worker "
+        f"about {window:.0f} s at a stretch: it will mostly be deferred; use {fix}"
+        f"--round-seconds {needed / EVAL_WINDOW_SHARE:.0f} or more for a new swarm"
+    )
+
+
 async def _evaluate_before_train(
     policy: Any, settings: EvalSettings, stopping: trio.Event, echo: Callable[[str], None]
 ) -> tuple[dict[str, Any], float] | None:
@@ -637,6 +658,14 @@ async def _run_with_network(
             f"eval before training: {describe_eval(recorded)} on {recorded.get('questions')} "
             f"held-out questions ({seconds:.1f} s)"
         )
+        advice = eval_fit_advice(
+            setup.peer_settings.evaluation,
+            peer.evaluation.estimate_s or seconds,
+            schedule.round_ms / 1000,
+            setup.trainer_config.eval_questions,
+        )
+        if advice:
+            echo(advice)
 
     def make_hello() -> bytes:
         try:
