@@ -94,6 +94,9 @@ class ExperimentSettings:
     """0: every peer fetches and verifies every batch; N: about N per round (large sim swarms)."""
     warmup_steps: int = 20
     """Supervised warm-up of the shared start (the raw tiny model never formats an answer)."""
+    trainer: tuple[tuple[str, Any], ...] = ()
+    """TrainerConfig overrides for every peer (e.g. (("tasks", ("basic_arithmetic",)),)); the
+    default is the trainer's own defaults: the model and tasks `swarmp2p train` uses."""
     jobs: int = 1
     models_dir: str = ""
     """Where the tiny model builds are cached ("" = the trainer's default, .swarmp2p/models)."""
@@ -147,6 +150,7 @@ class ExperimentSettings:
         data = attrs.asdict(self)
         data["splits"] = [f"{local}/{external}" for local, external in self.splits]
         data["large"] = dict(self.large)
+        data["trainer"] = dict(self.trainer)
         return data
 
 
@@ -219,7 +223,9 @@ def trainer_config(settings: ExperimentSettings) -> Any:
     format reward) with the experiment's evaluation size."""
     from trainer.config import TrainerConfig
 
-    return TrainerConfig(eval_questions=settings.eval_questions, eval_every=settings.eval_every)
+    return TrainerConfig(
+        eval_questions=settings.eval_questions, eval_every=settings.eval_every, **dict(settings.trainer)
+    )
 
 
 def run_job(
@@ -707,56 +713,69 @@ def write_settings(settings: ExperimentSettings, out: Path, command: str) -> Pat
 
 
 def write_plots(settings: ExperimentSettings, summary: dict[str, Any], out: Path) -> list[Path]:
+    """reward.png and accuracy.png: one line per configuration (mean over honest peers and
+    seeds) with a p10-p90 band over (peer, seed). Left panel: the splits; right panel (when
+    there are variants): each variant against the split it is compared with."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     curves = summary["curves"]
+    arms = settings.arms()
+    colors = dict(zip([arm.name for arm in arms], plt.get_cmap("tab10").colors, strict=False))
+    splits = [arm.name for arm in arms if not arm.baseline]
+    variants = [arm.name for arm in arms if arm.baseline]
+    panels = [("L/E splits", splits)]
+    if variants:
+        baselines = sorted({arm.baseline for arm in arms if arm.baseline})
+        panels.append((f"beyond the published setup (vs {', '.join(baselines)})", baselines + variants))
     written = []
-    colors = plt.get_cmap("tab10").colors
     for key, name, xlabel, ylabel, x_key in (
         ("reward", "reward.png", "round", "mean reward of own completions", "round"),
         ("accuracy", "accuracy.png", "rounds trained", "held-out accuracy", "rounds_trained"),
     ):
-        fig, ax = plt.subplots(figsize=(9, 4.8))
+        fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels) + 1.2, 4.4), squeeze=False)
         lows, highs = [], []
-        for i, (arm, curve) in enumerate(curves.items()):
-            points = [p for p in curve[key] if p.get("mean") is not None]
-            if not points:
-                continue
-            x = [p[x_key] for p in points]
-            color = colors[i % len(colors)]
-            ax.fill_between(
-                x, [p["p10"] for p in points], [p["p90"] for p in points], color=color, alpha=0.12
-            )
-            ax.plot(
-                x,
-                [p["mean"] for p in points],
-                color=color,
-                linewidth=1.8,
-                label=arm,
-                marker="o" if key == "accuracy" else None,
-                markersize=3,
-            )
-            lows.extend(p["p10"] for p in points)
-            highs.extend(p["p90"] for p in points)
-        if lows:
+        for ax, (title, names) in zip(axes[0], panels, strict=True):
+            for arm in names:
+                points = [p for p in curves[arm][key] if p.get("mean") is not None]
+                if not points:
+                    continue
+                x = [p[x_key] for p in points]
+                color = colors[arm]
+                ax.fill_between(
+                    x, [p["p10"] for p in points], [p["p90"] for p in points], color=color, alpha=0.1
+                )
+                ax.plot(
+                    x,
+                    [p["mean"] for p in points],
+                    color=color,
+                    linewidth=1.8,
+                    label=arm,
+                    marker="o" if key == "accuracy" else None,
+                    markersize=3,
+                    linestyle="--" if arm in splits and names is not splits else "-",
+                )
+                lows.extend(p["p10"] for p in points)
+                highs.extend(p["p90"] for p in points)
+            ax.set(xlabel=xlabel, ylabel=ylabel)
+            ax.set_title(title, fontsize=10)
+            ax.grid(alpha=0.3)
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+        if lows:  # one y range for both panels, fitted to the data
             low, high = min(lows), max(highs)
-            pad = max(0.01, (high - low) * 0.08)
-            ax.set_ylim(max(0.0, low - pad), min(1.0, high + pad) if high <= 1.0 else high + pad)
-        ax.set(
-            xlabel=xlabel,
-            ylabel=ylabel,
-            title=f"{ylabel}: {settings.peers} peers ({settings.policy}), mean over peers and "
-            f"{len(settings.seeds)} seeds, band p10–p90",
+            pad = max(0.005, (high - low) * 0.06)
+            for ax in axes[0]:
+                ax.set_ylim(max(0.0, low - pad), high + pad)
+        fig.suptitle(
+            f"{ylabel}: {settings.peers} peers ({settings.policy}), {settings.rounds} rounds; "
+            f"mean over honest peers and {len(settings.seeds)} seeds, band p10–p90 over (peer, seed)",
+            fontsize=10,
         )
-        ax.title.set_fontsize(10)
-        ax.grid(alpha=0.3)
-        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
         fig.tight_layout()
         path = out / name
-        fig.savefig(path, dpi=90, metadata={"Software": None})
+        fig.savefig(path, dpi=80, metadata={"Software": None})
         plt.close(fig)
         written.append(path)
     return written

@@ -162,3 +162,21 @@ def test_shape_checks_reject_before_rescoring(groups, reason):
 def test_registry_failure_is_reported_as_ours_not_the_senders():
     verdict = verify(shape_case(), registry=BrokenRegistry())
     assert (verdict.ok, verdict.reason) == (False, "scoring_error")
+
+
+def test_without_rescoring_forged_rewards_pass_but_shape_checks_still_apply():
+    # rescore=False exists only to measure what verification is worth (the sharing experiment).
+    question = expected()[0]
+    forged = RolloutBatch(
+        "s", 3, 0, SENDER, (QuestionGroup(question, (Completion("??", 1.0), Completion("?", 0.0))),)
+    )
+    assert verify(forged).reason == "forged_reward"
+    unchecked = verify(forged, rescore=False)
+    assert unchecked.ok and unchecked.groups_checked == 0
+    foreign = attrs.evolve(forged, peer_id="someone-else")
+    assert (
+        verify(
+            foreign, rescore=False, expected_questions=questions_for(SEED, 3, 0, "someone-else", TASKS, 8)
+        ).reason
+        == "unassigned_question"
+    )
