@@ -8,8 +8,9 @@ no `Peer` would ever send, straight through their network port:
 - oversized:   announcements far over the size cap
 - replay:      re-publishes other peers' signed announcements from earlier rounds as its own traffic
 - impersonate: announcements naming a victim as author, signed with the attacker's own key
-- flood:       many distinct self-signed announcements per round (equivocation), and a fetch
-               handler that serves bytes that do not match the announced digest
+- flood:       one announcement re-sent over and over (more echoes than a peer tolerates: a
+               flood), then many distinct self-signed ones per round (equivocation), and a
+               fetch handler that serves bytes that do not match the announced digest
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from protocol import codec
 from protocol.envelope import ENVELOPE_KIND, SIGNING_DOMAIN, public_key_from_seed, seal
 from protocol.messages import PROTOCOL_VERSION, FetchResponse, RolloutAnnouncement
 from swarmp2p.ports import InboundMessage, NetworkError, NetworkPort
+
+# Identical re-announcements per round: more than PeerSettings.max_duplicates_per_round (4) + 1.
+FLOOD_REPEATS = 8
 
 
 def forged_envelope(message: RolloutAnnouncement, seed: bytes) -> bytes:
@@ -122,6 +126,9 @@ class Adversary:
             announcement = self._announcement(round_number, peer_id=victim)
             await self._publish(forged_envelope(announcement, self.seed))
         elif self.kind == "flood":
+            repeated = seal(self._announcement(round_number), self.seed)
+            for _ in range(FLOOD_REPEATS):
+                await self._publish(repeated)
             for _ in range(20):
                 await self._publish(seal(self._announcement(round_number), self.seed))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from typing import Any
 
 import pytest
 import trio
@@ -13,12 +14,19 @@ from hypothesis import strategies as st
 
 from protocol import codec
 from protocol.envelope import peer_id_from_seed, seal
-from protocol.messages import FetchRequest, FetchResponse, RewardReport, RolloutAnnouncement, SwarmSchedule
+from protocol.messages import (
+    FetchRequest,
+    FetchResponse,
+    RewardReport,
+    RolloutAnnouncement,
+    RolloutBatch,
+    SwarmSchedule,
+)
 from simulator.adversary import forged_envelope
 from simulator.network import LinkModel, SimWorld
 from simulator.policy import CheckpointStore, SimPolicy
 from simulator.registry import SimTaskRegistry
-from swarmp2p.peer import Peer, PeerSettings, announce_topic
+from swarmp2p.peer import Peer, PeerSettings, announce_topic, assigned_questions, batch_dht_key
 from swarmp2p.schedule import ScheduleCoordinator, TrioClock
 
 ROUND_MS = 10_000
@@ -32,7 +40,7 @@ def seed_of(name: str) -> bytes:
 class Harness:
     """Three honest peers and one raw attacker port on an in-memory network, on virtual time."""
 
-    def __init__(self) -> None:
+    def __init__(self, **settings: object) -> None:
         self.clock = TrioClock(0)
         self.coordinator = ScheduleCoordinator(SwarmSchedule(SWARM, 0, ROUND_MS, 1, 5), self.clock)
         self.world = SimWorld(
@@ -40,7 +48,7 @@ class Harness:
         )
         self.registry = SimTaskRegistry()
         self.settings = PeerSettings(
-            swarm_id=SWARM, seed=5, tasks=self.registry.task_names(), poll_interval_s=1.0
+            swarm_id=SWARM, seed=5, tasks=self.registry.task_names(), poll_interval_s=1.0, **settings
         )
         self.store = CheckpointStore()
         self.peers = [self.make_peer(f"honest-{i}") for i in range(3)]
@@ -167,6 +175,160 @@ def test_equivocation_and_digest_lies_ban_the_liar() -> None:
         assert peer.rejections["digest_mismatch"] == 1  # the first one was fetched and lied about
         assert harness.attacker.local_peer_id in peer.banned_peers()
         assert peer.history[0].completed
+
+
+# ---- one test for each rejection reason a scripted attacker produces ------------------------
+
+
+def attacker_port(h: Harness, name: str) -> tuple[Any, bytes]:
+    seed = seed_of(name)
+    return h.world.attach(peer_id_from_seed(seed)), seed
+
+
+def honest_batch_envelope(h: Harness, seed: bytes, round_number: int, *, groups: int | None = None) -> bytes:
+    """The batch an honest peer with this key would publish for `round_number` (stage 0)."""
+    peer_id = peer_id_from_seed(seed)
+    questions = assigned_questions(h.settings, round_number, 0, peer_id)
+    answered = SimPolicy(peer_id, h.registry, seed=5).generate(questions)
+    batch = RolloutBatch(SWARM, round_number, 0, peer_id, tuple(answered[:groups]))
+    return seal(batch, seed)
+
+
+def announce(seed: bytes, round_number: int, envelope: bytes, *, stage: int = 0, groups: int = 4) -> bytes:
+    digest = hashlib.sha256(envelope).digest()
+    message = RolloutAnnouncement(
+        SWARM, round_number, stage, peer_id_from_seed(seed), digest, groups, len(envelope)
+    )
+    return seal(message, seed)
+
+
+def serve(envelope: bytes, *, delay_s: float = 0.0):  # type: ignore[no-untyped-def]
+    async def handler(requester: str, data: bytes) -> bytes:
+        await trio.sleep(delay_s)
+        return codec.encode(FetchResponse(found=True, envelope=envelope))
+
+    return handler
+
+
+def test_repeated_announcements_are_duplicates_then_a_flood() -> None:
+    harness = Harness()
+    topic = announce_topic(SWARM)
+    limit = harness.settings.max_duplicates_per_round
+
+    async def attack(h: Harness) -> None:
+        port, seed = attacker_port(h, "repeater")
+        envelope = honest_batch_envelope(h, seed, 0)
+        port.set_request_handler(serve(envelope))
+        await trio.sleep(0.5)
+        for _ in range(limit + 2):  # the original, `limit` tolerated echoes, then one too many
+            await port.publish(topic, announce(seed, 0, envelope))
+            await trio.sleep(0.01)
+
+    harness.run(1, attack)
+    repeater = peer_id_from_seed(seed_of("repeater"))
+    for peer in harness.peers:
+        assert peer.rejections["duplicate"] == limit, dict(peer.rejections)
+        assert peer.rejections["flood"] == 1
+        assert peer.scores.invalid.get(repeater, 0) == 1  # the flood is a strike; echoes are not
+        # Its one real batch was still fetched, verified and accepted.
+        assert repeater in peer.history[0].accepted_peers
+
+
+def test_an_announcement_for_another_stage_is_wrong_stage() -> None:
+    harness = Harness()
+
+    async def attack(h: Harness) -> None:
+        port, seed = attacker_port(h, "stage-skipper")
+        await trio.sleep(0.5)
+        await port.publish(announce_topic(SWARM), announce(seed, 0, b"batch", stage=1))
+
+    harness.run(1, attack)
+    for peer in harness.peers:
+        assert peer.rejections["wrong_stage"] == 1, dict(peer.rejections)
+        assert peer.history[0].completed
+
+
+def test_announcements_over_the_fetch_limit_are_not_fetched() -> None:
+    # Two fetches a round: the two other honest peers' batches, announced first, take them.
+    harness = Harness(max_fetch_per_round=2)
+
+    async def attack(h: Harness) -> None:
+        port, seed = attacker_port(h, "third")
+        envelope = honest_batch_envelope(h, seed, 0)
+        port.set_request_handler(serve(envelope))
+        await trio.sleep(ROUND_MS / 1000 * 0.5)  # after the honest announcements
+        await port.publish(announce_topic(SWARM), announce(seed, 0, envelope))
+
+    harness.run(1, attack)
+    third = peer_id_from_seed(seed_of("third"))
+    for peer in harness.peers:
+        assert peer.rejections["fetch_limit"] >= 1, dict(peer.rejections)
+        assert third not in peer.history[0].accepted_peers
+        assert len(peer.history[0].accepted_peers) == 2
+
+
+def test_a_full_fetch_queue_is_counted() -> None:
+    # One fetch worker, stuck for longer than a round on a peer that answers slowly: the next
+    # round's fetch jobs queue behind the last round's and the queue (max_fetch_per_round) fills.
+    harness = Harness(max_fetch_per_round=2, fetch_concurrency=1)
+
+    async def attack(h: Harness) -> None:
+        port, seed = attacker_port(h, "tarpit")
+        envelope = honest_batch_envelope(h, seed, 0)
+        port.set_request_handler(serve(envelope, delay_s=ROUND_MS / 1000 * 1.5))
+        await trio.sleep(0.2)  # before the honest announcements: the worker takes ours first
+        await port.publish(announce_topic(SWARM), announce(seed, 0, envelope))
+
+    harness.run(2, attack)
+    for peer in harness.peers:
+        assert peer.rejections["fetch_queue_full"] >= 1, dict(peer.rejections)
+
+
+def test_a_batch_that_does_not_match_its_announcement_is_rejected_and_blamed() -> None:
+    harness = Harness()
+
+    async def attack(h: Harness) -> None:
+        port, seed = attacker_port(h, "mismatch")
+        envelope = honest_batch_envelope(h, seed, 0, groups=2)  # 2 groups, announced as 4
+        port.set_request_handler(serve(envelope))
+        await trio.sleep(0.5)
+        await port.publish(announce_topic(SWARM), announce(seed, 0, envelope, groups=4))
+
+    harness.run(1, attack)
+    liar = peer_id_from_seed(seed_of("mismatch"))
+    for peer in harness.peers:
+        assert peer.rejections["batch_mismatch"] == 1, dict(peer.rejections)
+        assert peer.scores.invalid.get(liar, 0) == 1
+        assert liar not in peer.history[0].accepted_peers
+
+
+def test_a_dht_batch_that_conflicts_with_a_later_announcement_is_a_sweep_conflict() -> None:
+    # Round 1: "changer" announces nothing at first but has a valid batch in the DHT, so the
+    # sweep queues a DHT lookup for it, behind a slow fetch that holds the only fetch worker.
+    # Before the lookup runs, "changer" announces a different batch: the swept record conflicts.
+    harness = Harness(fetch_concurrency=1)
+    victim = harness.peers[0]
+
+    async def attack(h: Harness) -> None:
+        topic = announce_topic(SWARM)
+        slow, slow_seed = attacker_port(h, "slow")
+        changer, changer_seed = attacker_port(h, "changer")
+        swept = honest_batch_envelope(h, changer_seed, 1)
+        other = honest_batch_envelope(h, changer_seed, 1, groups=3)
+        changer.set_request_handler(serve(other))
+        await changer.dht_put(batch_dht_key(SWARM, 1, 0, changer.local_peer_id), swept)
+        slow_envelope = honest_batch_envelope(h, slow_seed, 1)
+        slow.set_request_handler(serve(slow_envelope, delay_s=4.0))
+        while victim._state is None or victim._state.round != 1:
+            await trio.sleep(0.05)
+        await slow.publish(topic, announce(slow_seed, 1, slow_envelope))
+        sweep_at_ms = victim._state.sweep_at_ms
+        await trio.sleep((sweep_at_ms - h.clock.now_ms()) / 1000 + 0.3)
+        assert victim.counters["sweep_lookups"] >= 1  # the lookup for "changer" is queued
+        await changer.publish(topic, announce(changer_seed, 1, other, groups=3))
+
+    harness.run(2, attack)
+    assert victim.rejections["sweep_conflict"] == 1, dict(victim.rejections)
 
 
 def test_fetch_requests_with_garbage_get_not_found() -> None:

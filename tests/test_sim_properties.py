@@ -126,6 +126,8 @@ def test_byzantine_senders_are_banned_by_every_honest_peer() -> None:
         "sender_mismatch",
         "impersonation",
         "equivocation",
+        "flood",
+        "duplicate",
     ):
         assert result.rejections[reason] > 0, reason
 
