@@ -331,6 +331,61 @@ def test_a_dht_batch_that_conflicts_with_a_later_announcement_is_a_sweep_conflic
     assert victim.rejections["sweep_conflict"] == 1, dict(victim.rejections)
 
 
+def test_an_announced_batch_nobody_serves_is_fetch_failed() -> None:
+    harness = Harness()
+
+    async def attack(h: Harness) -> None:
+        port, seed = attacker_port(h, "ghost")  # no request handler, nothing in the DHT
+        await trio.sleep(0.5)
+        await port.publish(announce_topic(SWARM), announce(seed, 0, b"never served"))
+
+    harness.run(1, attack)
+    for peer in harness.peers:
+        assert peer.rejections["fetch_failed"] == 1, dict(peer.rejections)
+        assert peer.history[0].completed
+
+
+def test_an_announcement_after_the_collect_window_is_late() -> None:
+    harness = Harness()
+
+    async def attack(h: Harness) -> None:
+        port, seed = attacker_port(h, "latecomer")
+        envelope = honest_batch_envelope(h, seed, 0)
+        port.set_request_handler(serve(envelope))
+        # collect_fraction 0.6: round 0 collects until ~6 s; announce at 9 s, still round 0.
+        await trio.sleep(ROUND_MS / 1000 * 0.9)
+        await port.publish(announce_topic(SWARM), announce(seed, 0, envelope))
+
+    harness.run(1, attack)
+    latecomer = peer_id_from_seed(seed_of("latecomer"))
+    for peer in harness.peers:
+        assert peer.rejections["late"] == 1, dict(peer.rejections)
+        assert latecomer not in peer.history[0].accepted_peers
+        assert peer.scores.invalid.get(latecomer, 0) == 0  # timing, not misbehaviour
+
+
+def test_an_unexpected_error_on_one_message_is_internal_error_and_the_peer_goes_on() -> None:
+    harness = Harness()
+    victim = harness.peers[0]
+    real_open = victim.cache.open
+
+    def open_or_crash(data: bytes, **kwargs: Any) -> Any:
+        if data == b"trigger a bug":
+            raise RuntimeError("a bug in our own code")
+        return real_open(data, **kwargs)
+
+    victim.cache.open = open_or_crash  # type: ignore[method-assign]
+
+    async def attack(h: Harness) -> None:
+        await trio.sleep(0.5)
+        await h.attacker.publish(announce_topic(SWARM), b"trigger a bug")
+
+    harness.run(2, attack)
+    assert victim.rejections["internal_error"] == 1, dict(victim.rejections)
+    assert [record.round for record in victim.history if record.completed] == [0, 1]
+    assert len(victim.history[1].accepted_peers) == 2
+
+
 def test_fetch_requests_with_garbage_get_not_found() -> None:
     harness = Harness()
     peer = harness.peers[0]
