@@ -300,6 +300,7 @@ def run_job(
         **kwargs,
     )
     last_round = settings.rounds - 1
+    honest_ids = {plan.peer_id for plan in result.plans if plan.honest}
     peers = []
     for plan in result.plans:
         if not plan.honest:
@@ -335,7 +336,9 @@ def run_job(
         "seed": seed,
         "peers": peers,
         "forgers": [plan.index for plan in result.plans if not plan.honest],
-        "invalid_trained": len(result.invalid_trained),
+        # Updates of honest peers that included a group with forged rewards (the forgers' own
+        # training on their claims is not counted).
+        "invalid_trained": sum(1 for pid, _ in result.invalid_trained if pid in honest_ids),
         "rejections": dict(sorted(result.rejections.items())),
         "wall_s": time.perf_counter() - started,
     }

@@ -1,0 +1,202 @@
+"""`swarmp2p experiment sharing`: a short experiment runs end to end and writes its table, plots
+and settings; every configuration's updates receive the same number of rollouts (counted inside
+TrainerPolicy.train, not read from settings); a seed reproduces a run exactly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import attrs
+import pytest
+from typer.testing import CliRunner
+
+from simulator.experiment import ExperimentError, ExperimentSettings, run_experiment, run_job, write_outputs
+from swarmp2p.cli import app
+
+# A small, fast trainer: one short-answer task, a 2-layer 64-wide tiny model, short completions.
+SMALL_TRAINER = (
+    ("tasks", ("basic_arithmetic",)),
+    ("tiny_hidden_size", 64),
+    ("tiny_layers", 2),
+    ("max_new_tokens", 12),
+)
+
+
+def small(tmp_path: Path, **changes: Any) -> ExperimentSettings:
+    options: dict[str, Any] = {
+        "peers": 3,
+        "rounds": 2,
+        "splits": ((2, 0), (1, 1)),
+        "variants": (),
+        "seeds": (1,),
+        "questions_per_round": 6,
+        "group_size": 4,
+        "eval_every": 1,
+        "eval_questions": 4,
+        "warmup_steps": 30,
+        "trainer": SMALL_TRAINER,
+        "models_dir": str(tmp_path / "models"),
+        "jobs": 1,
+    }
+    return ExperimentSettings(**(options | changes))
+
+
+def test_a_short_experiment_runs_end_to_end_with_equal_rollouts_per_update(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from trainer.policy import TrainerPolicy
+
+    received: list[tuple[int, int]] = []  # (groups, completions) per call, as the trainer got them
+    original = TrainerPolicy.train
+
+    def spy(self: TrainerPolicy, groups: Any) -> dict[str, float]:
+        received.append((len(groups), sum(len(group.completions) for group in groups)))
+        return original(self, groups)
+
+    monkeypatch.setattr(TrainerPolicy, "train", spy)
+    settings = small(tmp_path)
+    ends: list[tuple[str, int]] = []  # (arm, calls received when its job ended): jobs=1 runs in order
+    rounds_seen: list[tuple[str, int, int]] = []
+    jobs = run_experiment(
+        settings,
+        tmp_path / "out",
+        on_round=lambda *event: rounds_seen.append(event),
+        on_job=lambda job: ends.append((job["arm"], len(received))),
+    )
+    written = write_outputs(settings, jobs, tmp_path / "out", "swarmp2p experiment sharing --test")
+
+    # Every update of every configuration received L + E = 2 groups of G = 4 completions.
+    per_arm: dict[str, list[tuple[int, int]]] = {}
+    start = 0
+    for arm, end in ends:
+        per_arm[arm] = received[start:end]
+        start = end
+    assert set(per_arm) == {"2/0", "1/1"}
+    for arm, calls in per_arm.items():
+        assert len(calls) == settings.peers * settings.rounds, arm
+        assert set(calls) == {(2, 8)}, arm
+    # ...split as configured (from the Peer's records of what it passed to train()).
+    by_arm = {job["arm"]: job for job in jobs}
+    for peer in by_arm["2/0"]["peers"]:
+        assert peer["trained_local"] == [2, 2] and peer["trained_external"] == [0, 0]
+    for peer in by_arm["1/1"]["peers"]:
+        assert peer["trained_local"] == [1, 1] and peer["trained_external"] == [1, 1]
+        assert [tuple(u) for u in peer["updates"]] == [(2, 8), (2, 8)]
+
+    # Evaluations: before training, after every round (eval_every 1).
+    for job in jobs:
+        for peer in job["peers"]:
+            assert [e["round"] for e in peer["evals"]] == [-1, 0, 1]
+            assert all(0.0 <= e["accuracy"] <= 1.0 for e in peer["evals"])
+    assert sorted(rounds_seen) == sorted((arm, 1, r) for arm in ("2/0", "1/1") for r in range(2))
+
+    out = tmp_path / "out"
+    assert {path.name for path in written} >= {
+        "table.md",
+        "table.json",
+        "reward.png",
+        "accuracy.png",
+        "settings.json",
+    }
+    for name in ("reward.png", "accuracy.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = json.loads((out / "table.json").read_text())
+    assert [row["configuration"] for row in table["rows"]] == ["2/0", "1/1"]
+    assert table["rows"][1]["groups_per_update"]["min"] == table["rows"][1]["groups_per_update"]["max"] == 2
+    assert table["rows"][0]["ratio_to_first_split"] == pytest.approx(1.0)
+    assert "| 1/1 |" in (out / "table.md").read_text()
+    rerun = json.loads((out / "settings.json").read_text())
+    assert rerun["command"] == "swarmp2p experiment sharing --test"
+    assert rerun["seeds"] == [1] and rerun["trainer_config"]["tasks"] == ["basic_arithmetic"]
+    assert not (out / "work").exists()  # the per-job scratch space is cleaned up
+
+
+def test_a_seed_reproduces_rewards_and_accuracies(tmp_path: Path) -> None:
+    settings = small(tmp_path, peers=3, rounds=2)
+    [arm] = [a for a in settings.arms() if a.name == "1/1"]
+
+    def numbers(seed: int, where: str) -> list[Any]:
+        job = run_job(settings, arm, seed, tmp_path / where)
+        return [(p["peer_id"], p["rewards"], p["evals"], p["updates"]) for p in job["peers"]]
+
+    first = numbers(1, "a")
+    assert numbers(1, "b") == first
+    assert numbers(2, "c") != first
+
+
+def test_parallel_jobs_give_the_same_numbers_as_sequential_ones(tmp_path: Path) -> None:
+    # The simulated learner: cheap, and the same job code path in worker processes.
+    settings = ExperimentSettings(
+        policy="sim",
+        peers=6,
+        rounds=3,
+        splits=((4, 0), (2, 2)),
+        variants=("filtered",),
+        seeds=(1, 2),
+        eval_every=1,
+    )
+
+    def strip(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in job.items() if k != "wall_s"} for job in jobs]
+
+    sequential = run_experiment(settings, tmp_path / "one")
+    parallel = run_experiment(attrs.evolve(settings, jobs=2), tmp_path / "two")
+    assert strip(parallel) == strip(sequential)
+
+
+def test_cli_runs_the_simulated_learner_and_writes_everything(tmp_path: Path) -> None:
+    out = tmp_path / "sim"
+    result = CliRunner().invoke(
+        app,
+        [
+            "experiment",
+            "sharing",
+            "--policy",
+            "sim",
+            "--peers",
+            "6",
+            "--rounds",
+            "3",
+            "--seeds",
+            "2",
+            "--splits",
+            "4/0,2/2",
+            "--variants",
+            "verified-only,unverified,adaptive",
+            "--forgers",
+            "1",
+            "--eval-every",
+            "1",
+            "--jobs",
+            "1",
+            "--out",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    table = json.loads((out / "table.json").read_text())
+    rows = {row["configuration"]: row for row in table["rows"]}
+    assert list(rows) == ["4/0", "2/2", "verified-only", "unverified", "adaptive"]
+    assert rows["verified-only"]["honest_peers"] == rows["unverified"]["honest_peers"] == 5
+    assert rows["verified-only"]["invalid_trained"] == 0 < rows["unverified"]["invalid_trained"]
+    assert rows["adaptive"]["baseline"] == "2/2"
+    settings = json.loads((out / "settings.json").read_text())
+    assert settings["command"].startswith("swarmp2p") and settings["seeds"] == [1, 2]
+    for name in ("table.md", "reward.png", "accuracy.png"):
+        assert (out / name).exists()
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"splits": ((8, 0), (4, 2))}, "same number of groups"),
+        ({"variants": ("greedy",)}, "unknown variant"),
+        ({"policy": "gpt"}, "policy"),
+        ({"hetero": True, "policy": "sim"}, "hetero"),
+    ],
+)
+def test_bad_settings_are_one_line_errors(changes: dict[str, Any], message: str) -> None:
+    with pytest.raises(ExperimentError, match=message):
+        ExperimentSettings(**changes)
