@@ -15,6 +15,7 @@ from typing import Any
 
 import attrs
 import pytest
+from budget import examples
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -87,8 +88,7 @@ votes = st.tuples(
 
 
 @settings(
-    max_examples=6,
-    deadline=None,
+    max_examples=examples(0.03),  # each example replays rounds on two chains: 6 under ci
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     phases=[Phase.explicit, Phase.reuse, Phase.generate],  # no shrinking on a chain: minutes
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+from budget import examples
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
@@ -261,9 +262,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
 TestCoordinatorMachine = CoordinatorMachine.TestCase
 TestCoordinatorMachine.settings = settings(
-    max_examples=30,
+    max_examples=examples(0.15),  # every step is a transaction: 30 runs under ci
     stateful_step_count=20,
-    deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
     # No shrinking: on a real chain it can take minutes, and the failure message already names
     # the call, its arguments and both the chain's and the model's verdicts.

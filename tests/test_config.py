@@ -11,7 +11,7 @@ import attrs
 import pytest
 import tomli_w
 from attrs import validators as v
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from swarmp2p.config import (
@@ -110,7 +110,6 @@ layer_values = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=60, deadline=None)
 @given(layers=layer_values, bool_style=st.integers(0, 3))
 def test_flag_beats_env_beats_file_beats_default(layers, bool_style):
     file_table, env, flags = {}, {}, {}
@@ -132,7 +131,6 @@ def test_flag_beats_env_beats_file_beats_default(layers, bool_style):
         assert getattr(config, field) == expected, field
 
 
-@settings(max_examples=40, deadline=None)
 @given(
     count=FIELD_STRATEGIES["count"],
     ratio=finite,
@@ -165,7 +163,6 @@ def test_dump_config_loads_back_to_the_same_config(
         assert load(file=write_toml(Path(directory), text)) == original
 
 
-@settings(max_examples=40, deadline=None)
 @given(garbage=st.text(max_size=12).filter(lambda s: not s.strip().lstrip("+-").isdigit()))
 def test_any_non_integer_env_value_is_a_one_line_error_naming_key_and_variable(garbage):
     with pytest.raises(ConfigError) as caught:

@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 import trio
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -234,7 +234,6 @@ json_like = st.recursive(
 )
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     raw=st.dictionaries(st.sampled_from(["peer_id", "round", "peers", "history", "counters", "x"]), json_like)
 )

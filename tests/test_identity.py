@@ -156,7 +156,7 @@ def test_oversized_file_is_refused(tmp_path):
     assert_one_line(caught.value, "too large")
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(content=st.binary(max_size=200))
 def test_arbitrary_bytes_never_crash_the_loader(tmp_path, content):
     path = tmp_path / "fuzz.key"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol import codec
@@ -29,7 +29,6 @@ def outcome(fn, data):  # type: ignore[no-untyped-def]
         return ("error", error.reason)
 
 
-@settings(max_examples=60, deadline=None)
 @given(st.lists(st.one_of(st.integers(0, 5), st.binary(max_size=64)), min_size=1, max_size=20))
 def test_cached_outcomes_equal_uncached_ones(items: list[int | bytes]) -> None:
     cache = VerifyCache(max_entries=4, identity_entries=2)  # tiny: evictions happen

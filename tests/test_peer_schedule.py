@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.messages import SwarmSchedule
@@ -21,7 +21,6 @@ class FixedClock:
         return self.now
 
 
-@settings(max_examples=1000, deadline=None)
 @given(
     genesis=st.integers(0, 2**45),
     stage_ms=st.integers(1, 10**6),

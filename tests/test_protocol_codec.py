@@ -7,7 +7,7 @@ import math
 import attrs
 import msgpack
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from strategies import STRATEGY_OF_KIND, wire_messages
 
@@ -29,8 +29,6 @@ from protocol.messages import (
     SwarmSchedule,
     WinnersVote,
 )
-
-THOROUGH = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 REPORT = RewardReport(swarm_id="swarm", round=3, stage=1, peer_id="peer", reward=0.25)
 
@@ -71,7 +69,6 @@ def test_every_message_class_has_a_schema_matching_its_fields():
 
 
 @pytest.mark.parametrize("kind", sorted(STRATEGY_OF_KIND))
-@THOROUGH
 @given(data=st.data())
 def test_round_trip_every_kind(kind, data):
     message = data.draw(STRATEGY_OF_KIND[kind])
@@ -288,13 +285,11 @@ def decode_or_protocol_error(data: bytes) -> None:
         assert codec.decode(codec.encode(message)) == message  # anything accepted is valid
 
 
-@THOROUGH
 @given(st.binary(max_size=512))
 def test_random_bytes_raise_only_protocol_error(data):
     decode_or_protocol_error(data)
 
 
-@THOROUGH
 @given(
     st.recursive(
         st.none()
@@ -333,7 +328,6 @@ def mutated_encodings(draw):
     return bytes(data)
 
 
-@THOROUGH
 @given(mutated_encodings())
 def test_mutated_encodings_raise_only_protocol_error(data):
     decode_or_protocol_error(data)
@@ -359,7 +353,6 @@ def key_changed_encodings(draw):
     return raw({"v": PROTOCOL_VERSION, "k": kind, "b": body}), operation
 
 
-@THOROUGH
 @given(key_changed_encodings())
 def test_key_changes_are_rejected_or_still_valid(case):
     data, operation = case

@@ -8,7 +8,7 @@ import attrs
 import msgpack
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from strategies import authored_by, ed25519_seeds, fetch_requests, wire_messages
 
@@ -22,8 +22,6 @@ from protocol.envelope import (
 )
 from protocol.errors import ProtocolError
 from protocol.messages import PROTOCOL_VERSION, RewardReport
-
-THOROUGH = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 SEED_A = hashlib.sha256(b"peer a").digest()
 SEED_B = hashlib.sha256(b"peer b").digest()
@@ -45,7 +43,6 @@ def reason_of(data: bytes, **kwargs) -> str:
     return caught.value.reason
 
 
-@THOROUGH
 @given(seed=ed25519_seeds)
 def test_peer_id_matches_libp2p(seed):
     from libp2p.crypto.ed25519 import create_new_key_pair
@@ -56,7 +53,6 @@ def test_peer_id_matches_libp2p(seed):
     assert peer_id_from_public_key(public_key_from_seed(seed)) == str(ID.from_pubkey(key_pair.public_key))
 
 
-@THOROUGH
 @given(seed=ed25519_seeds, message=wire_messages)
 def test_seal_then_open_round_trips(seed, message):
     signer = peer_id_from_seed(seed)
@@ -70,7 +66,6 @@ def test_seal_then_open_round_trips(seed, message):
     assert seal(message, seed) == sealed  # Ed25519 is deterministic: same message, same bytes
 
 
-@THOROUGH
 @given(seed=ed25519_seeds, request=fetch_requests)
 def test_fetch_request_names_the_wanted_peer_not_the_signer(seed, request):
     # A FetchRequest's peer_id is whose batch is wanted, so it is not an impersonation.
@@ -113,7 +108,6 @@ def test_signature_without_domain_prefix_is_rejected():
     assert reason_of(msgpack.packb(parts, use_bin_type=True)) == "bad_signature"
 
 
-@THOROUGH
 @given(
     message=wire_messages,
     field=st.sampled_from(["m", "sig", "pk"]),
@@ -199,7 +193,6 @@ def mutated_envelopes(draw):
     return bytes(data)
 
 
-@THOROUGH
 @given(st.one_of(mutated_envelopes(), st.binary(max_size=256)))
 def test_mutated_or_random_envelopes_raise_only_protocol_error(data):
     try:
@@ -217,7 +210,6 @@ def test_garbage_envelopes_are_malformed_not_oversized():
         assert reason_of(data) == "malformed", data
 
 
-@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(st.binary(max_size=256), mutated_envelopes()))
 def test_random_envelope_bytes_are_oversized_only_when_they_are(data):
     try:

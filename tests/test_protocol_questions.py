@@ -7,7 +7,7 @@ import sys
 from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from strategies import peer_ids
 
@@ -21,15 +21,12 @@ from protocol.questions import (
     questions_for,
 )
 
-THOROUGH = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
 task_lists = st.lists(
     st.text(alphabet="abcdefgh_", min_size=1, max_size=12), min_size=1, max_size=6, unique=True
 )
 seeds = st.integers(0, limits.MAX_UINT63)
 
 
-@THOROUGH
 @given(
     seed=seeds,
     round_=st.integers(0, 10**6),
@@ -50,7 +47,6 @@ def test_questions_are_deterministic_distinct_and_in_range(seed, round_, stage, 
     assert questions_for(seed, round_, stage, peer, tasks, count // 2) == questions[: count // 2]
 
 
-@THOROUGH
 @given(seed=seeds, round_=st.integers(0, 10**6), peer=peer_ids, other=peer_ids, tasks=task_lists)
 def test_different_peers_rounds_and_stages_get_different_questions(seed, round_, peer, other, tasks):
     mine = questions_for(seed, round_, 0, peer, tasks, 8)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -203,7 +203,5 @@ class RoundMachineModel(RuleBasedStateMachine):
         assert (self.machine.phase is Phase.IDLE) == (self.machine.round == -1)
 
 
-RoundMachineModel.TestCase.settings = settings(
-    max_examples=1000, stateful_step_count=30, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+RoundMachineModel.TestCase.settings = settings(stateful_step_count=30)
 TestRoundMachineModel = RoundMachineModel.TestCase

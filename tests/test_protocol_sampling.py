@@ -6,13 +6,11 @@ import random
 from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.messages import Completion, QuestionGroup, QuestionRef
 from protocol.sampling import has_advantage, sample_training_groups
-
-THOROUGH = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def group(index: int, rewards: list[float]) -> QuestionGroup:
@@ -28,7 +26,6 @@ external_groups = st.dictionaries(
 counts = st.integers(0, 8)
 
 
-@THOROUGH
 @given(
     local=local_groups,
     external=external_groups,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.messages import Completion, QuestionGroup, QuestionRef
@@ -19,7 +19,6 @@ from protocol.sampling import (
     teaches,
 )
 
-THOROUGH = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SOLVED = 0.6
 
 
@@ -43,7 +42,6 @@ reward_lists = st.lists(st.sampled_from([0.0, 0.2, 1.0]), min_size=2, max_size=4
 groups = st.builds(group, st.integers(0, 10**6), reward_lists)
 
 
-@THOROUGH
 @given(
     local=st.lists(groups, max_size=10),
     external=st.dictionaries(st.sampled_from("abcdef"), st.lists(groups, max_size=6), max_size=6),
@@ -160,7 +158,6 @@ def test_fixed_rule_keeps_no_state_and_unknown_kinds_are_refused():
         SamplingRule(kind="greedy")
 
 
-@THOROUGH
 @given(seed=st.integers(0, 2**32), kind=st.sampled_from(["fixed", "adaptive", "filtered"]))
 def test_every_rule_is_deterministic_and_order_independent(seed, kind):
     rule = SamplingRule(kind=kind, fill=True, solved=SOLVED)

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.scoring import DEFAULT_BAN_THRESHOLD, PeerScores
-
-THOROUGH = settings(max_examples=1000, deadline=None)
 
 events = st.lists(
     st.tuples(
@@ -19,7 +17,6 @@ events = st.lists(
 )
 
 
-@THOROUGH
 @given(events=events, threshold=st.integers(1, 5))
 def test_counts_and_bans(events, threshold):
     scores = PeerScores(ban_threshold=threshold)

@@ -7,14 +7,13 @@ import math
 
 import attrs
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.messages import Completion, QuestionGroup, QuestionRef, RolloutBatch
 from protocol.questions import questions_for
 from protocol.verification import VerificationLimits, verify_batch
 
-THOROUGH = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 TASKS = ("mod7", "mod7b")
 SEED = 42
 SENDER = "12D3KooWSender"
@@ -76,7 +75,6 @@ def verify(batch: RolloutBatch, registry=REGISTRY, **kwargs):
     return verify_batch(batch, registry, limits=LIMITS, **kwargs)
 
 
-@THOROUGH
 @given(batch=honest_batches())
 def test_honest_batches_pass(batch):
     verdict = verify(batch)
@@ -84,7 +82,6 @@ def test_honest_batches_pass(batch):
     assert verdict.groups_checked == len(batch.groups)
 
 
-@THOROUGH
 @given(batch=honest_batches(), data=st.data())
 def test_any_forged_reward_is_caught(batch, data):
     g = data.draw(st.integers(0, len(batch.groups) - 1))
@@ -101,7 +98,6 @@ def test_any_forged_reward_is_caught(batch, data):
     assert verdict.groups_checked == g
 
 
-@THOROUGH
 @given(batch=honest_batches(), other=st.text(min_size=1, max_size=20).filter(lambda p: p != SENDER))
 def test_questions_assigned_to_someone_else_are_rejected(batch, other):
     # The same batch is not acceptable from a peer that was assigned other questions.

@@ -8,7 +8,7 @@ import math
 
 import msgpack
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from strategies import swarm_rules, swarm_schedules
 
@@ -18,7 +18,6 @@ from protocol.errors import ProtocolError
 from protocol.messages import PROTOCOL_VERSION, Hello, SwarmSchedule
 from swarmp2p.node import VersionMismatch, open_hello
 
-THOROUGH = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SEED = hashlib.sha256(b"rules codec test key").digest()
 PEER = peer_id_from_seed(SEED)
 
@@ -54,7 +53,6 @@ def _schedule_body(schedule: SwarmSchedule) -> dict:
     }
 
 
-@THOROUGH
 @given(swarm_schedules)
 def test_schedule_with_rules_round_trips_inside_a_hello(schedule):
     hello = _hello(schedule)
@@ -119,7 +117,6 @@ def _inconsistent_or_misshapen(case: str, schedule: SwarmSchedule, body: dict, d
     return "missing_key"
 
 
-@THOROUGH
 @given(swarm_schedules, st.sampled_from([*BAD_RULES, "length", "zero_sum", "extra", "missing"]), st.data())
 def test_a_bad_rule_is_a_protocol_error_with_its_reason(schedule, bad, data):
     body = _schedule_body(schedule)
@@ -137,7 +134,6 @@ def test_a_bad_rule_is_a_protocol_error_with_its_reason(schedule, bad, data):
 BAD_EVEN_TO_ENCODE = [bad for bad in BAD_RULES if bad[1] != 0 and bad[1] != [1]]
 
 
-@THOROUGH
 @given(swarm_rules(), st.sampled_from(BAD_EVEN_TO_ENCODE))
 def test_encoding_refuses_what_decoding_would_reject(rules, bad):
     # A node never sends a schedule its peers would drop: validate (used on a new swarm's rules

@@ -8,7 +8,7 @@ import hypothesis.strategies as st
 import pytest
 import trio
 import trio.testing
-from hypothesis import given, settings
+from hypothesis import given
 
 from protocol import codec
 from protocol.errors import ProtocolError
@@ -106,7 +106,6 @@ _TEXT = st.text(max_size=70) | st.sampled_from(["", "\ud800", "s" * 200])
 _INT = st.integers(min_value=-(2**64), max_value=2**64) | st.booleans()
 
 
-@settings(max_examples=300, deadline=None)
 @given(_TEXT, _INT, _INT, _TEXT)
 def test_codec_fast_path_matches_the_interpreter(swarm_id, round_number, stage, peer_id) -> None:  # type: ignore[no-untyped-def]
     """encode/decode (compiled fast path) give the same bytes, values and errors as the schema

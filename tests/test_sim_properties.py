@@ -6,6 +6,7 @@ from functools import cache
 
 import attrs
 import pytest
+from budget import examples
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +24,8 @@ from simulator.scenario import (
 )
 
 BYZANTINE_SCENARIOS = [name for name in builtin_scenarios() if load_scenario(name).byzantine.fraction > 0]
-SLOW = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+# Each example simulates a whole swarm: a share of the profile's count (30 under ci).
+SLOW = settings(max_examples=examples(0.15), suppress_health_check=list(HealthCheck))
 
 
 def honest_completes_every_present_round(result: SimulationResult) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import decimal
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.messages import QuestionRef
@@ -97,7 +97,6 @@ def test_format_reward_is_mixed_in_by_weight() -> None:
     assert registry.score(ref, "nothing") == 0.0
 
 
-@settings(max_examples=200, deadline=None)
 @given(st.text(max_size=200))
 def test_score_never_raises_and_stays_in_unit_interval(text: str) -> None:
     registry = _shared_registry()
