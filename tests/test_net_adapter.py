@@ -56,7 +56,14 @@ def test_star_becomes_mesh_and_gossip_reaches_everyone() -> None:
         # Everyone dialed only nets[0]; peer exchange must connect the rest to each other.
         await wait_until(lambda: all(len(n.connected_peers()) == len(nets) - 1 for n in nets))
         channels = [await n.subscribe("swarmp2p/test/announce") for n in nets]
-        await trio.sleep(1.5)  # a heartbeat or two to graft the mesh
+        # Everyone knows everyone else's subscription (a publish goes to those peers).
+        ids = {ID.from_base58(n.local_peer_id) for n in nets}
+        await wait_until(
+            lambda: all(
+                set(n.pubsub.peer_topics.get("swarmp2p/test/announce", ())) >= ids - {n.pubsub.my_id}
+                for n in nets
+            )
+        )
         await nets[2].publish("swarmp2p/test/announce", b"round 1 batch ready")
         for i, channel in enumerate(channels):
             if i == 2:
