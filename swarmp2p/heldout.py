@@ -55,7 +55,11 @@ class EvalSettings:
     margin: float = attrs.field(default=1.25, validator=attrs.validators.ge(1.0))
     """Safety factor on the estimate (evaluation time varies with completion lengths)."""
     slack_s: float = attrs.field(default=0.5, validator=attrs.validators.ge(0.0))
-    """Seconds kept free before the next round on top of the estimate."""
+    """Seconds kept free before the deadline on top of the estimate; an evaluation still running
+    this long before the deadline is stopped (so a wrong estimate cannot make a round late)."""
+    probe_after: int = attrs.field(default=3, validator=attrs.validators.ge(0))
+    """After this many deferrals in a row, try anyway (stopped at the deadline if it does not
+    finish): a measurement taken under a load spike must not defer evaluation forever. 0: never."""
 
 
 def _stopping() -> bool:
@@ -75,6 +79,7 @@ class HeldOutEvaluation:
         self.last: dict[str, Any] | None = None
         self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY_LIMIT)
         self.last_deferred: dict[str, Any] | None = None
+        self.deferred_in_a_row = 0
         self.estimate_s: float | None = None
 
     @property
@@ -114,6 +119,7 @@ class HeldOutEvaluation:
         self.last = entry
         self.last_at = self.rounds_done
         self.last_deferred = None
+        self.deferred_in_a_row = 0
         self.estimate_s = max(elapsed_s, float(entry.get("seconds") or 0.0))
         self.history.append(
             {
@@ -132,23 +138,27 @@ class HeldOutEvaluation:
         offload: Callable[..., Awaitable[Any]],
         now_ms: Callable[[], int],
         round_number: int | None,
-    ) -> dict[str, Any] | None:
-        """Evaluate now (no timing check). None when the policy cannot evaluate or failed."""
-        evaluate = getattr(policy, "evaluate", None)
-        if evaluate is None:
-            return None
+        budget_s: float = math.inf,
+    ) -> tuple[dict[str, Any] | None, bool]:
+        """Evaluate now, stopped after `budget_s`. (result, False) when it ran; (None, True)
+        when it was stopped at the budget; (None, False) when the policy cannot evaluate,
+        failed (counted, logged) or the node is stopping."""
+        if getattr(policy, "evaluate", None) is None:
+            return None, False
         started = now_ms()
         try:
-            result = await offload(evaluate)
+            result, stopped = await _bounded(policy, offload, budget_s)
         except Exception:
             if _stopping():
-                return None
+                return None, False
             log.exception("%s: held-out evaluation failed", self.name)
             self.counters["eval_failed"] += 1
             # Not retried every round: a broken evaluation waits for its next turn.
             self.last_at = self.rounds_done
-            return None
-        return self.record(result, round_number, (now_ms() - started) / 1000)
+            return None, False
+        if result is None:
+            return None, stopped
+        return self.record(result, round_number, (now_ms() - started) / 1000), False
 
     async def after_round(
         self,
@@ -166,38 +176,91 @@ class HeldOutEvaluation:
         if not self.due() or getattr(policy, "evaluate", None) is None:
             return None, None
         needed = self.needed_s(generate_s, generated_questions)
-        left = (round_ends_ms - now_ms()) / 1000
-        if needed is not None and needed > left:
-            left = max(0.0, left)
-            deferred = {"round": round_number, "needed_s": round(needed, 3), "left_s": round(left, 3)}
-            self.last_deferred = deferred
-            self.counters["eval_deferred"] += 1
-            log.info(
-                "%s: eval deferred: %.1f s needed, %.1f s left in round %d",
-                self.name,
-                needed,
-                left,
-                round_number,
-            )
-            return None, deferred
-        return await self.run(policy, offload, now_ms, round_number), None
+        window = (round_ends_ms - now_ms()) / 1000
+        return await self._attempt(policy, offload, now_ms, round_number, round_number, window, needed)
 
     async def while_collecting(
         self,
         policy: Any,
         offload: Callable[..., Awaitable[Any]],
         now_ms: Callable[[], int],
+        round_number: int,
         collect_until_ms: int,
-    ) -> dict[str, Any] | None:
-        """Run the evaluation deferred after the previous train step, if it fits before
-        `collect_until_ms`. Returns its result, else None (it stays deferred, already said)."""
+        generate_s: float | None,
+        generated_questions: int,
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """Round `round_number`'s batch is out and the worker idles until `collect_until_ms`:
+        the evaluation deferred after the previous train step runs now if it fits (the model
+        is still the one that step left). Silent when it does not fit (already said)."""
         deferred = self.last_deferred
         if deferred is None or not self.due():
-            return None
-        needed = self.needed_s(None, 0)
-        if needed is None or needed > (collect_until_ms - now_ms()) / 1000:
-            return None
-        return await self.run(policy, offload, now_ms, deferred["round"])
+            return None, None
+        window = (collect_until_ms - now_ms()) / 1000
+        needed = self.needed_s(generate_s, generated_questions)
+        return await self._attempt(
+            policy, offload, now_ms, round_number, deferred["round"], window, needed, quiet=True
+        )
+
+    async def _attempt(
+        self,
+        policy: Any,
+        offload: Callable[..., Awaitable[Any]],
+        now_ms: Callable[[], int],
+        round_number: int,
+        model_round: int,
+        window_s: float,
+        needed_s: float | None,
+        quiet: bool = False,
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """Evaluate within `window_s` (stopped `slack_s` before its end whatever the estimate
+        said), or defer. A probe runs although the estimate does not fit, after `probe_after`
+        deferrals in a row: one slow measurement (a load spike) must not defer evaluation forever."""
+        settings = self.settings
+        budget = window_s - settings.slack_s
+        fits = needed_s is None or needed_s <= window_s
+        probe = 0 < settings.probe_after <= self.deferred_in_a_row
+        if budget <= 0 or not (fits or probe):
+            if quiet:
+                return None, None
+            return None, self._defer(round_number, needed_s, window_s, None)
+        started = now_ms()
+        result, stopped = await self.run(policy, offload, now_ms, model_round, budget)
+        if result is not None:
+            return result, None
+        if not stopped:
+            return None, None
+        # It did not finish in time: stopped at the budget, so the round is still on time.
+        elapsed = (now_ms() - started) / 1000
+        self.counters["eval_stopped"] += 1
+        self.estimate_s = max(self.estimate_s or 0.0, elapsed)
+        return None, self._defer(round_number, needed_s, window_s, elapsed)
+
+    def _defer(
+        self, round_number: int, needed_s: float | None, window_s: float, stopped_after_s: float | None
+    ) -> dict[str, Any]:
+        left = max(0.0, window_s)
+        needed = needed_s if needed_s is not None else math.nan
+        deferred: dict[str, Any] = {
+            "round": round_number,
+            "needed_s": None if needed_s is None else round(needed_s, 3),
+            "left_s": round(left, 3),
+        }
+        if stopped_after_s is None:
+            self.deferred_in_a_row += 1
+            log.info("%s: eval deferred: %.1f s needed, %.1f s left", self.name, needed, left)
+        else:
+            deferred["stopped_after_s"] = round(stopped_after_s, 3)
+            self.deferred_in_a_row = 0  # the next probe after `probe_after` more deferrals
+            log.info(
+                "%s: eval deferred: stopped at the deadline after %.1f s (%.1f s needed, %.1f s left)",
+                self.name,
+                stopped_after_s,
+                needed,
+                left,
+            )
+        self.last_deferred = deferred
+        self.counters["eval_deferred"] += 1
+        return deferred
 
     def status(self) -> dict[str, Any]:
         """The status keys: `eval` (last result), `eval_history`, `eval_deferred` (the latest
@@ -207,6 +270,43 @@ class HeldOutEvaluation:
             "eval_history": list(self.history),
             "eval_deferred": self.last_deferred,
         }
+
+
+async def _bounded(
+    policy: Any, offload: Callable[..., Awaitable[Any]], budget_s: float
+) -> tuple[dict[str, Any] | None, bool]:
+    """`policy.evaluate` through `offload`, stopped after `budget_s`: (result, False) or
+    (None, True). Stopping takes both a cancel scope (it ends the simulator's virtual compute
+    time) and, for a policy with `cancel()` / `reset_cancel()` (trainer/policy.py), a call to
+    `cancel()` from a watchdog task: a worker thread is not interrupted by a cancel scope, and
+    the trainer stops at its next decoding step. Other exceptions propagate."""
+    cancel = getattr(policy, "cancel", None)
+    reset = getattr(policy, "reset_cancel", None)
+    fired = False
+
+    async def watchdog() -> None:
+        nonlocal fired
+        await trio.sleep(budget_s)
+        fired = True
+        cancel()
+
+    result: dict[str, Any] | None = None
+    error: Exception | None = None
+    async with trio.open_nursery() as nursery:
+        if cancel is not None and reset is not None and math.isfinite(budget_s):
+            nursery.start_soon(watchdog)
+        try:
+            with trio.move_on_after(budget_s):
+                result = await offload(policy.evaluate)
+        except Exception as caught:  # raised after the nursery: never wrapped in a group
+            error = caught
+        nursery.cancel_scope.cancel()
+    ours = fired and not _stopping()
+    if ours:
+        reset()  # the next generate/train must not see our cancel
+    if error is not None and not ours:
+        raise error
+    return result, result is None
 
 
 def _number(value: Any) -> bool:
@@ -221,4 +321,16 @@ def describe(result: Mapping[str, Any]) -> str:
         text += f" ({change:+.3f})"
     if _number(result.get("reward")):
         text += f" reward {result['reward']:.3f}"
+    return text
+
+
+def describe_deferral(deferred: Mapping[str, Any]) -> str:
+    """`eval deferred: 3.1 s needed, 1.2 s left` (`..., stopped after 1.0 s` for a try that did
+    not finish before the deadline) for log lines."""
+    needed = deferred.get("needed_s")
+    text = "eval deferred: " + (f"{needed:.1f} s needed" if _number(needed) else "no estimate")
+    text += f", {deferred.get('left_s', 0.0):.1f} s left"
+    stopped = deferred.get("stopped_after_s")
+    if _number(stopped):
+        text += f", stopped after {stopped:.1f} s"
     return text

@@ -34,7 +34,7 @@ import attrs
 import trio
 
 from swarmp2p.config import register_config
-from swarmp2p.heldout import EvalSettings
+from swarmp2p.heldout import EvalSettings, describe_deferral
 from swarmp2p.heldout import describe as describe_eval
 
 log = logging.getLogger("swarmp2p.node")
@@ -352,10 +352,7 @@ class RoundLog:
         if record.eval is not None:
             evaluation = f" | eval {describe_eval(record.eval)}"
         elif record.eval_deferred is not None:
-            evaluation = (
-                f" | eval deferred: {record.eval_deferred['needed_s']:.1f} s needed, "
-                f"{record.eval_deferred['left_s']:.1f} s left"
-            )
+            evaluation = f" | {describe_deferral(record.eval_deferred)}"
         self.echo(
             f"round {record.round}{state} | reward {reward} | peers {data['peers']} | "
             f"rollouts in {record.rollouts_in} out {record.rollouts_out} | "

@@ -710,8 +710,14 @@ class Peer:
         between publishing and the collect deadline (swarmp2p/heldout.py)."""
         state = self._current(round_number)
         if state is not None and self.machine.phase is Phase.COLLECTING:
-            state.eval = await self.evaluation.while_collecting(
-                self.policy, self._offload, self.clock.now_ms, self.machine.collect_until_ms
+            state.eval, state.eval_deferred = await self.evaluation.while_collecting(
+                self.policy,
+                self._offload,
+                self.clock.now_ms,
+                round_number,
+                self.machine.collect_until_ms,
+                state.generate_s,
+                len(state.questions),
             )
 
     async def _train(self, round_number: int) -> None:
@@ -786,7 +792,7 @@ class Peer:
         except Exception:
             log.exception("%s: report failed", self.peer_id)
             self.counters["report_failed"] += 1
-        evaluated, state.eval_deferred = await self.evaluation.after_round(
+        evaluated, deferred = await self.evaluation.after_round(
             self.policy,
             self._offload,
             self.clock.now_ms,
@@ -795,7 +801,8 @@ class Peer:
             state.generate_s,
             len(state.questions),
         )
-        state.eval = evaluated or state.eval
+        state.eval = evaluated or state.eval  # (or the one run in this round's collect window)
+        state.eval_deferred = state.eval_deferred or deferred  # a probe stopped while collecting says more
         self._finish(state, completed=True)
         self._feed(ReportFinished(round_number))
 

@@ -37,7 +37,10 @@ SWARM = "t"
 class Swarm:
     """`count` honest SimPolicy peers; every call costs its virtual compute time."""
 
-    def __init__(self, count: int, evaluation: EvalSettings, params: SimPolicyParams) -> None:
+    def __init__(
+        self, count: int, evaluation: EvalSettings, params: SimPolicyParams, policy_cls: type = SimPolicy
+    ) -> None:
+        self.policy_cls = policy_cls
         self.clock = TrioClock(0)
         self.coordinator = ScheduleCoordinator(SwarmSchedule(SWARM, GENESIS_MS, ROUND_MS, 1, 5), self.clock)
         self.world = SimWorld(
@@ -59,7 +62,7 @@ class Swarm:
     def _make_peer(self, index: int, params: SimPolicyParams) -> Peer:
         seed = hashlib.sha256(f"peer-{index}".encode()).digest()
         port = self.world.attach(peer_id_from_seed(seed))
-        policy = SimPolicy(port.local_peer_id, self.registry, seed=5, params=params, store=self.store)
+        policy = self.policy_cls(port.local_peer_id, self.registry, seed=5, params=params, store=self.store)
         self.policies.append(policy)
         calls: list[tuple[str, int, int]] = []
         self.calls.append(calls)
@@ -135,10 +138,10 @@ def test_evaluations_run_when_due_and_land_in_records_and_status() -> None:
 
 def test_an_evaluation_that_would_not_fit_is_deferred_and_said(caplog: pytest.LogCaptureFixture) -> None:
     # 16 x 4 x 0.1 s = 6.4 s (measured before round 0): never fits in the ~2 s left after
-    # training. Run anyway, it would push every next round's generation past its deadline.
+    # training, nor in the ~4 s collect window. (No probes here: see the probe tests.)
     caplog.set_level(logging.INFO, logger="swarmp2p.peer")
     params = SimPolicyParams(eval_questions=16)
-    swarm = Swarm(2, EvalSettings(every=2, before_train=True, questions=64), params)
+    swarm = Swarm(2, EvalSettings(every=2, before_train=True, questions=64, probe_after=0), params)
     swarm.run(rounds=6)
     for peer, status in zip(swarm.peers, swarm.statuses, strict=True):
         assert_rounds_on_time(peer, 6)
@@ -155,6 +158,121 @@ def test_an_evaluation_that_would_not_fit_is_deferred_and_said(caplog: pytest.Lo
         assert [entry["round"] for entry in status["eval_history"]] == [None]
     said = [r.getMessage() for r in caplog.records if "eval deferred" in r.getMessage()]
     assert len(said) == 10 and "8.5 s needed" in said[0]
+
+
+class OutlierFirst(SimPolicy):
+    """Its first evaluation (before training) takes 8 s more: measured under a load spike."""
+
+    evaluated = 0
+
+    def evaluate(self) -> dict[str, Any]:
+        self.evaluated += 1
+        if self.evaluated == 1:
+            self.pending_cost_s += 8.0
+        return super().evaluate()
+
+
+class Cancellable(SimPolicy):
+    """The trainer's cancel contract: after cancel(), generate/train refuse until reset_cancel()."""
+
+    cancelled = False
+    cancels = resets = 0
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        self.cancels += 1
+
+    def reset_cancel(self) -> None:
+        self.cancelled = False
+        self.resets += 1
+
+    def generate(self, questions: Any) -> Any:
+        assert not self.cancelled, "generate called with the evaluation's cancel still set"
+        return super().generate(questions)
+
+    def train(self, groups: Any) -> Any:
+        assert not self.cancelled, "train called with the evaluation's cancel still set"
+        return super().train(groups)
+
+
+def test_after_deferrals_in_a_row_a_probe_replaces_an_outlier_measurement() -> None:
+    # The before-training evaluation took 8.8 s (a load spike): by that estimate it never fits.
+    # After 2 deferrals a probe runs anyway, takes its real 0.8 s, and evaluations resume.
+    params = SimPolicyParams(eval_questions=2)
+    settings = EvalSettings(every=1, before_train=True, questions=8, probe_after=2)
+    swarm = Swarm(1, settings, params, policy_cls=OutlierFirst)
+    swarm.run(rounds=6)
+    [peer], [status] = swarm.peers, swarm.statuses
+    assert_rounds_on_time(peer, 6)
+    assert [r.round for r in peer.history if r.eval_deferred is not None] == [0, 1]
+    assert [e["round"] for e in status["eval_history"]] == [None, 1, 2, 3, 4, 5]
+    assert status["eval_history"][1]["step"] == 2  # the probe, in round 2's collect window
+    assert peer.evaluation.estimate_s == pytest.approx(0.8)
+    assert "eval_stopped" not in status["counters"] and "eval_failed" not in status["counters"]
+
+
+def test_a_probe_that_cannot_finish_is_stopped_at_the_deadline_and_said() -> None:
+    # 6.4 s evaluations, probes every 2 deferrals: each probe is stopped (cancel() for a policy
+    # that has it, the virtual compute time cut short) before the deadline; rounds stay on time.
+    params = SimPolicyParams(eval_questions=16)
+    settings = EvalSettings(every=1, before_train=True, questions=64, probe_after=2)
+    swarm = Swarm(2, settings, params, policy_cls=Cancellable)
+    swarm.run(rounds=7)
+    for peer, policy, status in zip(swarm.peers, swarm.policies, swarm.statuses, strict=True):
+        assert_rounds_on_time(peer, 7)
+        stopped = [r.eval_deferred for r in peer.history if "stopped_after_s" in (r.eval_deferred or {})]
+        assert len(stopped) == status["counters"]["eval_stopped"] >= 2
+        for deferral in stopped:
+            assert deferral["stopped_after_s"] == pytest.approx(deferral["left_s"] - 0.5, abs=0.01)
+        assert status["counters"]["evaluations"] == 1  # only the one before training finished
+        assert isinstance(policy, Cancellable)
+        # Every cancel() was reset (on virtual time the cancel scope may end it first: no cancel).
+        assert policy.cancels == policy.resets and not policy.cancelled
+        assert "generate_failed" not in status["counters"] and "train_failed" not in status["counters"]
+        assert [r.round for r in peer.history if r.external_peers_trained_on] == list(range(7))
+
+
+def test_a_running_evaluation_in_a_worker_thread_is_stopped_through_cancel() -> None:
+    import threading
+    import time
+
+    from swarmp2p.heldout import _bounded
+
+    class Slow:
+        def __init__(self, seconds: float) -> None:
+            self.seconds = seconds
+            self.flag = threading.Event()
+            self.resets = 0
+
+        def evaluate(self) -> dict[str, Any]:
+            deadline = time.monotonic() + self.seconds
+            while time.monotonic() < deadline:
+                if self.flag.is_set():
+                    raise RuntimeError("cancelled")  # the trainer raises its Cancelled
+                time.sleep(0.01)
+            return {"accuracy": 1.0}
+
+        def cancel(self) -> None:
+            self.flag.set()
+
+        def reset_cancel(self) -> None:
+            self.flag.clear()
+            self.resets += 1
+
+    async def offload(fn, *args):  # type: ignore[no-untyped-def]
+        return await trio.to_thread.run_sync(fn, *args)
+
+    async def main(policy: Slow, budget: float) -> tuple[Any, bool, float]:
+        started = time.monotonic()
+        result, stopped = await _bounded(policy, offload, budget)
+        return result, stopped, time.monotonic() - started
+
+    slow = Slow(30.0)
+    result, stopped, took = trio.run(main, slow, 0.2)
+    assert (result, stopped) == (None, True) and took < 5.0 and slow.resets == 1
+    assert not slow.flag.is_set()  # reset: the next generate/train runs
+    fast = Slow(0.0)
+    assert trio.run(main, fast, 5.0)[:2] == ({"accuracy": 1.0}, False) and fast.resets == 0
 
 
 def test_a_deferred_evaluation_runs_in_the_next_collect_window_when_it_fits_there() -> None:
