@@ -19,7 +19,7 @@ from libp2p.peer.peerinfo import info_from_p2p_addr
 from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.validators import PUBSUB_SIGNING_PREFIX
-from libp2p.utils.varint import encode_varint_prefixed
+from libp2p.utils.varint import encode_uvarint, encode_varint_prefixed
 
 from swarmp2p.net import NetworkSettings, open_libp2p_network
 
@@ -105,5 +105,48 @@ def test_unsigned_forged_and_validator_rejected_gossip_is_counted() -> None:
                     assert node.counters["gossip_validator_rejected"] == 1
                     assert "gossip_bad_signature" in node.status()["drops"]
                     await stream.reset()
+
+    trio.run(main)
+
+
+def test_garbage_and_oversized_gossip_frames_are_counted_and_survived() -> None:
+    """A protobuf frame that does not parse made py-libp2p's read loop raise out of the host
+    (one frame from any connected peer stopped the node); a frame over the 1 MiB RPC limit was
+    dropped with a warning only. Both are counted; the node keeps serving the next peer."""
+    attacker_key = create_new_key_pair()
+
+    async def attack(node: Any, payload: bytes, counter: str) -> None:
+        attacker = new_host(key_pair=attacker_key)
+        async with attacker.run(listen_addrs=[multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]):
+            await attacker.connect(info_from_p2p_addr(multiaddr.Multiaddr(node.listen_addrs()[0])))
+            stream: Any = await attacker.new_stream(ID.from_base58(node.local_peer_id), [PROTOCOL_ID_V11])
+            before = node.counters[counter]
+            await stream.write(payload)
+            await wait_until(lambda: node.counters[counter] > before)
+
+    async def main() -> None:
+        with trio.fail_after(60):
+            async with open_libp2p_network(create_new_key_pair(), FAST) as node:
+                inbox = await node.subscribe(TOPIC)
+                await attack(
+                    node,
+                    encode_varint_prefixed(b"\xff\xfe not a protobuf RPC \x00" * 4),
+                    "gossip_rpc_garbage",
+                )
+                assert node.counters["gossip_rpc_garbage"] == 1
+                await attack(node, encode_uvarint(2 * 1024 * 1024) + b"x" * 64, "gossip_rpc_oversized")
+                assert node.counters["gossip_rpc_oversized"] == 1
+                assert node.counters["gossip_rpc_garbage"] == 1
+
+                # Still alive: another peer's well-signed message is delivered.
+                honest_key = create_new_key_pair()
+                honest = new_host(key_pair=honest_key)
+                async with honest.run(listen_addrs=[multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]):
+                    await honest.connect(info_from_p2p_addr(multiaddr.Multiaddr(node.listen_addrs()[0])))
+                    node_id = ID.from_base58(node.local_peer_id)
+                    stream: Any = await honest.new_stream(node_id, [PROTOCOL_ID_V11])
+                    await stream.write(rpc(message(honest_key, b"still here?", 1, signer=honest_key)))
+                    with trio.fail_after(10):
+                        assert (await inbox.receive()).data == b"still here?"
 
     trio.run(main)

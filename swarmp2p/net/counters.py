@@ -21,6 +21,8 @@ class DropCounters:
         "gossip_score_gated",
         "gossip_blacklisted",
         "gossip_replayed_own",
+        "gossip_rpc_garbage",  # an inbound frame that is not a protobuf RPC: stream and peer dropped
+        "gossip_rpc_oversized",  # an inbound RPC over py-libp2p's 1 MiB limit: stream and peer dropped
         "inbound_channel_full",
         "request_garbage",
         "request_oversized",

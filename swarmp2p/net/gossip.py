@@ -9,11 +9,14 @@ limits from settings and count every drop that still happens, so the node can re
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import trio
 from libp2p.abc import IHost
-from libp2p.exceptions import ValidationError
+from libp2p.exceptions import ParseError, ValidationError
+from libp2p.io.exceptions import IncompleteReadError
+from libp2p.network.stream.exceptions import StreamError
 from libp2p.peer.id import ID
 from libp2p.pubsub import pubsub as _pubsub_module
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
@@ -24,6 +27,8 @@ from libp2p.pubsub.validators import signature_validator
 
 from swarmp2p.net.counters import DropCounters
 from swarmp2p.net.settings import NetworkSettings
+
+logger = logging.getLogger(__name__)
 
 # /meshsub/1.1.0 first: measured to interoperate with go-libp2p and js-libp2p; offering only
 # 1.2.0 fails against go. 1.0.0 stays as the floor every implementation speaks.
@@ -120,6 +125,34 @@ class CountingPubsub(Pubsub):
         finally:
             _pubsub_module.SUBSCRIPTION_CHANNEL_SIZE = previous
 
+    async def continuously_read_stream(self, stream: Any) -> None:
+        """py-libp2p's read loop for one peer's gossip stream, with its two silent or fatal
+        exits counted. An RPC frame over the 1 MiB limit ends the loop with only a warning (it
+        resets the stream: that reset is how we see it). A frame that is not a protobuf RPC
+        raised DecodeError out of the stream handler and the host's nursery: one frame from any
+        connected peer stopped the whole node. Both now drop the stream and the peer, counted."""
+        watched = _ResetWatch(stream)
+        try:
+            await super().continuously_read_stream(watched)
+        except ParseError:
+            self._drop_counters.add("gossip_rpc_garbage")  # a length prefix that is no varint
+            raise  # Pubsub.stream_handler drops the stream and the peer, as before
+        except (StreamError, IncompleteReadError):
+            raise  # the stream broke or ended: Pubsub.stream_handler drops it, as before
+        except Exception as error:
+            self._drop_counters.add("gossip_rpc_garbage")
+            logger.debug("unreadable gossip RPC from %s: %r", _stream_peer(stream), error)
+            try:
+                await stream.reset()
+            except Exception:
+                pass
+            peer_id = getattr(getattr(stream, "muxed_conn", None), "peer_id", None)
+            if peer_id is not None:
+                self._handle_dead_peer(peer_id)
+            return
+        if watched.was_reset:
+            self._drop_counters.add("gossip_rpc_oversized")
+
     async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
         """py-libp2p 0.8.1's `Pubsub.push_msg`, step for step, with a counter on every drop.
 
@@ -172,6 +205,29 @@ class CountingPubsub(Pubsub):
                     self._drop_counters.add("gossip_subscription_queue_full")
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     pass  # unsubscribed meanwhile: nobody is listening, nothing is lost
+
+
+class _ResetWatch:
+    """A gossip stream as py-libp2p's read loop sees it, noting whether the loop reset it (it
+    does only when an inbound RPC exceeds its size limit)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self.was_reset = False
+
+    async def reset(self) -> None:
+        self.was_reset = True
+        await self._stream.reset()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _stream_peer(stream: Any) -> str:
+    try:
+        return str(stream.muxed_conn.peer_id)
+    except Exception:
+        return "?"
 
 
 def _signature_ok(msg: rpc_pb2.Message) -> bool:
