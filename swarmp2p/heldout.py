@@ -37,6 +37,9 @@ import trio
 
 log = logging.getLogger("swarmp2p.peer")
 
+PROBE_MIN_S = 2.0
+"""A probe (an evaluation tried although its estimate does not fit) needs at least this long."""
+
 HISTORY_LIMIT = 500
 """Evaluations kept in `eval_history` (a point per evaluation: bounded for a long-lived node)."""
 
@@ -218,7 +221,8 @@ class HeldOutEvaluation:
         settings = self.settings
         budget = window_s - settings.slack_s
         fits = needed_s is None or needed_s <= window_s
-        probe = 0 < settings.probe_after <= self.deferred_in_a_row
+        # A probe in a sliver of a window (a round that ran late) would only be stopped.
+        probe = 0 < settings.probe_after <= self.deferred_in_a_row and budget >= PROBE_MIN_S
         if budget <= 0 or not (fits or probe):
             if quiet:
                 return None, None

@@ -551,3 +551,30 @@ def test_the_node_evaluates_before_joining_and_advises_when_evaluation_cannot_fi
     advice = eval_fit_advice(EvalSettings(every=5), 13.3, 20.0, 8)
     assert advice is not None and "--eval-questions 3 (per task)" in advice and "--round-seconds 43" in advice
     assert eval_fit_advice(EvalSettings(every=5), 2.0, 30.0, 8) is None
+
+
+def test_a_probe_needs_a_window_worth_trying() -> None:
+    from collections import Counter
+
+    counters: Counter[str] = Counter()
+    schedule = HeldOutEvaluation(EvalSettings(every=1, before_train=False, probe_after=3), counters)
+    schedule.estimate_s = 60.0  # an outlier: by it nothing ever fits
+    calls: list[str] = []
+
+    class Quick:
+        def evaluate(self) -> dict[str, Any]:
+            calls.append("evaluate")
+            return {"step": 1, "accuracy": 0.5, "reward": 0.5, "seconds": 0.1}
+
+    async def offload(fn, *args):  # type: ignore[no-untyped-def]
+        return fn(*args)
+
+    async def after(round_number: int, left_ms: int) -> Any:
+        return await schedule.after_round(Quick(), offload, lambda: 0, round_number, left_ms, 1.0, 4)
+
+    for r in range(3):
+        assert trio.run(after, r, 10_000)[1]["needed_s"] == 75.5  # deferred 3 times in a row
+    assert trio.run(after, 3, 2_400)[1] is not None and calls == []  # 1.9 s to try in: not a probe
+    result, deferral = trio.run(after, 4, 3_000)  # 2.5 s: the probe runs and finishes
+    assert calls == ["evaluate"] and deferral is None and result["accuracy"] == 0.5
+    assert schedule.estimate_s == pytest.approx(0.1)
