@@ -45,6 +45,7 @@ def main() -> None:
         data_dir=str(data_dir),
         tasks=("basic_arithmetic", "calendar_arithmetic"),
         tiny_hidden_size=args.hidden,
+        tiny_pretrain_steps=0,  # step speed does not depend on the weights
         tiny_layers=args.layers,
         threads=args.threads,
         num_generations=args.generations,

@@ -15,12 +15,12 @@ def train(
     model: str = typer.Option(
         None, "--model", help='"tiny" (built offline), a Hugging Face id, or a folder.'
     ),
-    steps: int = typer.Option(50, "--steps", min=1, help="GRPO updates to run."),
+    steps: int = typer.Option(300, "--steps", min=1, help="GRPO updates to run."),
     questions: int = typer.Option(8, "--questions", min=1, help="Questions per step (G completions each)."),
     warmup_steps: int = typer.Option(
         -1,
         "--warmup-steps",
-        help="Supervised format warm-up steps before GRPO (-1: 15 for tiny, 0 otherwise).",
+        help="Supervised format warm-up steps before GRPO (-1: none; the tiny model is pre-trained).",
     ),
     data_dir: Path = typer.Option(
         None, "--data-dir", help="Checkpoints and model cache (default .swarmp2p)."
@@ -35,8 +35,12 @@ def train(
         None, "--format-reward", help="Weight of the format reward in [0, 1]."
     ),
     eval_every: int = typer.Option(
-        None, "--eval-every", help="Held-out evaluation every K steps (0: never)."
+        None,
+        "--eval-every",
+        help="Held-out evaluation every K steps (0: never; default: config, else 25).",
     ),
+    eval_questions: int = typer.Option(None, "--eval-questions", help="Held-out questions per task."),
+    threads: int = typer.Option(None, "--threads", help="CPU threads for torch (0: all cores)."),
     seed: int = typer.Option(None, "--seed"),
     resume: bool = typer.Option(True, "--resume/--fresh", help="Continue from the newest checkpoint."),
     save_every: int = typer.Option(10, "--save-every", min=1, help="Checkpoint every N steps."),
@@ -45,6 +49,7 @@ def train(
     import json
     import random
 
+    import attrs
     from rich.console import Console
     from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -64,20 +69,47 @@ def train(
         "tasks": tasks,
         "format_reward": format_reward,
         "eval_every": eval_every,
+        "eval_questions": eval_questions,
+        "threads": threads,
         "seed": seed,
     }
     config = config_or_exit(TrainerConfig, section="trainer", file=config_file, overrides=overrides)
+    if eval_every is None and config.eval_every == 0:
+        config = attrs.evolve(config, eval_every=25)  # a training run shows its held-out curve
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         console.print(f"[red]cannot create output folder {escape(str(out))}: {escape(str(error))}[/red]")
         raise typer.Exit(2) from None
 
-    with console.status(f"loading model {config.model!r} (tiny builds offline on first use)..."):
-        from trainer.policy import TrainerPolicy
+    from trainer.policy import TrainerPolicy
+
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=console,
+        transient=True,
+    ) as build:
+        bar = build.add_task(f"loading model {config.model!r}", total=None, status="")
+
+        def pretraining(step: int, total: int, loss: float) -> None:
+            build.update(
+                bar,
+                description="pre-training the tiny model (once)",
+                total=total,
+                completed=step,
+                status=f"loss {loss:.3f}",
+            )
 
         try:
-            policy = TrainerPolicy(config, log=lambda message: console.print(f"[dim]{escape(message)}[/dim]"))
+            policy = TrainerPolicy(
+                config,
+                log=lambda message: console.print(f"[dim]{escape(message)}[/dim]"),
+                build_progress=pretraining,
+            )
         except (ModelLoadError, TaskError) as error:
             console.print(f"[red]{escape(str(error))}[/red]")
             raise typer.Exit(2) from None
@@ -86,11 +118,11 @@ def train(
 
     resumed = resume and policy.load()
     if not resumed:
-        warmup = warmup_steps if warmup_steps >= 0 else (15 if config.model == "tiny" else 0)
+        warmup = max(0, warmup_steps)
         if warmup:
             losses = policy.warmup(warmup)
             console.print(f"format warm-up: {warmup} steps, loss {losses[0]:.2f} -> {losses[-1]:.2f}")
-    evals: list[tuple[int, float]] = []
+    evals: list[dict] = []
     last_eval_at: int | None = None
 
     def maybe_evaluate() -> None:
@@ -98,9 +130,9 @@ def train(
         if eval_due(config, policy.step, last_eval_at):
             result = policy.evaluate()
             last_eval_at = policy.step
-            evals.append((policy.step, result["accuracy"]))
-
-    maybe_evaluate()
+            evals.append(result)
+            record = {"eval": {k: result[k] for k in ("step", "accuracy", "reward", "per_task", "seconds")}}
+            log.write(json.dumps(record) + "\n")
 
     rng = random.Random(config.seed * 1_000_003 + policy.step)
     rewards: list[float] = []
@@ -116,6 +148,7 @@ def train(
             console=console,
         ) as progress,
     ):
+        maybe_evaluate()
         bar = progress.add_task("train", total=steps, status="")
         for _ in range(steps):
             groups = policy.generate(policy.registry.sample(rng, questions, config.seed))
@@ -133,8 +166,15 @@ def train(
             )
     if policy.step % save_every != 0:  # the loop already saved this step otherwise
         policy.save()
-    png = plot_rewards(out / "reward_curve.png", rewards, [(s - start_step, r) for s, r in evals])
+    png = plot_rewards(out / "reward_curve.png", rewards, evals, first_step=start_step)
     head = sum(rewards[:10]) / min(10, len(rewards))
     tail = sum(rewards[-10:]) / min(10, len(rewards))
-    console.print(f"mean reward: first {min(10, len(rewards))} steps {head:.3f}, last {tail:.3f}")
-    console.print(f"reward curve: {png}")
+    console.print(f"mean training reward: first {min(10, len(rewards))} steps {head:.3f}, last {tail:.3f}")
+    if len(evals) >= 2:
+        first, last = evals[0], evals[-1]
+        console.print(
+            f"held-out accuracy: step {first['step']} {first['accuracy']:.3f} -> step {last['step']} "
+            f"{last['accuracy']:.3f} ({last['accuracy'] - first['accuracy']:+.3f}), "
+            f"{last['questions']} questions"
+        )
+    console.print(f"curves: {png}")

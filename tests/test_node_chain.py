@@ -124,6 +124,7 @@ threads = 1
 format_reward = 0.5
 max_new_tokens = 16
 tiny_hidden_size = 32
+tiny_pretrain_steps = 0
 """
     )
     return path

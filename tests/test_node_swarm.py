@@ -31,7 +31,13 @@ def warm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     root = tmp_path_factory.mktemp("model")
     config = TrainerConfig(
-        model="tiny", data_dir=str(root), tasks=TASKS, threads=1, format_reward=0.5, tiny_hidden_size=64
+        model="tiny",
+        data_dir=str(root),
+        tasks=TASKS,
+        threads=1,
+        format_reward=0.5,
+        tiny_hidden_size=64,
+        tiny_pretrain_steps=0,
     )
     policy = TrainerPolicy(config)
     policy.warmup(40)

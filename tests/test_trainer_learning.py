@@ -19,6 +19,7 @@ def test_mean_reward_rises_under_grpo(tmp_path: Path) -> None:
         data_dir=str(tmp_path),
         tasks=("basic_arithmetic",),
         tiny_hidden_size=64,
+        tiny_pretrain_steps=0,
         threads=1,
         lr=2e-3,
         max_new_tokens=24,

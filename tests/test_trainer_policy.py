@@ -25,6 +25,7 @@ def small_config(data_dir: Path, **overrides: object) -> TrainerConfig:
         data_dir=str(data_dir),
         tasks=TASKS,
         tiny_hidden_size=64,
+        tiny_pretrain_steps=0,
         threads=1,
         max_new_tokens=16,
         num_generations=4,

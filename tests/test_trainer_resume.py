@@ -19,8 +19,9 @@ TRAINER_SCRIPT = """
 import random, sys
 from trainer.config import TrainerConfig
 from trainer.policy import TrainerPolicy
-config = TrainerConfig(data_dir=sys.argv[1], tasks=("basic_arithmetic",), tiny_hidden_size=64, threads=1,
-                       max_new_tokens=16, format_reward=1.0, checkpoint_keep=2, seed=5)
+config = TrainerConfig(data_dir=sys.argv[1], tasks=("basic_arithmetic",), tiny_hidden_size=64,
+                       tiny_pretrain_steps=0, threads=1, max_new_tokens=16, format_reward=1.0,
+                       checkpoint_keep=2, seed=5)
 policy = TrainerPolicy(config)
 rng = random.Random(0)
 for _ in range(10_000):
@@ -89,6 +90,7 @@ def test_resume_after_sigkill_restores_optimizer_state_and_continues(tmp_path: P
         data_dir=str(tmp_path),
         tasks=("basic_arithmetic",),
         tiny_hidden_size=64,
+        tiny_pretrain_steps=0,
         threads=1,
         max_new_tokens=16,
         format_reward=1.0,

@@ -26,6 +26,7 @@ def tiny_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[TrainerConfig
         data_dir=str(tmp_path_factory.mktemp("parity")),
         tasks=("basic_arithmetic",),
         tiny_hidden_size=64,
+        tiny_pretrain_steps=0,
         threads=1,
     )
     return config

@@ -71,6 +71,9 @@ class TrainerConfig:
     tiny_hidden_size: int = attrs.field(default=128, validator=[v.instance_of(int), _positive])
     tiny_layers: int = attrs.field(default=2, validator=[v.instance_of(int), _positive])
     tiny_vocab_size: int = attrs.field(default=1024, validator=[v.instance_of(int), _positive])
+    tiny_pretrain_steps: int = attrs.field(default=600, validator=[v.instance_of(int), _non_negative])
+    """Supervised pre-training steps of a freshly built tiny model (trainer/pretrain.py); 0 = random
+    weights. Part of the cache key: changing it builds a new model."""
 
     # --- rollouts ---
     num_generations: int = attrs.field(default=4, validator=[v.instance_of(int), _positive])

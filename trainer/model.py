@@ -46,31 +46,23 @@ def configure_threads(config: TrainerConfig) -> None:
     torch.set_num_threads(threads)
 
 
-def model_folder(config: TrainerConfig) -> str:
+def model_folder(config: TrainerConfig, progress: Any = None) -> str:
     """Where to load from: the cached tiny build, a local folder, or a hub id (resolved by transformers)."""
     if config.model == "tiny":
-        from trainer.tiny import ensure_tiny
+        from trainer.tiny import TinySpec, ensure_tiny
 
-        return str(
-            ensure_tiny(
-                config.data_path,
-                config.tasks,
-                config.tiny_hidden_size,
-                config.tiny_layers,
-                config.tiny_vocab_size,
-                config.seed,
-            )
-        )
+        return str(ensure_tiny(config.data_path, TinySpec.of(config), progress))
     return config.model
 
 
-def load_model_and_tokenizer(config: TrainerConfig, device: str) -> tuple[Any, Any]:
+def load_model_and_tokenizer(config: TrainerConfig, device: str, progress: Any = None) -> tuple[Any, Any]:
+    """`progress(step, total, loss)` follows the tiny model's pre-training when it is built."""
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
-    source = model_folder(config)
+    source = model_folder(config, progress)
     looks_local = source.startswith((".", "/", "~")) or Path(source).exists()
     if looks_local and not Path(source).expanduser().exists():
         raise ModelLoadError(f"model folder {source!r} does not exist")

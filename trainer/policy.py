@@ -37,7 +37,9 @@ class TrainerPolicy:
         config: TrainerConfig,
         registry: ReasoningGymRegistry | None = None,
         log: Callable[[str], None] | None = None,
+        build_progress: Callable[[int, int, float], None] | None = None,
     ) -> None:
+        """`build_progress(step, total, loss)` follows the tiny model's pre-training on first use."""
         import torch
 
         self.config = config
@@ -49,7 +51,7 @@ class TrainerPolicy:
         self.device = resolve_device(config.device)
         random.seed(config.seed)
         torch.manual_seed(config.seed)
-        self.model, self.tokenizer = load_model_and_tokenizer(config, self.device)
+        self.model, self.tokenizer = load_model_and_tokenizer(config, self.device, build_progress)
         self.ref_model = None
         if config.beta > 0:
             self.ref_model = copy.deepcopy(self.model).eval()
@@ -168,7 +170,10 @@ class TrainerPolicy:
             "reward_mean": sum(all_rewards) / len(all_rewards) if all_rewards else 0.0,
             "groups_in": float(len(groups)),
         }
-        used = [g for g in groups if is_informative([c.reward for c in g.completions])]
+        # Held-out questions are never trained on, whoever asked them (trainer/tasks.py).
+        trainable = [g for g in groups if not self.registry.is_heldout(g.question)]
+        metrics["groups_heldout"] = float(len(groups) - len(trainable))
+        used = [g for g in trainable if is_informative([c.reward for c in g.completions])]
         metrics["groups_used"] = float(len(used))
         if not used:
             metrics.update(updated=0.0, step=float(self.step), seconds=time.perf_counter() - started)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import decimal
+import hashlib
 import random
 import threading
 from collections import OrderedDict
@@ -52,6 +53,17 @@ PROMPT_TEMPLATE = (
 
 _ITEM_CACHE_SIZE = 4096
 
+HELDOUT_SHARE = 8
+"""One question text in HELDOUT_SHARE (by hash) is held out for evaluation, never trained on."""
+EVAL_SCAN_LIMIT = 20_000
+"""Evaluation items scanned per task to find the held-out questions."""
+
+
+def heldout_text(task: str, prompt: str) -> bool:
+    """The content split behind `ReasoningGymRegistry.is_heldout` (sha256, never Python's hash)."""
+    digest = hashlib.sha256(f"{task}\0{prompt}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % HELDOUT_SHARE == 0
+
 
 class TaskError(ValueError):
     """A task is unknown, denied or failed to generate an item."""
@@ -90,6 +102,7 @@ class ReasoningGymRegistry:
         self._datasets: dict[tuple[str, int], Any] = {}
         self._items: OrderedDict[QuestionRef, dict[str, Any]] = OrderedDict()
         self._lock = threading.Lock()
+        self._eval_sets: dict[tuple[int, int], tuple[QuestionRef, ...]] = {}
 
     # --- TaskRegistry port ---
     def task_names(self) -> tuple[str, ...]:
@@ -138,13 +151,44 @@ class ReasoningGymRegistry:
         tasks = rng.choices(self._names, weights=self._weights, k=count)
         return [QuestionRef(task, dataset_seed, rng.randrange(*index_range)) for task in tasks]
 
+    def is_heldout(self, ref: QuestionRef) -> bool:
+        """Whether `ref`'s question text falls in the held-out share of its task's question space.
+
+        The split is by content, not by seed or index: two seeds can generate the same question
+        (a task at difficulty 0 has a few hundred distinct questions), so held-out-ness is a pure
+        function of (task, question text). Evaluation uses only held-out questions; pre-training
+        and GRPO updates skip them (trainer/pretrain.py, TrainerPolicy.train), whichever seed
+        produced them. Every peer computes the same split, so none trains on another's test.
+        A question that cannot be generated counts as held out: it is never trained on either."""
+        try:
+            prompt, _answer = self.question(ref)
+        except TaskError:
+            return True
+        return heldout_text(ref.task, prompt)
+
     def eval_questions(self, per_task: int, dataset_seed: int) -> list[QuestionRef]:
-        """The held-out set: the first `per_task` evaluation indices of every task."""
-        return [
-            QuestionRef(task, dataset_seed, EVAL_INDEX_START + i)
-            for task in self._names
-            for i in range(per_task)
-        ]
+        """The held-out set: per task, the first `per_task` evaluation items (indices from
+        EVAL_INDEX_START) whose text is held out, each text once. A task whose question space
+        holds fewer distinct held-out texts within EVAL_SCAN_LIMIT items gets fewer. Memoized."""
+        key = (per_task, dataset_seed)
+        if key not in self._eval_sets:
+            self._eval_sets[key] = self._scan_eval_questions(per_task, dataset_seed)
+        return list(self._eval_sets[key])
+
+    def _scan_eval_questions(self, per_task: int, dataset_seed: int) -> tuple[QuestionRef, ...]:
+        refs: list[QuestionRef] = []
+        for task in self._names:
+            texts: set[str] = set()
+            for offset in range(EVAL_SCAN_LIMIT):
+                ref = QuestionRef(task, dataset_seed, EVAL_INDEX_START + offset)
+                prompt, _answer = self.question(ref)
+                if prompt in texts or not heldout_text(task, prompt):
+                    continue
+                texts.add(prompt)
+                refs.append(ref)
+                if len(texts) == per_task:
+                    break
+        return tuple(refs)
 
     # --- internals ---
     def _dataset(self, task: str, dataset_seed: int) -> Any:

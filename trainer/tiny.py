@@ -1,10 +1,15 @@
-"""The `tiny` model: a BPE tokenizer and a small Llama built offline from task text in seconds.
+"""The `tiny` model: a BPE tokenizer and a small Llama, built and pre-trained offline.
 
 No model hub is reachable on the machines this runs on, so the default model is made here:
-the tokenizer is trained on questions and answers of the configured tasks (so prompts compress
-well), and the model is a randomly initialised Llama (a `qwen2` folder would make transformers 5
-ignore our tokenizer). The result is cached in `<data_dir>/models/tiny-<fingerprint>/`, keyed by
-everything that shapes it, so every peer with the same settings builds the same model.
+- the tokenizer is a BPE trained on questions and answers of the configured tasks (so the
+  prompt's words compress to few tokens), with every digit its own token (merged multi-digit
+  tokens would make arithmetic a lookup table over thousands of tokens);
+- the model is a small Llama (a `qwen2` folder would make transformers 5 ignore our tokenizer),
+  pre-trained with supervision on generated task items (trainer/pretrain.py) into a weak solver:
+  it writes the answer format and gets a minority of held-out questions right, the starting
+  point GRPO needs. `tiny_pretrain_steps = 0` gives the raw random initialisation.
+The result is cached in `<data_dir>/models/tiny-<fingerprint>/`, keyed by everything that shapes
+it, so every peer with the same settings builds the same model, once.
 """
 
 from __future__ import annotations
@@ -14,32 +19,56 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
+import attrs
+
 from protocol.messages import QuestionRef
+from trainer.config import TrainerConfig
+from trainer.pretrain import Progress, pretrain
 from trainer.rewards import ANSWER_CLOSE, ANSWER_OPEN
 from trainer.tasks import ReasoningGymRegistry
 
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"
 _CORPUS_ITEMS_PER_TASK = 200
 _CORPUS_SEED = 1234  # a dataset seed used only to build the tokenizer corpus
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2
 
 
-def tiny_fingerprint(tasks: Sequence[str], hidden: int, layers: int, vocab: int, seed: int) -> str:
-    blob = json.dumps(
-        {
-            "v": _FORMAT_VERSION,
-            "tasks": list(tasks),
-            "hidden": hidden,
-            "layers": layers,
-            "vocab": vocab,
-            "seed": seed,
-        },
-        sort_keys=True,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+@attrs.frozen
+class TinySpec:
+    """Everything that shapes the tiny model; its fingerprint names the cache folder."""
+
+    tasks: tuple[str, ...]
+    difficulty: int
+    hidden: int
+    layers: int
+    vocab: int
+    seed: int
+    pretrain_steps: int
+    pretrain_batch: int = 32
+    pretrain_lr: float = 2e-3
+    max_prompt_tokens: int = 384
+    max_answer_tokens: int = 48
+
+    @classmethod
+    def of(cls, config: TrainerConfig) -> TinySpec:
+        return cls(
+            tasks=tuple(config.tasks),
+            difficulty=config.difficulty,
+            hidden=config.tiny_hidden_size,
+            layers=config.tiny_layers,
+            vocab=config.tiny_vocab_size,
+            seed=config.seed,
+            pretrain_steps=config.tiny_pretrain_steps,
+            max_prompt_tokens=config.max_prompt_tokens,
+            max_answer_tokens=config.max_new_tokens,
+        )
+
+    def fingerprint(self) -> str:
+        blob = json.dumps({"v": _FORMAT_VERSION, **attrs.asdict(self)}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _corpus(registry: ReasoningGymRegistry) -> Iterator[str]:
@@ -50,18 +79,20 @@ def _corpus(registry: ReasoningGymRegistry) -> Iterator[str]:
             yield f"{ANSWER_OPEN}{answer or ''}{ANSWER_CLOSE}"
 
 
-def build_tiny(folder: Path, tasks: Sequence[str], hidden: int, layers: int, vocab: int, seed: int) -> None:
-    """Train the tokenizer, initialise the model and save both to `folder` (atomically)."""
+def build_tiny(folder: Path, spec: TinySpec, progress: Progress | None = None) -> None:
+    """Train the tokenizer, initialise and pre-train the model, save both to `folder` (atomically)."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-    registry = ReasoningGymRegistry(tasks)
+    registry = ReasoningGymRegistry(spec.tasks, difficulty=spec.difficulty)
     tokenizer = Tokenizer(models.BPE(unk_token=None))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab,
+        vocab_size=spec.vocab,
         special_tokens=[PAD, BOS, EOS],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
@@ -72,13 +103,13 @@ def build_tiny(folder: Path, tasks: Sequence[str], hidden: int, layers: int, voc
     fast.add_tokens([ANSWER_OPEN, ANSWER_CLOSE])
     fast.padding_side = "left"
 
-    torch.manual_seed(seed)
-    heads = max(1, hidden // 32)
+    torch.manual_seed(spec.seed)
+    heads = max(1, spec.hidden // 32)
     config = LlamaConfig(
         vocab_size=len(fast),
-        hidden_size=hidden,
-        intermediate_size=hidden * 2,
-        num_hidden_layers=layers,
+        hidden_size=spec.hidden,
+        intermediate_size=spec.hidden * 2,
+        num_hidden_layers=spec.layers,
         num_attention_heads=heads,
         num_key_value_heads=heads,
         max_position_embeddings=2048,
@@ -88,11 +119,25 @@ def build_tiny(folder: Path, tasks: Sequence[str], hidden: int, layers: int, voc
         eos_token_id=fast.eos_token_id,
     )
     model = LlamaForCausalLM(config)
+    if spec.pretrain_steps:
+        pretrain(
+            model,
+            fast,
+            registry,
+            steps=spec.pretrain_steps,
+            batch_size=spec.pretrain_batch,
+            lr=spec.pretrain_lr,
+            seed=spec.seed,
+            max_prompt_tokens=spec.max_prompt_tokens,
+            max_answer_tokens=spec.max_answer_tokens,
+            progress=progress,
+        )
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".tiny-", dir=folder.parent))
     try:
         model.save_pretrained(staging)
         fast.save_pretrained(staging)
+        (staging / "tiny.json").write_text(json.dumps(attrs.asdict(spec), indent=1) + "\n")
         if folder.exists():  # another process won the race; theirs is identical
             return
         os.replace(staging, folder)
@@ -100,11 +145,13 @@ def build_tiny(folder: Path, tasks: Sequence[str], hidden: int, layers: int, voc
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def ensure_tiny(
-    data_dir: Path, tasks: Sequence[str], hidden: int, layers: int, vocab: int, seed: int
-) -> Path:
-    """The cached tiny model folder, built on first use."""
-    folder = data_dir / "models" / f"tiny-{tiny_fingerprint(tasks, hidden, layers, vocab, seed)}"
+def tiny_folder(data_dir: Path, spec: TinySpec) -> Path:
+    return data_dir / "models" / f"tiny-{spec.fingerprint()}"
+
+
+def ensure_tiny(data_dir: Path, spec: TinySpec, progress: Progress | None = None) -> Path:
+    """The cached tiny model folder, built (and pre-trained) on first use."""
+    folder = tiny_folder(data_dir, spec)
     if not (folder / "config.json").exists():
-        build_tiny(folder, tasks, hidden, layers, vocab, seed)
+        build_tiny(folder, spec, progress)
     return folder

@@ -1,0 +1,136 @@
+"""Held-out evaluation: disjoint from pre-training and training by content, deterministic, seeded."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import attrs
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from protocol.messages import Completion, QuestionGroup
+from protocol.questions import questions_for
+from trainer.config import TrainerConfig
+from trainer.evaluation import eval_due
+from trainer.generation import _nucleus
+from trainer.policy import TrainerPolicy
+from trainer.pretrain import examples
+from trainer.tasks import ReasoningGymRegistry
+
+TASKS = ("leg_counting", "basic_arithmetic", "chain_sum")  # small question spaces: collisions are likely
+
+
+@pytest.fixture(scope="module")
+def registry() -> ReasoningGymRegistry:
+    return ReasoningGymRegistry(TASKS, difficulty=0)
+
+
+def test_eval_set_is_held_out_distinct_and_fixed(registry: ReasoningGymRegistry) -> None:
+    refs = registry.eval_questions(16, 99)
+    texts = [registry.question(ref)[0] for ref in refs]
+    assert len(set(texts)) == len(texts), "each held-out text once"
+    assert all(registry.is_heldout(ref) for ref in refs)
+    assert {ref.task for ref in refs} == set(TASKS)
+    assert ReasoningGymRegistry(TASKS, difficulty=0).eval_questions(16, 99) == refs
+
+
+def test_pretraining_never_sees_an_evaluation_question(registry: ReasoningGymRegistry) -> None:
+    eval_texts = {registry.question(ref)[0] for ref in registry.eval_questions(64, 20261123)}
+    stream = examples(registry, random.Random(5))
+    pretraining_texts = {next(stream)[1] for _ in range(3000)}
+    # The question spaces are small enough that pre-training covers most of the non-held-out part...
+    assert len(pretraining_texts) > 300
+    # ...and none of the held-out part, although some of these texts come from other seeds too.
+    assert not pretraining_texts & eval_texts
+
+
+def test_training_questions_that_are_held_out_are_never_trained_on(tmp_path: Path) -> None:
+    config = TrainerConfig(
+        data_dir=str(tmp_path),
+        tasks=TASKS,
+        difficulty=0,
+        tiny_hidden_size=32,
+        tiny_layers=1,
+        tiny_pretrain_steps=0,
+        threads=1,
+        max_new_tokens=8,
+    )
+    policy = TrainerPolicy(config)
+    registry = policy.registry
+    assigned = [
+        ref for round_ in range(60) for ref in questions_for(7, round_, 0, "peer-a", registry.task_names(), 8)
+    ]
+    held = [ref for ref in assigned if registry.is_heldout(ref)]
+    kept = [ref for ref in assigned if not registry.is_heldout(ref)]
+    assert held and kept, "the swarm asks held-out questions too; they must be filtered"
+    eval_texts = {registry.question(ref)[0] for ref in registry.eval_questions(64, config.eval_seed)}
+    assert not {registry.question(ref)[0] for ref in kept} & eval_texts
+
+    def group(ref: object) -> QuestionGroup:
+        return QuestionGroup(ref, (Completion("<answer>1</answer>", 1.0), Completion("x", 0.0)))
+
+    before = [p.detach().clone() for p in policy.model.parameters()]
+    metrics = policy.train([group(ref) for ref in held[:4]])
+    assert metrics["groups_heldout"] == len(held[:4]) and metrics["groups_used"] == 0
+    assert metrics["updated"] == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(before, policy.model.parameters(), strict=True))
+    metrics = policy.train([group(ref) for ref in kept[:4]])
+    assert metrics["groups_heldout"] == 0 and metrics["updated"] == 1.0
+
+
+def test_evaluation_is_deterministic_and_leaves_the_training_sampler_alone(tmp_path: Path) -> None:
+    config = TrainerConfig(
+        data_dir=str(tmp_path),
+        tasks=("chain_sum",),
+        difficulty=0,
+        tiny_hidden_size=32,
+        tiny_layers=1,
+        tiny_pretrain_steps=0,
+        threads=1,
+        max_new_tokens=8,
+        eval_questions=12,
+    )
+    policy = TrainerPolicy(config)
+    sampler_state = policy.sampler.get_state()
+    first = policy.evaluate()
+    assert torch.equal(policy.sampler.get_state(), sampler_state)
+    second = policy.evaluate()
+    assert first["per_task"] == second["per_task"]
+    assert [s["completion"] for s in first["samples"]] == [s["completion"] for s in second["samples"]]
+    assert first["questions"] == 12 and len(first["samples"]) == config.eval_generations_to_log
+    other = TrainerPolicy(attrs.evolve(config, eval_seed=config.eval_seed + 1)).evaluate()
+    assert other["questions"] == 12  # another seed: another fixed set, same size
+
+
+@given(
+    every=st.integers(0, 5),
+    before=st.booleans(),
+    updates=st.integers(0, 30),
+    last=st.none() | st.integers(0, 30),
+)
+def test_eval_due_follows_the_schedule(every: int, before: bool, updates: int, last: int | None) -> None:
+    config = TrainerConfig(eval_every=every, eval_before_train=before)
+    due = eval_due(config, updates, last)
+    if every == 0:
+        assert not due
+    elif last is None:
+        assert due == (before or updates >= every)
+    else:
+        assert due == (updates - last >= every)
+
+
+@given(st.lists(st.floats(0.01, 10.0), min_size=2, max_size=12), st.floats(0.05, 0.99))
+def test_nucleus_keeps_the_smallest_set_reaching_top_p(weights: list[float], top_p: float) -> None:
+    probs = torch.tensor([weights]) / sum(weights)
+    kept = _nucleus(probs, top_p)[0]
+    assert abs(float(kept.sum()) - 1.0) < 1e-5
+    order = probs[0].argsort(descending=True)
+    inside = kept[order] > 0
+    count = int(inside.sum())
+    assert bool(inside[:count].all()), "a kept token is never less likely than a dropped one"
+    mass = float(probs[0][order][:count].sum())
+    assert mass >= top_p - 1e-6 or count == len(weights)
+    assert float(probs[0][order][: count - 1].sum()) < top_p + 1e-6, "no smaller set would do"
