@@ -485,7 +485,9 @@ function fillEval(body) {
   if (last && typeof last.questions === "number") note = (note ? note + " · " : "") + last.questions +
     " held-out questions" + (typeof last.seconds === "number" ? " in " + last.seconds.toFixed(1) + " s" : "");
   if (deferred) note += " · last deferred in round " + deferred.round + ": " + fmt(deferred.needed_s, 1) +
-    " s needed, " + fmt(deferred.left_s, 1) + " s left";
+    " s needed, " + fmt(deferred.left_s, 1) + " s left" +
+    (typeof deferred.stopped_after_s === "number" ?
+      ", stopped after " + fmt(deferred.stopped_after_s, 1) + " s" : "");
   $("eval_note").textContent = note;
   drawEval(Array.isArray(body.eval_history) ? body.eval_history : [], body.history || []);
   const tasks = $("eval_tasks"); tasks.replaceChildren();
