@@ -457,7 +457,8 @@ function drawEval(evals, history) {
   const rows = evals.filter(e => typeof e.accuracy === "number")
     .map(e => ({e: e, x: typeof e.round === "number" ? e.round : start}));
   const before = rows.some(r => typeof r.e.round !== "number");
-  const when = (r) => (typeof r.e.round === "number" ? "round " + r.e.round : "before training") +
+  const first = (e) => e.step ? "at start" : "before training";  // a resumed node's first is not "before"
+  const when = (r) => (typeof r.e.round === "number" ? "round " + r.e.round : first(r.e)) +
     (typeof r.e.step === "number" ? " (step " + r.e.step + ")" : "");
   const acc = rows.map(r => ({x: r.x, y: r.e.accuracy, tip: when(r) + ": accuracy " + fmt(r.e.accuracy, 3)}));
   const rew = rows.filter(r => typeof r.e.reward === "number")
@@ -465,7 +466,8 @@ function drawEval(evals, history) {
   drawChart($("evalchart"), [{pts: acc, color: "#067647", label: "accuracy"},
                              {pts: rew, color: "#9e77ed", dash: true, label: "reward"}],
     {W: 720, H: 200, y0: 0, y1: 1, empty: "no held-out evaluation yet",
-     xname: (x) => (before && x === start) ? "before training" : "round " + x});
+     xname: (x) => (before && x === start) ? first(rows.find(r => typeof r.e.round !== "number").e) :
+       "round " + x});
 }
 function cell(tr, value, cls) {
   const td = document.createElement("td"); td.textContent = value; if (cls) td.className = cls;
@@ -478,7 +480,7 @@ function fillEval(body) {
   const change = last ? last.accuracy_change : null;
   text("eval_change", typeof change === "number" ? (change >= 0 ? "+" : "") + change.toFixed(3) : null);
   text("eval_reward", last ? fmt(last.reward, 3) : null);
-  text("eval_when", !last ? null : (typeof last.round === "number" ? "round " + last.round : "start") +
+  text("eval_when", !last ? null : (typeof last.round === "number" ? "round " + last.round : "at start") +
     (typeof last.step === "number" ? " · step " + last.step : ""));
   text("eval_deferred", typeof counters.eval_deferred === "number" ? counters.eval_deferred : 0);
   let note = last && last.simulated ? "simulated learner: accuracy is its simulated skill" : "";

@@ -84,13 +84,15 @@ class HeldOutEvaluation:
         self.last_deferred: dict[str, Any] | None = None
         self.deferred_in_a_row = 0
         self.estimate_s: float | None = None
+        self.tried_before_train = False  # set by `run(round_number=None)`, or by the node
 
     @property
     def enabled(self) -> bool:
         return self.settings.every > 0
 
     def wants_before_train(self) -> bool:
-        return self.enabled and self.settings.before_train and self.last is None
+        """Whether the evaluation before the first round is still to be tried (once)."""
+        return self.enabled and self.settings.before_train and not self.tried_before_train
 
     def due(self) -> bool:
         if not self.enabled:
@@ -146,6 +148,8 @@ class HeldOutEvaluation:
         """Evaluate now, stopped after `budget_s`. (result, False) when it ran; (None, True)
         when it was stopped at the budget; (None, False) when the policy cannot evaluate,
         failed (counted, logged) or the node is stopping."""
+        if round_number is None:
+            self.tried_before_train = True
         if getattr(policy, "evaluate", None) is None:
             return None, False
         started = now_ms()

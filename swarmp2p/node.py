@@ -572,7 +572,7 @@ async def _evaluate_before_train(
     new swarm's genesis), so it never eats into a round. (result, seconds) or None."""
     if not (settings.every > 0 and settings.before_train):
         return None
-    echo(f"held-out evaluation before training ({settings.questions} questions)…")
+    echo(f"held-out evaluation before joining ({settings.questions} questions)…")
     started = time.monotonic()
     try:
         result = await trio.to_thread.run_sync(policy.evaluate)
@@ -647,12 +647,14 @@ async def _run_with_network(
         clock,
         on_round_complete=rounds_log,
     )
+    peer.evaluation.tried_before_train = True  # done above (or failed, said): not again after joining
     if initial_eval is not None:
         result, seconds = initial_eval
         policy.take_timings()  # not part of the first round's timings
         recorded = peer.evaluation.record(result, None, seconds)
         echo(
-            f"eval before training: {describe_eval(recorded)} on {recorded.get('questions')} "
+            f"eval {'at start' if recorded.get('step') else 'before training'}: "
+            f"{describe_eval(recorded)} on {recorded.get('questions')} "
             f"held-out questions ({seconds:.1f} s)"
         )
         advice = eval_fit_advice(

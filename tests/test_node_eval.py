@@ -539,7 +539,7 @@ def test_the_node_evaluates_before_joining_and_advises_when_evaluation_cannot_fi
 
     result = trio.run(before, EvalSettings(every=5, questions=8), Policy())
     assert result is not None and result[0]["accuracy"] == 0.25 and result[1] >= 0
-    assert lines == ["held-out evaluation before training (8 questions)…"]
+    assert lines == ["held-out evaluation before joining (8 questions)…"]
     assert trio.run(before, EvalSettings(every=5, before_train=False), Policy()) is None
     assert trio.run(before, EvalSettings(every=0), Policy()) is None
     broken = Policy()
@@ -578,3 +578,14 @@ def test_a_probe_needs_a_window_worth_trying() -> None:
     result, deferral = trio.run(after, 4, 3_000)  # 2.5 s: the probe runs and finishes
     assert calls == ["evaluate"] and deferral is None and result["accuracy"] == 0.5
     assert schedule.estimate_s == pytest.approx(0.1)
+
+
+def test_the_peer_does_not_repeat_an_evaluation_before_training_the_node_already_tried() -> None:
+    # `swarmp2p node` tries it before joining (and says when it fails): the Peer must not try it
+    # again after joining, where it would cost round time.
+    settings = EvalSettings(every=2, before_train=True, questions=1)
+    swarm = Swarm(1, settings, SimPolicyParams(eval_questions=1))
+    swarm.peers[0].evaluation.tried_before_train = True
+    swarm.run(rounds=2)
+    # No result before training: the first one comes after round 0 (still due since none ran).
+    assert [e["round"] for e in swarm.statuses[0]["eval_history"]] == [0]
