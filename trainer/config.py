@@ -13,17 +13,13 @@ from typing import Any
 import attrs
 from attrs import validators as v
 
-DEFAULT_TASKS: tuple[str, ...] = (
-    "base_conversion",
-    "basic_arithmetic",
-    "arc_1d",
-    "bf",
-    "propositional_logic",
-    "fraction_simplification",
-    "decimal_arithmetic",
-    "calendar_arithmetic",
-    "binary_matrix",
-)
+DEFAULT_TASKS: tuple[str, ...] = ("leg_counting", "basic_arithmetic", "chain_sum")
+"""At difficulty 0 (DEFAULT_DIFFICULTY): legs of 2-4 animals of one kind, and one-digit sums,
+differences, products and quotients. Chosen so that a model of a few hundred thousand parameters
+pre-trained for a couple of minutes starts as a weak solver (10-40% held-out) and GRPO can move
+it; reasoning-gym's harder defaults (arc_1d, bf, propositional_logic, ...) kept a tiny swarm at
+reward 0.03-0.09 for 31 rounds. Any reasoning-gym task can be configured instead."""
+DEFAULT_DIFFICULTY = 0
 
 DEVICES = ("auto", "cpu", "cuda", "mps")
 LOSS_AGGREGATIONS = ("token", "sequence")
@@ -69,14 +65,14 @@ class TrainerConfig:
     threads: int = attrs.field(default=0, validator=[v.instance_of(int), _non_negative])
     """CPU threads for torch; 0 = all cores."""
     tiny_hidden_size: int = attrs.field(default=128, validator=[v.instance_of(int), _positive])
-    tiny_layers: int = attrs.field(default=2, validator=[v.instance_of(int), _positive])
+    tiny_layers: int = attrs.field(default=4, validator=[v.instance_of(int), _positive])
     tiny_vocab_size: int = attrs.field(default=1024, validator=[v.instance_of(int), _positive])
-    tiny_pretrain_steps: int = attrs.field(default=600, validator=[v.instance_of(int), _non_negative])
+    tiny_pretrain_steps: int = attrs.field(default=400, validator=[v.instance_of(int), _non_negative])
     """Supervised pre-training steps of a freshly built tiny model (trainer/pretrain.py); 0 = random
     weights. Part of the cache key: changing it builds a new model."""
 
     # --- rollouts ---
-    num_generations: int = attrs.field(default=4, validator=[v.instance_of(int), _positive])
+    num_generations: int = attrs.field(default=8, validator=[v.instance_of(int), _positive])
     """G: completions per question (one GRPO group)."""
     max_new_tokens: int = attrs.field(default=48, validator=[v.instance_of(int), _positive])
     max_prompt_tokens: int = attrs.field(default=384, validator=[v.instance_of(int), _positive])
@@ -121,7 +117,7 @@ class TrainerConfig:
     tasks: tuple[str, ...] = attrs.field(default=DEFAULT_TASKS, converter=_tuple_of_str)
     weights: tuple[float, ...] = attrs.field(default=(), converter=_tuple_of_float)
     """One weight per task; empty = equal weights."""
-    difficulty: int = attrs.field(default=-1, validator=v.instance_of(int))
+    difficulty: int = attrs.field(default=DEFAULT_DIFFICULTY, validator=v.instance_of(int))
     """reasoning-gym curriculum level applied to every task; -1 = each dataset's default config."""
     format_reward: float = attrs.field(default=0.2, converter=float, validator=_unit_interval)
     """Weight of the answer-format reward: reward = (1 - w) * correctness + w * format. Not zero by

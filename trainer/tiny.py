@@ -34,6 +34,10 @@ PAD, BOS, EOS = "<pad>", "<s>", "</s>"
 _CORPUS_ITEMS_PER_TASK = 200
 _CORPUS_SEED = 1234  # a dataset seed used only to build the tokenizer corpus
 _FORMAT_VERSION = 2
+# Pre-training cuts prompts and answers like the trainer's defaults; the answers of the tasks it
+# is meant for are a few tokens, so these do not shape the model and stay out of its cache key.
+_PRETRAIN_PROMPT_TOKENS = 384
+_PRETRAIN_ANSWER_TOKENS = 48
 
 
 @attrs.frozen
@@ -49,8 +53,6 @@ class TinySpec:
     pretrain_steps: int
     pretrain_batch: int = 32
     pretrain_lr: float = 2e-3
-    max_prompt_tokens: int = 384
-    max_answer_tokens: int = 48
 
     @classmethod
     def of(cls, config: TrainerConfig) -> TinySpec:
@@ -62,8 +64,6 @@ class TinySpec:
             vocab=config.tiny_vocab_size,
             seed=config.seed,
             pretrain_steps=config.tiny_pretrain_steps,
-            max_prompt_tokens=config.max_prompt_tokens,
-            max_answer_tokens=config.max_new_tokens,
         )
 
     def fingerprint(self) -> str:
@@ -128,8 +128,8 @@ def build_tiny(folder: Path, spec: TinySpec, progress: Progress | None = None) -
             batch_size=spec.pretrain_batch,
             lr=spec.pretrain_lr,
             seed=spec.seed,
-            max_prompt_tokens=spec.max_prompt_tokens,
-            max_answer_tokens=spec.max_answer_tokens,
+            max_prompt_tokens=_PRETRAIN_PROMPT_TOKENS,
+            max_answer_tokens=_PRETRAIN_ANSWER_TOKENS,
             progress=progress,
         )
     folder.parent.mkdir(parents=True, exist_ok=True)

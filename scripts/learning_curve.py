@@ -1,0 +1,127 @@
+"""Held-out learning curve of `swarmp2p train` over several seeds: mean and spread, one PNG.
+
+    python scripts/learning_curve.py --seeds 1,2,3 --steps 300 --out runs/learning
+
+Runs `swarmp2p train --seed S --fresh` once per seed, each in its own data dir, at most `--jobs`
+at a time (one torch thread each), all from ONE pre-built tiny model (built here first, then
+copied, so the seeds differ only in GRPO's sampling and question draws, not in the base model).
+Reads each run's metrics.jsonl and writes OUT/curve.png and OUT/summary.json: held-out accuracy
+(mean over tasks) per evaluation step, mean and min-max over seeds, and the gain from step 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def run_seed(seed: int, args: argparse.Namespace, base: Path) -> subprocess.Popen:
+    data = args.out / f"seed-{seed}"
+    if data.exists():
+        shutil.rmtree(data)
+    shutil.copytree(base / "models", data / "models")
+    command = [
+        sys.executable, "-m", "swarmp2p.cli", "train", "--seed", str(seed), "--fresh",
+        "--steps", str(args.steps), "--eval-every", str(args.eval_every), "--threads", "1",
+        "--data-dir", str(data), "--out", str(data / "out"), *args.extra,
+    ]  # fmt: skip
+    log = open(data / "train.log", "w")  # the child holds it; closed at exit
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+
+
+def evals_of(folder: Path) -> list[dict]:
+    lines = (folder / "out" / "metrics.jsonl").read_text().splitlines()
+    return [record["eval"] for record in map(json.loads, lines) if "eval" in record]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="1,2,3")
+    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--eval-every", type=int, default=25)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("runs/learning"))
+    parser.add_argument("extra", nargs="*", help="more `swarmp2p train` flags, after --")
+    args = parser.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    base = args.out / "base"
+    started = time.time()
+    print("building the tiny model once ...", flush=True)
+    subprocess.run(
+        [sys.executable, "-m", "swarmp2p.cli", "train", "--steps", "1", "--eval-every", "0", "--threads", "0",
+         "--data-dir", str(base), "--out", str(base / "out"), "--fresh", *args.extra],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    print(f"built in {time.time() - started:.0f} s", flush=True)
+    pending, running = list(seeds), []
+    while pending or running:
+        while pending and len(running) < args.jobs:
+            seed = pending.pop(0)
+            running.append((seed, time.time(), run_seed(seed, args, base)))
+        time.sleep(2)
+        for item in list(running):
+            seed, began, process = item
+            if process.poll() is not None:
+                running.remove(item)
+                status = "ok" if process.returncode == 0 else f"FAILED ({process.returncode})"
+                print(f"seed {seed}: {status} in {time.time() - began:.0f} s", flush=True)
+
+    curves = {seed: evals_of(args.out / f"seed-{seed}") for seed in seeds}
+    steps = [e["step"] for e in curves[seeds[0]]]
+    table = []
+    for i, step in enumerate(steps):
+        values = [curves[s][i]["accuracy"] for s in seeds]
+        table.append({"step": step, "mean": statistics.mean(values), "min": min(values), "max": max(values)})
+    gains = [curves[s][-1]["accuracy"] - curves[s][0]["accuracy"] for s in seeds]
+    per_task_first = {t: statistics.mean(curves[s][0]["per_task"][t]["accuracy"] for s in seeds)
+                      for t in curves[seeds[0]][0]["per_task"]}  # fmt: skip
+    per_task_last = {t: statistics.mean(curves[s][-1]["per_task"][t]["accuracy"] for s in seeds)
+                     for t in per_task_first}  # fmt: skip
+    summary = {
+        "seeds": seeds, "steps": args.steps, "extra_flags": args.extra, "curve": table,
+        "gain_per_seed": gains, "gain_mean": statistics.mean(gains),
+        "per_task_first": per_task_first, "per_task_last": per_task_last,
+        "questions": curves[seeds[0]][0]["questions"], "wall_s": time.time() - started,
+    }  # fmt: skip
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    plot(args.out / "curve.png", table, curves, seeds)
+    per_seed = ", ".join(f"{g:+.3f}" for g in gains)
+    print(f"held-out accuracy step 0 -> {steps[-1]}: {table[0]['mean']:.3f} -> {table[-1]['mean']:.3f} "
+          f"(gain per seed {per_seed})")  # fmt: skip
+    print(f"{args.out / 'curve.png'}, {args.out / 'summary.json'}")
+
+
+def plot(path: Path, table: list[dict], curves: dict[int, list[dict]], seeds: list[int]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(8, 4))
+    x = [row["step"] for row in table]
+    for seed in seeds:
+        axis.plot(x, [e["accuracy"] for e in curves[seed]], color="tab:blue", alpha=0.25, lw=1)
+    axis.fill_between(x, [r["min"] for r in table], [r["max"] for r in table], color="tab:blue", alpha=0.15,
+                      label=f"min-max over {len(seeds)} seeds")  # fmt: skip
+    axis.plot(x, [r["mean"] for r in table], "o-", color="tab:blue", lw=2, label="mean over seeds")
+    axis.set_xlabel("GRPO step (swarmp2p train, defaults)")
+    axis.set_ylabel("held-out accuracy (mean over tasks)")
+    top = max(r["max"] for r in table)
+    axis.set_ylim(0.0, min(1.0, top + 0.1))
+    axis.grid(alpha=0.3)
+    axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+if __name__ == "__main__":
+    main()
