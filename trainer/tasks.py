@@ -57,6 +57,9 @@ HELDOUT_SHARE = 8
 """One question text in HELDOUT_SHARE (by hash) is held out for evaluation, never trained on."""
 EVAL_SCAN_LIMIT = 20_000
 """Evaluation items scanned per task to find the held-out questions."""
+EVAL_SCAN_PATIENCE = 3_000
+"""...and the scan of a task stops once this many items in a row brought no new held-out text
+(a task with a small question space has no more to give)."""
 
 
 def heldout_text(task: str, prompt: str) -> bool:
@@ -179,11 +182,15 @@ class ReasoningGymRegistry:
         refs: list[QuestionRef] = []
         for task in self._names:
             texts: set[str] = set()
+            last_new = 0
             for offset in range(EVAL_SCAN_LIMIT):
+                if offset - last_new >= EVAL_SCAN_PATIENCE:
+                    break
                 ref = QuestionRef(task, dataset_seed, EVAL_INDEX_START + offset)
                 prompt, _answer = self.question(ref)
                 if prompt in texts or not heldout_text(task, prompt):
                     continue
+                last_new = offset
                 texts.add(prompt)
                 refs.append(ref)
                 if len(texts) == per_task:
