@@ -734,14 +734,20 @@ def _build_policy(trainer_config: Any, registry: Any, warmup_steps: int, echo: C
     from trainer.policy import TrainerPolicy
     from trainer.tasks import TaskError
 
+    def pretraining(step: int, total: int, loss: float) -> None:
+        if step == 1 or step % max(1, total // 10) == 0 or step == total:
+            echo(f"building the tiny model (once): pre-training step {step}/{total}, loss {loss:.3f}")
+
     try:
-        policy = TrainerPolicy(trainer_config, registry=registry)
+        policy = TrainerPolicy(trainer_config, registry=registry, build_progress=pretraining)
     except (ModelLoadError, TaskError) as error:
         raise NodeError(f"model: {error}") from None
     if policy.load():
         echo(f"resumed from checkpoint step {policy.step}")
         return policy
-    steps = warmup_steps if warmup_steps >= 0 else (15 if trainer_config.model == "tiny" else 0)
+    # A pre-trained tiny model already writes the format; a raw one (tiny_pretrain_steps = 0) does not.
+    raw_tiny = trainer_config.model == "tiny" and trainer_config.tiny_pretrain_steps == 0
+    steps = warmup_steps if warmup_steps >= 0 else (15 if raw_tiny else 0)
     if steps:
         echo(f"first start: {steps} supervised format warm-up steps…")
         policy.warmup(steps)

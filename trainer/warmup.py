@@ -31,7 +31,8 @@ def supervised_warmup(policy: TrainerPolicy, steps: int, questions_per_step: int
         prompts, targets = [], []
         for ref in policy.registry.sample(rng, questions_per_step * 2, dataset_seed=policy.config.seed):
             _prompt, answer = policy.registry.question(ref)
-            if answer is None:  # tasks with many valid answers have no single target
+            # tasks with many valid answers have no single target; held-out questions are never trained on
+            if answer is None or policy.registry.is_heldout(ref):
                 continue
             ids = tokenizer(f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}", add_special_tokens=False)["input_ids"]
             prompts.append(policy.prompt_ids(ref))
