@@ -16,6 +16,11 @@ Peer (swarmp2p/peer.py) WHEN to call it, so that `swarmp2p node` and the simulat
   the next round's collect window (after its batch is published, the worker idles until the
   collect deadline, and the model is still the one the deferred step left), if it fits before
   that deadline (training must not wait for it); else it is tried after the next train step.
+- Stopped at the deadline: whatever the estimate said, an evaluation still running `slack_s`
+  before its deadline is stopped (the policy's `cancel()`, then `reset_cancel()`; a cancel scope
+  on virtual time), counted (`eval_stopped`) and said as a deferral: no round is ever late for it.
+- Probed: after `probe_after` deferrals in a row it is tried anyway (stopped at the deadline if
+  it does not finish), so that one duration measured under a load spike cannot defer it forever.
 
 A result as it lands in a round record, the status and the dashboard is the policy's dict
 (`step`, `accuracy`, `reward`, `questions`, `per_task`, `samples`, `seconds`, and `simulated`
@@ -71,7 +76,7 @@ def _stopping() -> bool:
 
 class HeldOutEvaluation:
     """One peer's evaluation schedule and results. `counters` is the Peer's Counter: it gains
-    `evaluations`, `eval_deferred` and `eval_failed`."""
+    `evaluations`, `eval_deferred`, `eval_stopped` and `eval_failed`."""
 
     def __init__(self, settings: EvalSettings, counters: Counter[str], name: str = "") -> None:
         self.settings = settings
