@@ -33,7 +33,6 @@ import concurrent.futures
 import json
 import math
 import multiprocessing
-import os
 import shutil
 import statistics
 import time
@@ -82,7 +81,7 @@ class ExperimentSettings:
     hetero: bool = False
     large: tuple[tuple[str, int], ...] = (("tiny_hidden_size", 256), ("tiny_layers", 4))
     """TrainerConfig overrides of the larger half of a `hetero` swarm (odd peer indices)."""
-    questions_per_round: int = 8
+    questions_per_round: int = 16
     group_size: int = 4
     eval_every: int = 5
     eval_questions: int = 16
@@ -92,8 +91,8 @@ class ExperimentSettings:
     max_groups_per_peer: int = 2
     fetch_sample: int = 0
     """0: every peer fetches and verifies every batch; N: about N per round (large sim swarms)."""
-    warmup_steps: int = 20
-    """Supervised warm-up of the shared start (the raw tiny model never formats an answer)."""
+    warmup_steps: int = -1
+    """Supervised warm-up of the shared start: -1 = only for a raw (not pre-trained) tiny model."""
     trainer: tuple[tuple[str, Any], ...] = ()
     """TrainerConfig overrides for every peer (e.g. (("tasks", ("basic_arithmetic",)),)); the
     default is the trainer's own defaults: the model and tasks `swarmp2p train` uses."""
@@ -269,13 +268,14 @@ def run_job(
 
         config = trainer_config(settings)
         format_reward = config.format_reward
-        work_dir.mkdir(parents=True, exist_ok=True)
-        _link_models(work_dir, settings)
         kwargs = {
             "work_dir": work_dir,
             "trainer_config": config,
             "trainer_settings": TrainerSimSettings(
-                warmup_steps=settings.warmup_steps, checkpoints=False, forge="invert"
+                warmup_steps=settings.warmup_steps,
+                checkpoints=False,
+                forge="invert",
+                models_dir=str(models_dir(settings)),
             ),
             "trainer_large": dict(settings.large) if settings.hetero else None,
         }
@@ -355,21 +355,6 @@ def _evals_by_round(spy: _Spy, records: dict[int, Any]) -> list[dict[str, Any]]:
         if result:
             evals.append({"round": round_number, **_eval_summary(dict(result))})
     return evals
-
-
-def _link_models(work_dir: Path, settings: ExperimentSettings) -> None:
-    """Point the job's model cache at the shared one: every job reuses one build per size."""
-    shared = models_dir(settings)
-    shared.mkdir(parents=True, exist_ok=True)
-    link = work_dir / "models"
-    if link.is_symlink() or link.exists():
-        if link.is_symlink() and Path(os.readlink(link)) == shared.resolve():
-            return
-        if link.is_symlink() or link.is_file():
-            link.unlink()
-        else:
-            shutil.rmtree(link)
-    link.symlink_to(shared.resolve(), target_is_directory=True)
 
 
 def models_dir(settings: ExperimentSettings) -> Path:

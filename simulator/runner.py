@@ -229,7 +229,9 @@ def _young_gc_threshold(threshold: int) -> Iterator[None]:
         gc.set_threshold(*old)
 
 
-def swarm_schedule(scenario: Scenario, tasks: Sequence[str], format_reward: float) -> SwarmSchedule:
+def swarm_schedule(
+    scenario: Scenario, tasks: Sequence[str], format_reward: float, difficulty: int = -1
+) -> SwarmSchedule:
     """The simulated swarm's schedule: its round clock and its scoring rules. As in a real swarm,
     every peer's settings and registry are then built FROM it (swarmp2p.rules)."""
     return SwarmSchedule(
@@ -242,7 +244,7 @@ def swarm_schedule(scenario: Scenario, tasks: Sequence[str], format_reward: floa
         weights=(),
         questions_per_round=scenario.questions_per_round,
         format_reward=format_reward,
-        difficulty=-1,
+        difficulty=difficulty,
     )
 
 
@@ -266,23 +268,24 @@ def run_simulation(
     `work_dir`: where `policy = "trainer"` keeps the shared tiny model and the peers'
     checkpoints (a temporary directory if None; its peers/ folder is wiped at the start).
     `trainer_settings` (TrainerSimSettings), `trainer_config` (a TrainerConfig to start every
-    peer's from; its tasks and format reward become the swarm's rules unless `tasks` or the
-    scenario name tasks) and `trainer_large` (overrides for the larger half of a heterogeneous
-    swarm) shape `policy = "trainer"` (simulator/trainer_policy.py).
+    peer's from, default the trainer's defaults; its tasks, format reward and difficulty become
+    the swarm's rules unless `tasks` or the scenario name tasks) and `trainer_large` (overrides
+    for the larger half of a heterogeneous swarm) shape `policy = "trainer"`
+    (simulator/trainer_policy.py).
     `peer_overrides`: extra PeerSettings fields for every peer (sampling rule, verify_rewards,
     evaluation, ...). `wrap_policy(plan, policy)` returns what the Peer calls instead of
     `policy` (a spy, for tests and experiments); virtual compute time is still the policy's."""
     with contextlib.ExitStack() as stack:
         peer_sizes: dict[int, str] = {}
         if scenario.policy == "trainer" and policy_factory is None:
-            from simulator.trainer_policy import TRAINER_TASKS, TrainerSimSettings, TrainerSwarm
+            from simulator.trainer_policy import TrainerSimSettings, TrainerSwarm
+            from trainer.config import TrainerConfig
 
             trainer_settings = trainer_settings or TrainerSimSettings()
-            default_tasks = TRAINER_TASKS if trainer_config is None else trainer_config.tasks
-            format_reward = (
-                trainer_settings.format_reward if trainer_config is None else trainer_config.format_reward
+            rules = trainer_config or TrainerConfig()
+            schedule = swarm_schedule(
+                scenario, tasks or scenario.tasks or rules.tasks, rules.format_reward, rules.difficulty
             )
-            schedule = swarm_schedule(scenario, tasks or scenario.tasks or default_tasks, format_reward)
             if work_dir is None:
                 work_dir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="swarmp2p-sim-")))
             swarm = TrainerSwarm(

@@ -36,20 +36,22 @@ import attrs
 from protocol.messages import Completion, QuestionGroup, QuestionRef, SwarmSchedule
 from swarmp2p.peer import derive_seed
 
-TRAINER_TASKS: tuple[str, ...] = ("basic_arithmetic", "calendar_arithmetic")
-"""Default tasks: fast to generate and score, and learnable in format by the tiny model."""
-
 
 @attrs.frozen
 class TrainerSimSettings:
-    tiny_hidden_size: int = 64
-    max_new_tokens: int = 16
-    format_reward: float = 0.5
+    """How the simulator runs real trainers. What they train (model, tasks, sizes, lr, ...) is a
+    trainer.config.TrainerConfig: the trainer's own defaults unless the caller passes one."""
+
     generate_cost_s: float = 0.5  # virtual seconds per question
     train_cost_s: float = 0.25  # virtual seconds per group
-    warmup_steps: int = 20
-    """Supervised warm-up of the shared starting point (a fresh tiny model never formats an
-    answer, so every reward is 0 and GRPO has no signal). 0: start from the raw build."""
+    warmup_steps: int = -1
+    """Supervised warm-up of the shared starting point: a raw tiny model (tiny_pretrain_steps 0)
+    never formats an answer, so every reward is 0 and GRPO has no signal. -1: 15 steps for a raw
+    tiny model, none for a pre-trained one (as `swarmp2p node`); 0: none."""
+    models_dir: str = ""
+    """Where the tiny builds are cached: "" = `<work>/models`; else `<work>/models` is a link to
+    this folder (`swarmp2p simulate` and the experiment share the trainer's `.swarmp2p/models`:
+    the pre-training of a build then runs once per machine, not once per run)."""
     eval_cost_s: float = 0.02  # virtual seconds per held-out question
     checkpoints: bool = True
     """Save a checkpoint after every train step (crash + restart resumes). The sharing experiment
@@ -166,10 +168,10 @@ class TrainerSwarm:
 
         `base_config`: a trainer.config.TrainerConfig to start from (its model, sizes, lr, and its
         seed, which names the tiny build: every seed of an experiment then starts from the same
-        model); None builds one from `settings` (a small tiny model for quick simulations) with
-        the schedule's seed. Either way the simulator sets data_dir, device (cpu), threads (1),
-        num_generations (`group_size`) and the schedule's rules; each peer's sampler is seeded
-        from the schedule's seed and the peer's index.
+        model); None: the trainer's defaults (seed 0: the model `swarmp2p train` builds, cached
+        once per machine with TrainerSimSettings.models_dir). Either way the simulator
+        sets data_dir, device (cpu), threads (1), num_generations (`group_size`) and the
+        schedule's rules; each peer's sampler is seeded from the schedule's seed and its index.
 
         `large`: TrainerConfig overrides (e.g. {"tiny_hidden_size": 256}) for every peer of odd
         index: half the swarm runs a larger model (`size_of(index)` says which)."""
@@ -178,15 +180,9 @@ class TrainerSwarm:
 
         self.work_dir = Path(work_dir)
         self.settings = settings
-        self.seed = seed = schedule.seed
+        self.seed = schedule.seed
         if base_config is None:
-            base_config = TrainerConfig(
-                model="tiny",
-                tiny_hidden_size=settings.tiny_hidden_size,
-                max_new_tokens=settings.max_new_tokens,
-                format_reward=settings.format_reward,
-                seed=seed,
-            )
+            base_config = TrainerConfig()
         local = attrs.evolve(
             base_config,
             data_dir=str(self.work_dir),
@@ -200,6 +196,8 @@ class TrainerSwarm:
         if self.large:
             self.configs["large"] = attrs.evolve(self.base_config, **self.large)
         self.registry = reasoning_gym_registry_for(schedule)
+        if settings.models_dir:
+            _link(self.work_dir / "models", Path(settings.models_dir))
         self.peers_dir = self.work_dir / "peers"
         shutil.rmtree(self.peers_dir, ignore_errors=True)
         self.peers_dir.mkdir(parents=True)
@@ -221,8 +219,11 @@ class TrainerSwarm:
         start = TrainerPolicy(attrs.evolve(config, data_dir=str(self._peer_dir(f"start-{size}"))))
         self.tokenizers[size] = start.tokenizer
         self.start_step[size] = 0
-        if self.settings.warmup_steps > 0:
-            start.warmup(self.settings.warmup_steps)
+        steps = self.settings.warmup_steps
+        if steps < 0:
+            steps = 15 if config.model == "tiny" and config.tiny_pretrain_steps == 0 else 0
+        if steps > 0:
+            start.warmup(steps)
             start.save()
             self.start_step[size] = start.step
             self.start_checkpoints[size] = self.peers_dir / f"start-{size}" / "checkpoints"
@@ -266,3 +267,17 @@ class TrainerSwarm:
         )
         self.policies[plan.index] = timed
         return timed
+
+
+def _link(link: Path, target: Path) -> None:
+    """Make `link` a symlink to `target` (created), replacing whatever `link` was."""
+    target = target.resolve()
+    target.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink():
+        if link.resolve() == target:
+            return
+        link.unlink()
+    elif link.exists():
+        shutil.rmtree(link)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(target, target_is_directory=True)

@@ -45,7 +45,11 @@ def sharing(
         "trainer", "--policy", help="trainer (real tiny model) or sim (simulated learner)."
     ),
     hetero: bool = typer.Option(False, "--hetero", help="Half the peers run a larger model; rows per size."),
-    questions: int = typer.Option(8, "--questions", help="Questions each peer answers per round."),
+    questions: int = typer.Option(
+        16,
+        "--questions",
+        help="Questions each peer answers per round (more than L + E: zero-advantage groups are dropped).",
+    ),
     group_size: int = typer.Option(4, "--group-size", help="Completions per question (G)."),
     eval_every: int = typer.Option(
         5, "--eval-every", help="Held-out evaluation every N rounds (and at start/end)."

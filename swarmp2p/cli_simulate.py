@@ -26,7 +26,7 @@ def simulate(
     policy: str = typer.Option(
         None,
         "--policy",
-        help="sim (cheap simulated learner) or trainer (the real tiny-model trainer; at most 5 peers).",
+        help="sim (cheap simulated learner) or trainer (the real tiny-model trainer; at most 32 peers).",
     ),
     coordinator: str = typer.Option(
         None,
@@ -80,12 +80,19 @@ def simulate(
         console=console,
     ) as progress:
         task = progress.add_task(f"{chosen.name}: {chosen.peers} peers", total=chosen.rounds)
-        result = run_simulation(
-            chosen,
-            on_round=lambda _round: progress.advance(task),
-            # the trainer's shared tiny model (kept between runs) and per-run peer checkpoints
-            work_dir=out / "trainer" if chosen.policy == "trainer" else None,
-        )
+        trainer: dict = {}
+        if chosen.policy == "trainer":
+            from simulator.trainer_policy import TrainerSimSettings
+            from trainer.config import TrainerConfig
+
+            trainer = {
+                # per-run peer checkpoints; the tiny model is the trainer's cached build
+                "work_dir": out / "trainer",
+                "trainer_settings": TrainerSimSettings(
+                    models_dir=str(Path(TrainerConfig().data_dir) / "models")
+                ),
+            }
+        result = run_simulation(chosen, on_round=lambda _round: progress.advance(task), **trainer)
     report = build_report(result)
     report_path = out / "report.json"
     report_path.write_text(report_json(report))

@@ -21,6 +21,7 @@ SMALL_TRAINER = (
     ("tiny_hidden_size", 64),
     ("tiny_layers", 2),
     ("max_new_tokens", 12),
+    ("tiny_pretrain_steps", 0),  # a raw build (seconds), formatted by the supervised warm-up below
 )
 
 

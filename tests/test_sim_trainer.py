@@ -9,12 +9,17 @@ import pytest
 
 from simulator.runner import run_simulation
 from simulator.scenario import Scenario, ScenarioError, load_scenario
+from trainer.config import TrainerConfig
 
 
 @pytest.mark.slow
 def test_three_trainer_peers_complete_two_rounds(tmp_path: Path) -> None:
     scenario = Scenario(peers=3, rounds=2, seed=5, policy="trainer", questions_per_round=2, fetch_sample=0)
-    result = run_simulation(scenario, work_dir=tmp_path)
+    # A raw (not pre-trained) small tiny model: built in seconds, formatted by the warm-up.
+    config = TrainerConfig(
+        tasks=("basic_arithmetic",), tiny_hidden_size=64, tiny_pretrain_steps=0, max_new_tokens=12
+    )
+    result = run_simulation(scenario, work_dir=tmp_path, trainer_config=config)
 
     builds = list((tmp_path / "models").iterdir())
     assert len(builds) == 1 and (builds[0] / "config.json").exists()  # one tiny model for all
