@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from simulator.scenario import ScenarioError, builtin_scenarios, load_scenario
+from simulator.scenario import MAX_TRAINER_PEERS, ScenarioError, builtin_scenarios, load_scenario
 from swarmp2p.cli import app
 
 
@@ -48,7 +48,7 @@ def test_simulate_bad_scenario_is_one_line_exit_2(tmp_path: Path) -> None:
         ("peers = [", "invalid TOML"),
         ("policy = 'gpu'", "policy"),
         ("coordinator = 'ledger'", "coordinator"),
-        ("policy = 'trainer'\npeers = 8", "at most 5 peers"),
+        ("policy = 'trainer'\npeers = 33", "at most 32 peers"),
         ("dht_sweep = 1", "dht_sweep: expected bool"),
         ("tasks = 'arithmetic'", "tasks: expected an array of strings"),
         ("[network]\ngossip_loss = 1.5", "gossip_loss"),
@@ -73,10 +73,11 @@ def test_missing_file_and_builtins() -> None:
 
 def test_simulate_trainer_policy_refuses_a_big_swarm_in_one_line(tmp_path: Path) -> None:
     result = CliRunner().invoke(
-        app, ["simulate", "--policy", "trainer", "--peers", "9", "--out", str(tmp_path)]
+        app,
+        ["simulate", "--policy", "trainer", "--peers", str(MAX_TRAINER_PEERS + 1), "--out", str(tmp_path)],
     )
     assert result.exit_code == 2
-    assert "at most 5 peers" in result.output
+    assert f"at most {MAX_TRAINER_PEERS} peers" in result.output
 
 
 def test_simulate_flags_set_the_scenario_keys(tmp_path: Path) -> None:
