@@ -73,7 +73,7 @@ class Arm:
 @attrs.frozen
 class ExperimentSettings:
     peers: int = 8
-    rounds: int = 20
+    rounds: int = 15
     splits: tuple[tuple[int, int], ...] = ((8, 0), (6, 2), (4, 4), (2, 6))
     variants: tuple[str, ...] = VARIANTS
     seeds: tuple[int, ...] = (1, 2, 3)
@@ -82,9 +82,9 @@ class ExperimentSettings:
     large: tuple[tuple[str, int], ...] = (("tiny_hidden_size", 256), ("tiny_layers", 4))
     """TrainerConfig overrides of the larger half of a `hetero` swarm (odd peer indices)."""
     questions_per_round: int = 16
-    group_size: int = 4
+    group_size: int = 8
     eval_every: int = 5
-    eval_questions: int = 16
+    eval_questions: int = 32
     """Held-out questions per task (trainer); the simulated learner answers its own 16."""
     round_s: float = 30.0
     forgers: int = 2
@@ -240,7 +240,7 @@ def run_job(
     from simulator.scenario import ByzantineSpec, Scenario
     from swarmp2p.heldout import EvalSettings
 
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     scenario = Scenario(
         name=f"sharing-{arm.name}",
         peers=settings.peers,
@@ -341,6 +341,7 @@ def run_job(
         "invalid_trained": sum(1 for pid, _ in result.invalid_trained if pid in honest_ids),
         "rejections": dict(sorted(result.rejections.items())),
         "wall_s": time.perf_counter() - started,
+        "cpu_s": time.process_time() - cpu_started,
     }
 
 
@@ -574,27 +575,26 @@ def _band(values: list[float]) -> dict[str, float] | None:
 
 
 def _curves(settings: ExperimentSettings, jobs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per arm: reward per round and held-out accuracy per evaluation point, over every
-    (seed, honest peer): mean, p10-p90, min-max. Accuracy's x is rounds trained (0 = start)."""
+    """Per arm (and per model size in a hetero swarm: keys "arm [size]"): reward per round and
+    held-out accuracy per evaluation point, over every (seed, honest peer): mean, p10-p90,
+    min-max. Accuracy's x is rounds trained (0 = start)."""
     curves: dict[str, Any] = {}
+    sizes = ("base", "large") if settings.hetero else (None,)
     for arm in settings.arms():
         mine = [job for job in jobs if job["arm"] == arm.name]
-        reward = []
-        for round_number in range(settings.rounds):
-            values = [
-                p["rewards"][round_number]
-                for job in mine
-                for p in job["peers"]
-                if p["rewards"][round_number] is not None
-            ]
-            reward.append({"round": round_number, **(_band(values) or {})})
-        points: dict[int, list[float]] = {}
-        for job in mine:
-            for peer in job["peers"]:
+        for size in sizes:
+            peers = [p for job in mine for p in job["peers"] if size in (None, p["size"])]
+            reward = []
+            for round_number in range(settings.rounds):
+                values = [p["rewards"][round_number] for p in peers if p["rewards"][round_number] is not None]
+                reward.append({"round": round_number, **(_band(values) or {})})
+            points: dict[int, list[float]] = {}
+            for peer in peers:
                 for entry in peer["evals"]:
                     points.setdefault(entry["round"] + 1, []).append(entry["accuracy"])
-        accuracy = [{"rounds_trained": x, **(_band(v) or {})} for x, v in sorted(points.items())]
-        curves[arm.name] = {"reward": reward, "accuracy": accuracy}
+            accuracy = [{"rounds_trained": x, **(_band(v) or {})} for x, v in sorted(points.items())]
+            name = arm.name if size is None else f"{arm.name} [{size}]"
+            curves[name] = {"arm": arm.name, "size": size or "all", "reward": reward, "accuracy": accuracy}
     return curves
 
 
@@ -657,8 +657,14 @@ def table_markdown(settings: ExperimentSettings, summary: dict[str, Any]) -> str
 
 
 def write_outputs(
-    settings: ExperimentSettings, jobs: list[dict[str, Any]], out: Path, command: str
+    settings: ExperimentSettings,
+    jobs: list[dict[str, Any]],
+    out: Path,
+    command: str,
+    elapsed_s: float | None = None,
 ) -> list[Path]:
+    """table.md, table.json (+ the raw per-peer records in jobs.json), the plots, settings.json.
+    `elapsed_s`: the whole experiment's wall time, kept in table.json with the jobs' own times."""
     summary = summarize(settings, jobs)
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -667,6 +673,12 @@ def write_outputs(
     written.append(table)
     data = {"settings": settings.to_json(), "rows": summary["rows"], "curves": summary["curves"]}
     data["published"] = PUBLISHED
+    data["timing"] = {
+        "elapsed_s": elapsed_s,
+        "jobs": settings.jobs,
+        "job_wall_s": math.fsum(job["wall_s"] for job in jobs),
+        "job_cpu_s": math.fsum(job.get("cpu_s", 0.0) for job in jobs),
+    }
     (out / "table.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
     written.append(out / "table.json")
     (out / "jobs.json").write_text(json.dumps(jobs, sort_keys=True) + "\n")
@@ -708,6 +720,7 @@ def write_plots(settings: ExperimentSettings, summary: dict[str, Any], out: Path
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     curves = summary["curves"]
     arms = settings.arms()
@@ -726,8 +739,11 @@ def write_plots(settings: ExperimentSettings, summary: dict[str, Any], out: Path
         fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels) + 1.2, 4.4), squeeze=False)
         lows, highs = [], []
         for ax, (title, names) in zip(axes[0], panels, strict=True):
-            for arm in names:
-                points = [p for p in curves[arm][key] if p.get("mean") is not None]
+            for curve_name, curve in curves.items():
+                arm = curve["arm"]
+                if arm not in names:
+                    continue
+                points = [p for p in curve[key] if p.get("mean") is not None]
                 if not points:
                     continue
                 x = [p[x_key] for p in points]
@@ -740,14 +756,17 @@ def write_plots(settings: ExperimentSettings, summary: dict[str, Any], out: Path
                     [p["mean"] for p in points],
                     color=color,
                     linewidth=1.8,
-                    label=arm,
-                    marker="o" if key == "accuracy" else None,
+                    label=curve_name,
+                    marker=("s" if curve["size"] == "large" else "o") if key == "accuracy" else None,
                     markersize=3,
-                    linestyle="--" if arm in splits and names is not splits else "-",
+                    linestyle=":"
+                    if curve["size"] == "large"
+                    else ("--" if arm in splits and names is not splits else "-"),
                 )
                 lows.extend(p["p10"] for p in points)
                 highs.extend(p["p90"] for p in points)
             ax.set(xlabel=xlabel, ylabel=ylabel)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_title(title, fontsize=10)
             ax.grid(alpha=0.3)
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+import time
 from pathlib import Path
 
 import typer
@@ -15,7 +16,8 @@ experiment_app = typer.Typer(
     add_completion=False,
 )
 
-DEFAULT_ROUNDS = 20
+DEFAULT_ROUNDS = 15
+"""What fits the defaults (8 configurations x 3 seeds, 8 peers, 2 jobs) in 30 minutes on 2 cores."""
 
 
 def register(app: typer.Typer) -> None:
@@ -50,11 +52,11 @@ def sharing(
         "--questions",
         help="Questions each peer answers per round (more than L + E: zero-advantage groups are dropped).",
     ),
-    group_size: int = typer.Option(4, "--group-size", help="Completions per question (G)."),
+    group_size: int = typer.Option(8, "--group-size", help="Completions per question (G)."),
     eval_every: int = typer.Option(
         5, "--eval-every", help="Held-out evaluation every N rounds (and at start/end)."
     ),
-    eval_questions: int = typer.Option(16, "--eval-questions", help="Held-out questions per task (trainer)."),
+    eval_questions: int = typer.Option(32, "--eval-questions", help="Held-out questions per task (trainer)."),
     forgers: int = typer.Option(2, "--forgers", help="Reward-inverting peers in the verification rows."),
     fetch_sample: int = typer.Option(
         None, "--fetch-sample", help="Batches fetched per peer and round (default: all; sim: 8)."
@@ -139,7 +141,10 @@ def sharing(
             progress.advance(tasks[arm])
             progress.advance(total)
 
+        started = time.perf_counter()
         jobs_done = run_experiment(settings, out, on_round=on_round)
-    written = write_outputs(settings, jobs_done, out, command)
+    elapsed = time.perf_counter() - started
+    written = write_outputs(settings, jobs_done, out, command, elapsed)
     console.print((out / "table.md").read_text(), markup=False, highlight=False)
     console.print("\n".join(f"wrote {path}" for path in written))
+    console.print(f"{len(jobs_done)} runs in {elapsed / 60:.1f} min ({settings.jobs} at a time)")
