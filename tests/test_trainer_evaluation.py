@@ -23,6 +23,21 @@ from trainer.tasks import ReasoningGymRegistry
 TASKS = ("leg_counting", "basic_arithmetic", "chain_sum")  # small question spaces: collisions are likely
 
 
+def raw_tiny(data_dir: Path, tasks: tuple[str, ...], **overrides: object) -> TrainerConfig:
+    """A small, not pre-trained tiny model: what it answers does not matter here, only which questions."""
+    return TrainerConfig(
+        data_dir=str(data_dir),
+        tasks=tasks,
+        difficulty=0,
+        tiny_hidden_size=32,
+        tiny_layers=1,
+        tiny_pretrain_steps=0,
+        threads=1,
+        max_new_tokens=8,
+        **overrides,  # type: ignore[arg-type]
+    )
+
+
 @pytest.fixture(scope="module")
 def registry() -> ReasoningGymRegistry:
     return ReasoningGymRegistry(TASKS, difficulty=0)
@@ -48,16 +63,7 @@ def test_pretraining_never_sees_an_evaluation_question(registry: ReasoningGymReg
 
 
 def test_training_questions_that_are_held_out_are_never_trained_on(tmp_path: Path) -> None:
-    config = TrainerConfig(
-        data_dir=str(tmp_path),
-        tasks=TASKS,
-        difficulty=0,
-        tiny_hidden_size=32,
-        tiny_layers=1,
-        tiny_pretrain_steps=0,
-        threads=1,
-        max_new_tokens=8,
-    )
+    config = raw_tiny(tmp_path, TASKS)
     policy = TrainerPolicy(config)
     registry = policy.registry
     assigned = [
@@ -82,17 +88,7 @@ def test_training_questions_that_are_held_out_are_never_trained_on(tmp_path: Pat
 
 
 def test_evaluation_is_deterministic_and_leaves_the_training_sampler_alone(tmp_path: Path) -> None:
-    config = TrainerConfig(
-        data_dir=str(tmp_path),
-        tasks=("chain_sum",),
-        difficulty=0,
-        tiny_hidden_size=32,
-        tiny_layers=1,
-        tiny_pretrain_steps=0,
-        threads=1,
-        max_new_tokens=8,
-        eval_questions=12,
-    )
+    config = raw_tiny(tmp_path, ("chain_sum",), eval_questions=12)
     policy = TrainerPolicy(config)
     sampler_state = policy.sampler.get_state()
     first = policy.evaluate()
