@@ -336,8 +336,8 @@ def run_job(
         "seed": seed,
         "peers": peers,
         "forgers": [plan.index for plan in result.plans if not plan.honest],
-        # Updates of honest peers that included a group with forged rewards (the forgers' own
-        # training on their claims is not counted).
+        # Groups with forged rewards that honest peers trained on (the runner's oracle re-scores
+        # every trained group; the forgers' own training on their claims is not counted).
         "invalid_trained": sum(1 for pid, _ in result.invalid_trained if pid in honest_ids),
         "rejections": dict(sorted(result.rejections.items())),
         "wall_s": time.perf_counter() - started,
@@ -653,6 +653,18 @@ def table_markdown(settings: ExperimentSettings, summary: dict[str, Any]) -> str
             )
             + " |"
         )
+    forged = [row for row in summary["rows"] if row["forgers"]]
+    if forged:
+        lines.append("")
+        lines.append(
+            "Rows with forgers: "
+            + "; ".join(
+                f"{row['configuration']}: {row['forgers']} reward-inverting peers, "
+                f"{row['invalid_trained']} forged groups trained on by honest peers (all seeds)"
+                for row in forged
+            )
+            + "."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -697,7 +709,10 @@ def write_settings(settings: ExperimentSettings, out: Path, command: str) -> Pat
         "seeds": list(settings.seeds),
     }
     if settings.policy == "trainer":
-        config = trainer_config(settings)
+        # As every peer runs it: the simulator sets device, threads and G (TrainerSwarm).
+        config = attrs.evolve(
+            trainer_config(settings), device="cpu", threads=1, num_generations=settings.group_size
+        )
         data["trainer_config"] = {k: v for k, v in attrs.asdict(config).items() if k != "data_dir"}
         if settings.hetero:
             data["trainer_config_large"] = dict(settings.large)
