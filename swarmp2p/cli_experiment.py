@@ -46,7 +46,11 @@ def sharing(
     policy: str = typer.Option(
         "trainer", "--policy", help="trainer (real tiny model) or sim (simulated learner)."
     ),
-    hetero: bool = typer.Option(False, "--hetero", help="Half the peers run a larger model; rows per size."),
+    hetero: bool = typer.Option(
+        False,
+        "--hetero",
+        help="Half the peers run a larger, stronger model (1.6M parameters); rows per size.",
+    ),
     questions: int = typer.Option(
         16,
         "--questions",

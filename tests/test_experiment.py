@@ -25,7 +25,13 @@ SMALL_TRAINER = (
 )
 
 
-def small(tmp_path: Path, **changes: Any) -> ExperimentSettings:
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One tiny-model cache for the file: each size is built once (tokenizer training and all)."""
+    return tmp_path_factory.mktemp("models")
+
+
+def small(models: Path, **changes: Any) -> ExperimentSettings:
     options: dict[str, Any] = {
         "peers": 3,
         "rounds": 2,
@@ -38,14 +44,14 @@ def small(tmp_path: Path, **changes: Any) -> ExperimentSettings:
         "eval_questions": 4,
         "warmup_steps": 30,
         "trainer": SMALL_TRAINER,
-        "models_dir": str(tmp_path / "models"),
+        "models_dir": str(models),
         "jobs": 1,
     }
     return ExperimentSettings(**(options | changes))
 
 
 def test_a_short_experiment_runs_end_to_end_with_equal_rollouts_per_update(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, models: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from trainer.policy import TrainerPolicy
 
@@ -57,7 +63,7 @@ def test_a_short_experiment_runs_end_to_end_with_equal_rollouts_per_update(
         return original(self, groups)
 
     monkeypatch.setattr(TrainerPolicy, "train", spy)
-    settings = small(tmp_path)
+    settings = small(models)
     ends: list[tuple[str, int]] = []  # (arm, calls received when its job ended): jobs=1 runs in order
     rounds_seen: list[tuple[str, int, int]] = []
     jobs = run_experiment(
@@ -114,8 +120,8 @@ def test_a_short_experiment_runs_end_to_end_with_equal_rollouts_per_update(
     assert not (out / "work").exists()  # the per-job scratch space is cleaned up
 
 
-def test_a_seed_reproduces_rewards_and_accuracies(tmp_path: Path) -> None:
-    settings = small(tmp_path, peers=3, rounds=2)
+def test_a_seed_reproduces_rewards_and_accuracies(tmp_path: Path, models: Path) -> None:
+    settings = small(models, peers=3, rounds=2)
     [arm] = [a for a in settings.arms() if a.name == "1/1"]
 
     def numbers(seed: int, where: str) -> list[Any]:
@@ -201,3 +207,21 @@ def test_cli_runs_the_simulated_learner_and_writes_everything(tmp_path: Path) ->
 def test_bad_settings_are_one_line_errors(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(ExperimentError, match=message):
         ExperimentSettings(**changes)
+
+
+def test_a_hetero_swarm_runs_two_model_sizes_and_reports_each(tmp_path: Path, models: Path) -> None:
+    settings = small(models, peers=4, rounds=1, hetero=True, large=(("tiny_hidden_size", 96),))
+    jobs = run_experiment(settings, tmp_path / "out")
+    write_outputs(settings, jobs, tmp_path / "out", "swarmp2p experiment sharing --hetero")
+    for job in jobs:  # odd peers run the larger model
+        assert {p["index"]: p["size"] for p in job["peers"]} == {0: "base", 1: "large", 2: "base", 3: "large"}
+    builds = {json.loads((b / "config.json").read_text())["hidden_size"] for b in models.iterdir()}
+    assert builds == {64, 96}
+    table = json.loads((tmp_path / "out" / "table.json").read_text())
+    assert [(row["configuration"], row["size"], row["honest_peers"]) for row in table["rows"]] == [
+        ("2/0", "base", 2),
+        ("2/0", "large", 2),
+        ("1/1", "base", 2),
+        ("1/1", "large", 2),
+    ]
+    assert set(table["curves"]) == {"2/0 [base]", "2/0 [large]", "1/1 [base]", "1/1 [large]"}
