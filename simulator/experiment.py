@@ -797,7 +797,7 @@ def write_plots(settings: ExperimentSettings, summary: dict[str, Any], out: Path
             for ax in axes[0]:
                 ax.set_ylim(max(0.0, low - pad), high + pad)
         fig.suptitle(
-            f"{ylabel}: {settings.peers} peers ({settings.policy}), {settings.rounds} rounds; "
+            f"{ylabel}: {settings.peers} peers ({settings.policy}), {settings.rounds} rounds\n"
             f"mean over honest peers and {len(settings.seeds)} seeds, band p10–p90 over (peer, seed)",
             fontsize=10,
         )
