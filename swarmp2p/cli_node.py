@@ -102,7 +102,7 @@ def node(
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     except NodeError as error:
         errors.print(f"[red]error: {escape(str(error))}[/red]")
-        raise typer.Exit(code=1) from None
+        raise typer.Exit(code=error.exit_code) from None
     except KeyboardInterrupt:  # Ctrl-C before the node took over its signals (still importing)
         errors.print("interrupted")
         raise typer.Exit(code=130) from None

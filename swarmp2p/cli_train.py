@@ -6,6 +6,9 @@ from pathlib import Path
 
 import typer
 
+TRAIN_DATA_DIR = ".swarmp2p-train"
+"""`train`'s own default data dir: never the node's `.swarmp2p`."""
+
 
 def register(app: typer.Typer) -> None:
     app.command(name="train")(train)
@@ -23,7 +26,9 @@ def train(
         help="Supervised format warm-up steps before GRPO (-1: none; the tiny model is pre-trained).",
     ),
     data_dir: Path = typer.Option(
-        None, "--data-dir", help="Checkpoints and model cache (default .swarmp2p)."
+        None,
+        "--data-dir",
+        help=f"Checkpoints and model cache (default {TRAIN_DATA_DIR}; never a running node's).",
     ),
     out: Path = typer.Option(
         Path("runs/train"), "--out", help="Output folder: reward_curve.png, metrics.jsonl."
@@ -44,6 +49,9 @@ def train(
     seed: int = typer.Option(None, "--seed"),
     resume: bool = typer.Option(True, "--resume/--fresh", help="Continue from the newest checkpoint."),
     save_every: int = typer.Option(10, "--save-every", min=1, help="Checkpoint every N steps."),
+    tensorboard: Path = typer.Option(
+        None, "--tensorboard", help="Write TensorBoard event files here (tensorboard --logdir DIR)."
+    ),
 ) -> None:
     """Train one peer alone on the reasoning-gym task mix and plot its reward curve."""
     import json
@@ -73,7 +81,15 @@ def train(
         "threads": threads,
         "seed": seed,
     }
-    config = config_or_exit(TrainerConfig, section="trainer", file=config_file, overrides=overrides)
+    # Its own data dir by default: resuming from (and pruning) a node's checkpoints in .swarmp2p
+    # would train the node's model alone and delete its newest checkpoints.
+    config = config_or_exit(
+        TrainerConfig,
+        section="trainer",
+        file=config_file,
+        overrides=overrides,
+        defaults={"data_dir": TRAIN_DATA_DIR},
+    )
     if eval_every is None and config.eval_every == 0:
         config = attrs.evolve(config, eval_every=25)  # a training run shows its held-out curve
     try:
@@ -81,6 +97,27 @@ def train(
     except OSError as error:
         console.print(f"[red]cannot create output folder {escape(str(out))}: {escape(str(error))}[/red]")
         raise typer.Exit(2) from None
+
+    from swarmp2p.datadir import DataDirInUse, lock_data_dir
+
+    try:
+        config.data_path.mkdir(parents=True, exist_ok=True)
+        dir_lock = lock_data_dir(config.data_path)  # held until the process exits
+    except DataDirInUse as error:
+        console.print(f"[red]error: {escape(str(error))}[/red]")
+        raise typer.Exit(2) from None
+    except OSError as error:
+        console.print(f"[red]cannot use data dir {escape(config.data_dir)}: {escape(str(error))}[/red]")
+        raise typer.Exit(2) from None
+    board = None
+    if tensorboard is not None:
+        from swarmp2p.tblog import TensorBoardLog, TensorBoardUnavailable
+
+        try:
+            board = TensorBoardLog(tensorboard)
+        except TensorBoardUnavailable as error:
+            console.print(f"[red]{escape(str(error))}[/red]")
+            raise typer.Exit(2) from None
 
     from trainer.policy import TrainerPolicy
 
@@ -133,10 +170,13 @@ def train(
             evals.append(result)
             record = {"eval": {k: result[k] for k in ("step", "accuracy", "reward", "per_task", "seconds")}}
             log.write(json.dumps(record) + "\n")
+            if board is not None:
+                board.evaluation(iteration, result)
 
     rng = random.Random(config.seed * 1_000_003 + policy.step)
     rewards: list[float] = []
     start_step = policy.step
+    iteration = start_step  # TensorBoard's x: one per loop, an update or not (policy.step may stay)
     with (
         open(out / "metrics.jsonl", "a", encoding="utf-8") as log,
         Progress(
@@ -153,8 +193,11 @@ def train(
         for _ in range(steps):
             groups = policy.generate(policy.registry.sample(rng, questions, config.seed))
             metrics = policy.train(groups)
+            iteration += 1
             rewards.append(metrics["reward_mean"])
             log.write(json.dumps(metrics) + "\n")
+            if board is not None:
+                board.train(iteration, metrics)
             maybe_evaluate()
             if policy.step != start_step and policy.step % save_every == 0:
                 policy.save()
@@ -166,6 +209,10 @@ def train(
             )
     if policy.step % save_every != 0:  # the loop already saved this step otherwise
         policy.save()
+    dir_lock.release()
+    if board is not None:
+        board.close()
+        console.print(f"tensorboard: tensorboard --logdir {tensorboard}")
     png = plot_rewards(out / "reward_curve.png", rewards, evals, first_step=start_step)
     head = sum(rewards[:10]) / min(10, len(rewards))
     tail = sum(rewards[-10:]) / min(10, len(rewards))

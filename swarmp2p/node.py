@@ -96,6 +96,14 @@ class NodeConfig:
 class NodeError(Exception):
     """A node cannot start (bad config, unreachable bootstrap, ...). `str()` is one line."""
 
+    exit_code = 1
+
+
+class DataDirBusy(NodeError):
+    """Another live process holds the data dir (swarmp2p/datadir.py): exit code 2."""
+
+    exit_code = 2
+
 
 def hello_topic(swarm_id: str) -> str:
     return f"swarmp2p/{swarm_id}/hello"
@@ -391,13 +399,9 @@ async def run_node(
     echo: Callable[[str], None] = print,
     task_status: trio.TaskStatus[dict[str, Any]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run one node until SIGINT/SIGTERM or cancellation. Raises NodeError on bad setup."""
-    import multiaddr
-
-    from swarmp2p.identity import IdentityError, load_or_create_identity
-    from swarmp2p.net import NetworkSettings, open_libp2p_network, parse_peer_multiaddr
-    from swarmp2p.net.listen_check import check_listen_addrs_free
-    from swarmp2p.schedule import RealClock
+    """Run one node until SIGINT/SIGTERM or cancellation. Raises NodeError on bad setup
+    (DataDirBusy when another process holds the data dir)."""
+    from swarmp2p.datadir import DataDirInUse, lock_data_dir
 
     _configure_logging(config.log_level)
     data_dir = Path(config.data_dir)
@@ -405,6 +409,39 @@ async def run_node(
         data_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise NodeError(f"cannot create data dir {data_dir}: {error.strerror or error}") from None
+    # Before anything in the dir is read or written: one process per data dir.
+    try:
+        dir_lock = lock_data_dir(data_dir)
+    except DataDirInUse as error:
+        raise DataDirBusy(str(error)) from None
+    except OSError as error:
+        raise NodeError(f"cannot lock data dir {data_dir}: {error.strerror or error}") from None
+    try:
+        await _run_locked(config, trainer_config, data_dir, echo=echo, task_status=task_status)
+    finally:
+        # node.json describes a running node: a stopped one leaves none (a kill -9 may leave one
+        # behind; the next node on the dir removes it at start).
+        (data_dir / NODE_FILE).unlink(missing_ok=True)
+        dir_lock.release()
+
+
+async def _run_locked(
+    config: NodeConfig,
+    trainer_config: Any,
+    data_dir: Path,
+    *,
+    echo: Callable[[str], None],
+    task_status: trio.TaskStatus[dict[str, Any]],
+) -> None:
+    """run_node once it holds the data dir."""
+    import multiaddr
+
+    from swarmp2p.identity import IdentityError, load_or_create_identity
+    from swarmp2p.net import NetworkSettings, open_libp2p_network, parse_peer_multiaddr
+    from swarmp2p.net.listen_check import check_listen_addrs_free
+    from swarmp2p.schedule import RealClock
+
+    (data_dir / NODE_FILE).unlink(missing_ok=True)  # left by a node that was killed
     try:
         identity = load_or_create_identity(config.identity_path())
     except IdentityError as error:
