@@ -55,7 +55,7 @@ def dashboard(
     config: Path | None = typer.Option(None, "--config", help="TOML config file (\\[dashboard] section)."),
     print_config: bool = typer.Option(False, "--print-config", help="Print the effective config and exit."),
 ) -> None:
-    """Serve the swarm dashboard (/, /api/status, /metrics) for a status file or a node."""
+    """Serve the swarm dashboard (/, /api/status, /healthz, /metrics) for a status file or a node."""
     from rich.console import Console
     from rich.markup import escape
 

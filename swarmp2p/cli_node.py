@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def node(
     from rich.console import Console
     from rich.markup import escape
 
-    from swarmp2p.config import config_or_exit
+    from swarmp2p.config import CONFIG_FILE_ENV, config_or_exit
     from swarmp2p.node import NODE_TRAINER_DEFAULTS, NodeConfig, NodeError, run_node
     from trainer.config import TrainerConfig
 
@@ -97,7 +98,10 @@ def node(
         console.print(escape(line))
 
     try:
-        trio.run(lambda: run_node(node_config, trainer_config, echo=echo))
+        # The printed join command names the config file this node read (flag or variable).
+        from_env = os.environ.get(CONFIG_FILE_ENV)
+        config_file = config or (Path(from_env) if from_env else None)
+        trio.run(lambda: run_node(node_config, trainer_config, echo=echo, config_file=config_file))
         # Stopped and saved: a late Ctrl-C (a second press) must not kill the exit with a traceback.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     except NodeError as error:

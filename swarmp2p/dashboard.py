@@ -1,9 +1,12 @@
 """A small self-contained web dashboard for one node (or a saved report).
 
-Three routes on a Starlette app, served by hypercorn under trio:
+Four routes on a Starlette app, served by hypercorn under trio:
 
 - `/`             an HTML page (inline CSS/JS/SVG, no CDN, works offline) polling `/api/status`;
-- `/api/status`   the status as JSON;
+- `/api/status`   the status as JSON (`?history=N`: only the last N rounds; a bad or unknown
+                  parameter is a 400 with `{"error": "<one line>"}`);
+- `/healthz`      `{"ok": true, "peer_id", "round", "peers"}` (503 and `"ok": false` when the
+                  status source fails), for load balancers and scripts;
 - `/metrics`      Prometheus text, computed from the same status at scrape time.
 
 The dashboard owns no state: it asks a `StatusSource` (a callable returning a JSON-able
@@ -261,17 +264,38 @@ def build_app(source: StatusSource, *, title: str = "swarmp2p") -> Any:
     async def index(_: Request) -> Response:
         return HTMLResponse(page, headers={"Content-Security-Policy": _CSP, "Cache-Control": "no-store"})
 
-    async def api_status(_: Request) -> Response:
-        status, problem = await snapshot()
-        if status is None:
-            body, code = {"error": f"status unavailable: {problem}"}, 503
-        else:
-            body, code = status, 200
+    def json_response(body: Any, code: int = 200) -> Response:
         return Response(
             json.dumps(body, allow_nan=False),
             status_code=code,
             media_type="application/json",
             headers={"Cache-Control": "no-store"},
+        )
+
+    async def api_status(request: Request) -> Response:
+        try:
+            params = _query_params(request.query_params.multi_items(), _STATUS_PARAMS)
+        except ValueError as error:
+            return json_response({"error": str(error)}, 400)
+        status, problem = await snapshot()
+        if status is None:
+            return json_response({"error": f"status unavailable: {problem}"}, 503)
+        if "history" in params:
+            keep = params["history"]
+            status["history"] = status["history"][-keep:] if keep else []
+        return json_response(status)
+
+    async def healthz(_: Request) -> Response:
+        status, problem = await snapshot()
+        if status is None:
+            return json_response({"ok": False, "error": f"status unavailable: {problem}"}, 503)
+        return json_response(
+            {
+                "ok": True,
+                "peer_id": status.get("peer_id"),
+                "round": status.get("round"),
+                "peers": status.get("peer_count"),
+            }
         )
 
     async def metrics(_: Request) -> Response:
@@ -283,6 +307,7 @@ def build_app(source: StatusSource, *, title: str = "swarmp2p") -> Any:
         routes=[
             Route("/", index, methods=["GET"]),
             Route("/api/status", api_status, methods=["GET"]),
+            Route("/healthz", healthz, methods=["GET"]),
             Route("/metrics", metrics, methods=["GET"]),
         ]
     )
@@ -314,6 +339,30 @@ async def serve_dashboard(
     async with trio.open_nursery() as nursery:
         binds: list[str] = await nursery.start(serve_and_report)
         task_status.started(int(binds[0].rsplit(":", 1)[1]))
+
+
+_STATUS_PARAMS = {"history": (0, _MAX_HISTORY)}
+"""Query parameters of /api/status: name -> (min, max) of its integer value."""
+
+
+def _query_params(items: list[tuple[str, str]], allowed: Mapping[str, tuple[int, int]]) -> dict[str, int]:
+    """Validated integer query parameters; ValueError with a one-line message for the 400."""
+    seen: dict[str, int] = {}
+    for name, raw in items:
+        if name not in allowed:
+            known = ", ".join(sorted(allowed)) or "none"
+            raise ValueError(f"unknown parameter {name!r} (known: {known})")
+        if name in seen:
+            raise ValueError(f"parameter {name!r} given more than once")
+        low, high = allowed[name]
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(f"parameter {name!r} must be an integer, got {raw[:40]!r}") from None
+        if not low <= value <= high:
+            raise ValueError(f"parameter {name!r} must be >= {low} and <= {high}, got {value}")
+        seen[name] = value
+    return seen
 
 
 def _html_escape(text: str) -> str:

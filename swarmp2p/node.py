@@ -397,10 +397,12 @@ async def run_node(
     trainer_config: Any,
     *,
     echo: Callable[[str], None] = print,
+    config_file: Path | None = None,
     task_status: trio.TaskStatus[dict[str, Any]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run one node until SIGINT/SIGTERM or cancellation. Raises NodeError on bad setup
-    (DataDirBusy when another process holds the data dir)."""
+    (DataDirBusy when another process holds the data dir). `config_file`: the file the config
+    came from, named in the printed join command."""
     from swarmp2p.datadir import DataDirInUse, lock_data_dir
 
     _configure_logging(config.log_level)
@@ -417,7 +419,9 @@ async def run_node(
     except OSError as error:
         raise NodeError(f"cannot lock data dir {data_dir}: {error.strerror or error}") from None
     try:
-        await _run_locked(config, trainer_config, data_dir, echo=echo, task_status=task_status)
+        await _run_locked(
+            config, trainer_config, data_dir, echo=echo, config_file=config_file, task_status=task_status
+        )
     finally:
         # node.json describes a running node: a stopped one leaves none (a kill -9 may leave one
         # behind; the next node on the dir removes it at start).
@@ -431,6 +435,7 @@ async def _run_locked(
     data_dir: Path,
     *,
     echo: Callable[[str], None],
+    config_file: Path | None,
     task_status: trio.TaskStatus[dict[str, Any]],
 ) -> None:
     """run_node once it holds the data dir."""
@@ -489,6 +494,7 @@ async def _run_locked(
                         echo,
                         stopping,
                         task_status,
+                        config_file,
                     )
         finally:
             if built:
@@ -631,6 +637,7 @@ async def _run_with_network(
     echo: Callable[[str], None],
     stopping: trio.Event,
     task_status: trio.TaskStatus[dict[str, Any]],
+    config_file: Path | None = None,
 ) -> None:
     from protocol.envelope import seal
     from protocol.messages import PROTOCOL_VERSION, Hello
@@ -724,6 +731,8 @@ async def _run_with_network(
 
     def status() -> dict[str, Any]:
         snapshot = peer.status()
+        # The ids, not just their count: the dashboard's "Connected peers" lists them.
+        snapshot["peers"] = sorted(network.connected_peers())
         snapshot["network"] = network.status()
         snapshot["hellos"] = dict(hello_stats)
         snapshot["schedule"] = attrs.asdict(schedule)
@@ -741,7 +750,7 @@ async def _run_with_network(
         echo(f"listening on {addr}")
         echo(
             f"swarm {schedule.swarm_id}: round {schedule.round_ms / 1000:g}s. To join from another "
-            f"terminal:\n  swarmp2p node --data-dir <another dir> --bootstrap {addr}"
+            f"terminal:\n  {join_command(config, data_dir, addr, config_file)}"
         )
         if isinstance(coordinator, ScheduleCoordinator):
             await _join_at_round_start(coordinator, clock, config.join_min_remaining)
@@ -755,6 +764,10 @@ async def _run_with_network(
                 serve_dashboard, status, host=config.dashboard_host, port=config.dashboard_port
             )
             info["dashboard_port"] = await nursery.start(serve)
+            info["dashboard_url"] = dashboard_url(config.dashboard_host, info["dashboard_port"])
+            echo(f"dashboard: {info['dashboard_url']}")
+        else:
+            echo("dashboard: off (--dashboard-port 8080 serves one on http://127.0.0.1:8080/)")
         node_file = data_dir / NODE_FILE
         # Atomic: tools and tests poll this file while the node starts; never show it half-written.
         staging = node_file.with_suffix(".tmp")
@@ -763,6 +776,40 @@ async def _run_with_network(
         task_status.started(info)
         # Run until stopped: run_node's stop() cancels the trainer and this whole scope.
         await trio.sleep_forever()
+
+
+def dashboard_url(host: str, port: int) -> str:
+    """The URL to open for a dashboard bound to host:port (a wildcard bind: via localhost)."""
+    if host in ("", "0.0.0.0", "::"):
+        host = "127.0.0.1"
+    return f"http://[{host}]:{port}/" if ":" in host else f"http://{host}:{port}/"
+
+
+def free_sibling_dir(data_dir: Path) -> Path:
+    """An absolute path next to `data_dir` that does not exist yet: `<name>-2`, `<name>-3`, ..."""
+    base = data_dir.resolve()
+    index = 2
+    while (candidate := base.with_name(f"{base.name}-{index}")).exists():
+        index += 1
+    return candidate
+
+
+def join_command(config: NodeConfig, data_dir: Path, addr: str, config_file: Path | None = None) -> str:
+    """The exact shell command that joins this node's swarm from another terminal: a real data
+    dir (never a placeholder the shell would read as a redirection), this node's config file and
+    model, every argument quoted for a POSIX shell; no sudo."""
+    import shlex
+
+    args = ["swarmp2p", "node", "--data-dir", str(free_sibling_dir(data_dir))]
+    if config_file is not None:
+        args += ["--config", str(Path(config_file).resolve())]
+    if config.model != NodeConfig().model:
+        model = config.model
+        if Path(model).exists():
+            model = str(Path(model).resolve())
+        args += ["--model", model]
+    args += ["--bootstrap", addr]
+    return shlex.join(args)
 
 
 def _build_policy(trainer_config: Any, registry: Any, warmup_steps: int, echo: Callable[[str], None]) -> Any:

@@ -34,10 +34,11 @@ STATUS = {
 }
 
 
-def http_get(url: str) -> tuple[int, dict[str, str], bytes]:
-    """Blocking GET returning (status, headers, body) for any status code."""
+def http_get(url: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
+    """Blocking GET (or `method`) returning (status, headers, body) for any status code."""
     try:
-        with urllib.request.urlopen(url, timeout=10) as response:
+        request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+        with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, dict(response.headers), response.read()
     except urllib.error.HTTPError as error:
         return error.code, dict(error.headers), error.read()
@@ -310,3 +311,46 @@ def test_dashboard_command_rejects_bad_config_with_exit_2(tmp_path):
     assert completed.returncode == 2
     assert completed.stderr.strip().count("\n") == 0
     assert "[dashboard] port" in completed.stderr and "SWARMP2P_PORT" in completed.stderr
+
+
+def test_healthz_answers_200_with_a_small_json_and_503_when_the_source_fails():
+    def check(base: str) -> None:
+        code, headers, body = http_get(base + "/healthz")
+        assert code == 200 and headers["content-type"].startswith("application/json")
+        health = json.loads(body)
+        assert health == {"ok": True, "peer_id": STATUS["peer_id"], "round": 7, "peers": 3}
+        assert len(body) < 300
+
+    with_dashboard(lambda: STATUS, check)
+
+    def broken() -> dict:
+        raise RuntimeError("node is gone")
+
+    def check_broken(base: str) -> None:
+        code, _, body = http_get(base + "/healthz")
+        health = json.loads(body)
+        assert code == 503 and health["ok"] is False and "node is gone" in health["error"]
+
+    with_dashboard(broken, check_broken)
+
+
+def test_api_parameters_are_validated_with_a_4xx_and_a_clear_message():
+    def check(base: str) -> None:
+        code, _, body = http_get(base + "/api/status?history=1")
+        assert code == 200 and json.loads(body)["history"] == STATUS["history"][-1:]
+        code, _, body = http_get(base + "/api/status?history=0")
+        assert code == 200 and json.loads(body)["history"] == []
+        for query, words in [
+            ("history=abc", ["history", "integer"]),
+            ("history=-1", ["history", ">= 0"]),
+            ("history=1&history=2", ["history", "once"]),
+            ("round=3", ["unknown parameter", "round", "history"]),
+        ]:
+            code, headers, body = http_get(base + "/api/status?" + query)
+            assert code == 400, query
+            assert headers["content-type"].startswith("application/json")
+            error = json.loads(body)["error"]
+            assert all(word in error for word in words), (query, error)
+        assert http_get(base + "/api/status", method="POST")[0] == 405
+
+    with_dashboard(lambda: STATUS, check)
