@@ -6,7 +6,23 @@ import os
 import signal
 from pathlib import Path
 
+import attrs
 import typer
+
+# Light modules (no torch, no libp2p): imported here so that --help can show the defaults.
+from swarmp2p.node import NODE_TRAINER_DEFAULTS, NodeConfig
+from trainer.config import TrainerConfig
+
+_EVAL_EVERY = NODE_TRAINER_DEFAULTS["eval_every"]
+
+
+def _help(text: str, field: str, cls: type = NodeConfig) -> str:
+    """`text` with the field's default (flags default to None so that "not given" can fall back
+    to the environment and the config file; typer would show no default at all)."""
+    default = attrs.fields_dict(cls)[field].default
+    if isinstance(default, tuple):
+        default = ", ".join(default) or "none"
+    return f"{text.rstrip('.')} (default: {default})."
 
 
 def register(app: typer.Typer) -> None:
@@ -15,27 +31,49 @@ def register(app: typer.Typer) -> None:
 
 def node(
     config: Path | None = typer.Option(
-        None, "--config", help="TOML file with \\[node] and \\[trainer] sections."
+        None, "--config", help="TOML file with \\[node] and \\[trainer] sections (default: none)."
     ),
     data_dir: str | None = typer.Option(
-        None, "--data-dir", help="Where identity, checkpoints and logs live."
+        None, "--data-dir", help=_help("Where identity, checkpoints and logs live.", "data_dir")
     ),
-    identity: str | None = typer.Option(None, "--identity", help="Identity key file (created, 0600)."),
-    listen: list[str] | None = typer.Option(None, "--listen", help="Listen multiaddr (repeatable)."),
+    identity: str | None = typer.Option(
+        None, "--identity", help="Identity key file (created, 0600; default: <data dir>/identity.key)."
+    ),
+    listen: list[str] | None = typer.Option(
+        None, "--listen", help=_help("Listen multiaddr (repeatable).", "listen")
+    ),
     bootstrap: list[str] | None = typer.Option(
-        None, "--bootstrap", help="Peer multiaddr to join (repeatable)."
+        None, "--bootstrap", help="Peer multiaddr to join (repeatable; default: none, start a new swarm)."
     ),
-    round_seconds: float | None = typer.Option(None, "--round-seconds", help="Round length of a new swarm."),
-    model: str | None = typer.Option(None, "--model", help='"tiny", a local model folder or a model id.'),
-    dashboard_port: int | None = typer.Option(None, "--dashboard-port", help="Dashboard port; 0 = off."),
+    round_seconds: float | None = typer.Option(
+        None, "--round-seconds", help=_help("Round length of a new swarm.", "round_seconds")
+    ),
+    model: str | None = typer.Option(
+        None, "--model", help=_help('"tiny", a local model folder or a model id.', "model")
+    ),
+    dashboard_port: int | None = typer.Option(
+        None, "--dashboard-port", help=_help("Dashboard port; 0 = off.", "dashboard_port")
+    ),
+    dashboard_host: str | None = typer.Option(
+        None, "--dashboard-host", help=_help("Address the dashboard binds.", "dashboard_host")
+    ),
     chain_rpc: str | None = typer.Option(
-        None, "--chain-rpc", help="Ethereum JSON-RPC URL of the coordinator."
+        None, "--chain-rpc", help="Ethereum JSON-RPC URL of the coordinator (default: none, no chain)."
     ),
     contract: str | None = typer.Option(None, "--contract", help="SwarmCoordinator contract address."),
     eth_key: str | None = typer.Option(None, "--eth-key", help="Ethereum key file for the coordinator."),
-    log_level: str | None = typer.Option(None, "--log-level", help="debug, info or warning."),
+    log_level: str | None = typer.Option(
+        None, "--log-level", help=_help("debug, info or warning.", "log_level")
+    ),
+    tensorboard: str | None = typer.Option(
+        None,
+        "--tensorboard",
+        help="Write TensorBoard scalars per round to this folder (default: none).",
+    ),
     eval_every: int | None = typer.Option(
-        None, "--eval-every", help="Held-out evaluation every N rounds (default 5; 0: never)."
+        None,
+        "--eval-every",
+        help=f"Held-out evaluation every N rounds (0: never; default: {_EVAL_EVERY}).",
     ),
     eval_before_train: bool | None = typer.Option(
         None,
@@ -43,10 +81,14 @@ def node(
         help="Evaluate once before the first round (default: yes).",
     ),
     eval_questions: int | None = typer.Option(
-        None, "--eval-questions", help="Held-out questions per task (the same set every time)."
+        None,
+        "--eval-questions",
+        help=_help("Held-out questions per task (the same set every time).", "eval_questions", TrainerConfig),
     ),
     eval_generations_to_log: int | None = typer.Option(
-        None, "--eval-generations-to-log", help="Sample answers kept with each evaluation."
+        None,
+        "--eval-generations-to-log",
+        help=_help("Sample answers kept with each evaluation.", "eval_generations_to_log", TrainerConfig),
     ),
 ) -> None:
     """Run a swarm peer. With no arguments: start a new local swarm on the tiny model."""
@@ -55,8 +97,7 @@ def node(
     from rich.markup import escape
 
     from swarmp2p.config import CONFIG_FILE_ENV, config_or_exit
-    from swarmp2p.node import NODE_TRAINER_DEFAULTS, NodeConfig, NodeError, run_node
-    from trainer.config import TrainerConfig
+    from swarmp2p.node import NodeError, run_node
 
     node_config = config_or_exit(
         NodeConfig,
@@ -70,6 +111,8 @@ def node(
             "round_seconds": round_seconds,
             "model": model,
             "dashboard_port": dashboard_port,
+            "dashboard_host": dashboard_host,
+            "tensorboard": tensorboard,
             "chain_rpc": chain_rpc,
             "contract": contract,
             "eth_key": eth_key,

@@ -84,6 +84,9 @@ class NodeConfig:
     after a (re)join, or any later one it reaches late after a long step): it waits for the next
     round instead, since its batch would arrive after everyone's collect deadline. 0: never skip."""
     log_level: str = attrs.field(default="info", validator=attrs.validators.in_(("debug", "info", "warning")))
+    tensorboard: str = ""
+    """Folder for TensorBoard event files (one point per round: reward, loss, KL, grad norm,
+    held-out accuracy; swarmp2p/tblog.py); empty = none."""
     warmup_steps: int = attrs.field(default=-1, validator=attrs.validators.ge(-1))
     """Supervised format warm-up on first start (no checkpoint yet): -1 = 15 steps for the tiny
     model and none otherwise. A fresh tiny model never writes an answer tag, so without it every
@@ -331,7 +334,9 @@ class RoundLog:
         echo: Callable[[str], None],
         timings: Callable[[], dict[str, float]] = dict,
         network_drops: Callable[[], dict[str, int]] = dict,
+        board: Any = None,
     ) -> None:
+        self.board = board  # a swarmp2p.tblog.TensorBoardLog, or None
         self.path = path
         self.peer_id = peer_id
         self.peers = peers
@@ -348,6 +353,8 @@ class RoundLog:
         data["network_drops"] = self.network_drops()  # cumulative: failed dials, queue overflows, ...
         with self.path.open("a") as handle:
             handle.write(json.dumps(data, sort_keys=True) + "\n")
+        if self.board is not None:
+            self.board.round(data)
         reward = "n/a" if record.reward is None else f"{record.reward:.3f}"
         rejected = f"rejected {sum(record.rejected.values())}"
         out_of_round = sum(record.rejected.get(reason, 0) for reason in OUT_OF_ROUND_REJECTIONS)
@@ -673,6 +680,15 @@ async def _run_with_network(
         schedule = attrs.evolve(schedule, genesis_ms=clock.now_ms())
         coordinator = ScheduleCoordinator(schedule, clock)
     save_schedule(data_dir, schedule)
+    board = None
+    if config.tensorboard:
+        from swarmp2p.tblog import TensorBoardLog, TensorBoardUnavailable
+
+        try:
+            board = TensorBoardLog(config.tensorboard)
+        except TensorBoardUnavailable as error:
+            raise NodeError(str(error)) from None
+        echo(f"tensorboard: tensorboard --logdir {config.tensorboard}")
     rounds_log = RoundLog(
         data_dir / ROUNDS_FILE,
         identity.peer_id,
@@ -680,6 +696,7 @@ async def _run_with_network(
         echo,
         getattr(policy, "take_timings", dict),
         lambda: dict(network.status().get("drops", {})),
+        board,
     )
     peer = Peer(
         setup.peer_settings,

@@ -141,10 +141,8 @@ def test_two_nodes_from_the_printed_command_with_dashboard_healthz_peers_and_the
     config.write_text(CONFIG)
     first_dir = tmp_path / "first"
     port = _free_port()
-    first = Node(
-        ["node", "--config", str(config), "--data-dir", str(first_dir), "--dashboard-port", str(port)],
-        tmp_path / "first.log",
-    )
+    argv = ["node", "--config", str(config), "--data-dir", str(first_dir), "--dashboard-port", str(port)]
+    first = Node([*argv, "--tensorboard", str(tmp_path / "tb")], tmp_path / "first.log")
     nodes = [first]
     try:
         command = first.wait_output(JOIN_LINE).group(1)
@@ -191,3 +189,10 @@ def test_two_nodes_from_the_printed_command_with_dashboard_healthz_peers_and_the
     assert codes == [0] * len(nodes), "\n".join(node.output()[-3000:] for node in nodes)
     for data_dir in (first_dir, second_dir):
         assert not (data_dir / "node.json").exists(), f"{data_dir}/node.json left by a stopped node"
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    rounds = [event.step for event in events.Scalars("round/reward")]
+    assert rounds and rounds == sorted(rounds), rounds
