@@ -1,0 +1,171 @@
+"""Three real `swarmp2p node` processes on three separate hosts (Linux network namespaces) joined
+by a lossy, slow network: 50 ms ± 10 ms one-way delay and 2% loss on every node's egress
+(100 ms RTT), then a nemesis that cuts one node off for three rounds and heals.
+
+The network is tests/netns_harness.py's userspace switch (the kernel has no `sch_netem`); nothing leaves
+the namespaces the test creates. Needs root, iproute2 and /dev/net/tun; skipped otherwise.
+Assertions read rounds.jsonl and the node's /api/status, never logs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from netns_harness import (
+    NetnsNetwork,
+    NetnsNode,
+    build_warm_model,
+    missing_requirements,
+    netns_swarm,
+    wait_for,
+)
+from netns_harness import swarm_report as report
+
+REASON = missing_requirements()
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(REASON is not None, reason=str(REASON))]
+
+ROUND_SECONDS = 10.0
+CONDITIONS = {"delay_ms": 50.0, "jitter_ms": 10.0, "loss": 0.02}
+K = 3  # rounds every node must complete under latency and loss
+PARTITION_ROUNDS = 3
+REJOIN_WITHIN = 3  # rounds after the heal by which the cut-off node trains on others again
+# Network status counters that show a link went dead (failed dials, timed-out requests, DHT
+# writes that could not reach a peer, connections dropped as stale, retried stream opens).
+DEAD_LINK_COUNTERS = (
+    "dial_failed",
+    "request_timeout",
+    "stale_connections_dropped",
+    "stream_retried",
+    "dht_replication_failed",
+    "dht_replication_timeout",
+)
+
+
+@pytest.fixture(scope="module")
+def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NetnsNetwork, list[NetnsNode]]]:
+    root = tmp_path_factory.mktemp("netns")
+    model = build_warm_model(root / "model")
+    with netns_swarm(root, 3, model, ROUND_SECONDS, **CONDITIONS) as (network, nodes):
+        ids = [node.info()["peer_id"] for node in nodes]
+        for node, peer_id in zip(nodes, ids, strict=True):
+            node.peer_id = peer_id  # type: ignore[attr-defined]
+        yield network, nodes
+
+
+def first_common_round(nodes: list[NetnsNode]) -> int:
+    wait_for(lambda: all(node.rounds() for node in nodes), 150, "every node's first round")
+    return max(node.rounds()[0]["round"] for node in nodes) + 1
+
+
+def round_start_s(node: NetnsNode, round_number: int) -> float:
+    schedule = node.info()["schedule"]
+    return (schedule["genesis_ms"] + round_number * schedule["round_ms"]) / 1000
+
+
+def dead_link_count(status: dict[str, Any]) -> int:
+    drops = status["network"]["drops"]
+    return sum(drops.get(kind, 0) for kind in DEAD_LINK_COUNTERS)
+
+
+def test_three_hosts_train_on_each_other_through_latency_and_loss(
+    swarm: tuple[NetnsNetwork, list[NetnsNode]],
+) -> None:
+    network, nodes = swarm
+    ids = {node.index: node.peer_id for node in nodes}  # type: ignore[attr-defined]
+    first = first_common_round(nodes)
+    checked = list(range(first, first + K))
+    try:
+        wait_for(
+            lambda: all(checked[-1] in node.by_round() for node in nodes),
+            (K + 2) * ROUND_SECONDS + 30,
+            f"rounds {checked} on every node",
+        )
+        for node in nodes:
+            others = {peer for index, peer in ids.items() if index != node.index}
+            records = node.by_round()
+            trained: set[str] = set()
+            for r in checked:
+                record = records[r]
+                assert record["completed"], (node.index, record)
+                assert record["rollouts_out"] > 0
+                peers = set(record["external_peers_trained_on"])
+                assert peers, f"node {node.index} trained on no one in round {r}"
+                assert peers <= others
+                assert not record["rejected"].get("forged_reward"), record
+                trained |= peers
+            assert trained == others, f"node {node.index} trained only on {trained} in rounds {checked}"
+        # The impairment really applied: the switch dropped packets for loss, none for anything else.
+        stats = network.stats()
+        assert sum(s.get("dropped_loss", 0) for s in stats) > 0, stats
+        assert all(s.get("unknown_dst", 0) == 0 for s in stats), stats
+    except BaseException:
+        print(report(nodes))
+        raise
+
+
+def test_a_partitioned_node_rejoins_and_trains_on_others_again(
+    swarm: tuple[NetnsNetwork, list[NetnsNode]],
+) -> None:
+    network, nodes = swarm
+    ids = {node.index: node.peer_id for node in nodes}  # type: ignore[attr-defined]
+    cut, kept = nodes[2], nodes[:2]
+    try:
+        start = first_common_round(nodes)
+        wait_for(lambda: all(start in node.by_round() for node in nodes), 3 * ROUND_SECONDS + 30, "a round")
+        cut_round = max(max(node.by_round()) for node in nodes) + 1
+        # Cut node 2 off right at the start of a round, for PARTITION_ROUNDS whole rounds.
+        time.sleep(max(0.0, round_start_s(cut, cut_round) - 2.0 - time.time()))
+        before = cut.status()
+        time.sleep(max(0.0, round_start_s(cut, cut_round) - time.time()))
+        network.partition([0, 1], [2])
+        time.sleep(PARTITION_ROUNDS * ROUND_SECONDS)
+        during = cut.status()
+        network.heal()
+        healed_round = cut_round + PARTITION_ROUNDS
+        inside = list(range(cut_round + 1, healed_round))  # rounds wholly inside the partition
+
+        last = healed_round + REJOIN_WITHIN
+        wait_for(
+            lambda: all(last in node.by_round() for node in nodes),
+            (REJOIN_WITHIN + 2) * ROUND_SECONDS + 30,
+            f"round {last} on every node",
+        )
+        # While cut off: the other two carry on with each other only; node 2 gets nothing.
+        for node in kept:
+            partner = {ids[1 - node.index]}
+            trained: set[str] = set()
+            for r in inside:
+                record = node.by_round()[r]
+                assert record["completed"], (node.index, record)
+                assert ids[2] not in record["accepted_peers"], (node.index, r, record)
+                assert set(record["external_peers_trained_on"]) <= partner, (node.index, r, record)
+                trained |= set(record["external_peers_trained_on"])
+            assert trained == partner, f"node {node.index} did not train on its partner during the cut"
+            record = cut.by_round().get(r)
+            if record is not None:
+                assert record["accepted_peers"] == [], (r, record)
+                assert record["external_peers_trained_on"] == [], (r, record)
+        # The dead links are counted in node 2's status (not only in a log line).
+        assert dead_link_count(during) > dead_link_count(before), (before["network"], during["network"])
+        # After the heal, within REJOIN_WITHIN rounds: node 2 trains on the others' rollouts and
+        # they train on its rollouts again.
+        after = range(healed_round, last + 1)
+        cut_records = cut.by_round()
+        rejoined = [r for r in after if r in cut_records and cut_records[r]["external_peers_trained_on"]]
+        assert rejoined, f"node 2 trained on no one in rounds {list(after)}"
+        back = rejoined[0]
+        for node in kept:
+            records = node.by_round()
+            taken = [r for r in after if ids[2] in records.get(r, {}).get("external_peers_trained_on", ())]
+            assert taken, f"node {node.index} never trained on node 2's rollouts after the heal"
+        # From the first rejoined round on, node 2 keeps getting the others' rollouts.
+        for r in range(back, last + 1):
+            assert cut_records[r]["completed"] and cut_records[r]["accepted_peers"], (r, cut_records[r])
+        end = cut.status()
+        assert end["network"]["connected_peers"] == 2, end["network"]
+    except BaseException:
+        print(report(nodes))
+        raise
