@@ -9,6 +9,8 @@ Assertions read rounds.jsonl and the node's /api/status, never logs.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -18,6 +20,7 @@ from netns_harness import (
     NetnsNetwork,
     NetnsNode,
     build_warm_model,
+    clean_leftovers,
     missing_requirements,
     netns_swarm,
     wait_for,
@@ -42,6 +45,73 @@ DEAD_LINK_COUNTERS = (
     "dht_replication_failed",
     "dht_replication_timeout",
 )
+
+
+ECHO_SERVER = """
+import socket, threading
+server = socket.create_server(("10.77.0.2", 9000))
+def serve(conn):
+    with conn:
+        conn.sendall(conn.recv(100))
+while True:
+    threading.Thread(target=serve, args=(server.accept()[0],), daemon=True).start()
+"""
+# Connect + one echo: two round trips. Prints milliseconds, or the error's name.
+ECHO_CLIENT = """
+import socket, sys, time
+started = time.monotonic()
+try:
+    with socket.create_connection((sys.argv[1], 9000), timeout=1.5) as conn:
+        conn.sendall(b"ping")
+        assert conn.recv(100) == b"ping"
+    print(round((time.monotonic() - started) * 1000))
+except OSError as error:
+    print(type(error).__name__)
+"""
+
+
+def echo(network: NetnsNetwork, target: str) -> str:
+    done = subprocess.run(
+        [*network.exec_args(0), sys.executable, "-c", ECHO_CLIENT, target],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return done.stdout.strip()
+
+
+def test_the_switch_delays_partitions_confines_and_cleans_up() -> None:
+    with NetnsNetwork(2) as network:
+        prefix = network.prefix
+        subprocess.Popen([*network.exec_args(1), sys.executable, "-c", ECHO_SERVER])
+        wait_for(lambda: echo(network, "10.77.0.2").isdigit(), 20, "the echo server")
+        network.impair(delay_ms=40, jitter_ms=5)
+        # 40 ms ± 5 one-way on each side: two round trips take at least 4 x 35 ms.
+        times = [int(echo(network, "10.77.0.2")) for _ in range(3)]
+        assert all(140 <= ms < 1000 for ms in times), times
+        # A partition drops everything between the groups; the heal restores it.
+        network.partition([0], [1])
+        assert echo(network, "10.77.0.2") == "TimeoutError"
+        network.heal()
+        assert echo(network, "10.77.0.2").isdigit()
+        # Nothing leaves the namespaces: an address beyond the subnet has no route, and one in
+        # the subnet that is no node's is dropped by the switch and counted.
+        assert echo(network, "192.0.2.1") == "OSError"  # ENETUNREACH
+        assert echo(network, "10.77.0.200") == "TimeoutError"
+        stats = network.stats()
+        assert stats[0]["unknown_dst"] >= 1 and stats[0]["dropped_partition"] >= 1, stats
+        assert stats[0]["forwarded"] > 0 and stats[1]["forwarded"] > 0, stats
+    # Namespaces (and the server still running in one) and TUN devices are gone.
+    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert prefix not in listing
+    assert prefix not in subprocess.run(["ip", "link"], capture_output=True, text=True).stdout
+    # A run that died leaves namespaces the next run removes: name one after a finished process.
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    leftover = f"s2p{gone.pid:x}x1-n0"
+    subprocess.run(["ip", "netns", "add", leftover], check=True)
+    assert leftover in clean_leftovers()
+    assert leftover not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
 
 
 @pytest.fixture(scope="module")
