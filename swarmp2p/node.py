@@ -815,11 +815,22 @@ def join_command(config: NodeConfig, data_dir: Path, addr: str, config_file: Pat
     """The exact shell command that joins this node's swarm from another terminal: a real data
     dir (never a placeholder the shell would read as a redirection), this node's config file and
     model, every argument quoted for a POSIX shell; no sudo."""
+    import re
     import shlex
 
-    args = ["swarmp2p", "node", "--data-dir", str(free_sibling_dir(data_dir))]
+    new_dir = free_sibling_dir(data_dir)
+    args = ["swarmp2p", "node", "--data-dir", str(new_dir)]
     if config_file is not None:
         args += ["--config", str(Path(config_file).resolve())]
+        # What the shared file may fix that two nodes on one machine cannot share: the identity
+        # (one peer id), a fixed listen port, a dashboard port.
+        if config.identity:
+            args += ["--identity", str(new_dir / "identity.key")]
+        if any(re.search(r"/tcp/[1-9]", addr) for addr in config.listen):
+            for addr in config.listen:
+                args += ["--listen", re.sub(r"/tcp/\d+", "/tcp/0", addr)]
+        if config.dashboard_port:
+            args += ["--dashboard-port", "0"]
     if config.model != NodeConfig().model:
         model = config.model
         if Path(model).exists():

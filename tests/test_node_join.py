@@ -74,6 +74,14 @@ def test_the_join_command_is_pasteable_and_quotes_odd_paths(tmp_path: Path) -> N
         "swarmp2p", "node", "--data-dir", str(tmp_path / "my data-3"), "--config", str(config),
         "--model", str(tmp_path), "--bootstrap", addr,
     ]  # fmt: skip
+    # A shared config file must not hand the joiner this node's identity, ports or dashboard.
+    fixed = NodeConfig(
+        data_dir=str(own), identity="node.key", listen=("/ip4/0.0.0.0/tcp/4001",), dashboard_port=8080
+    )
+    words = _check_pasteable(join_command(fixed, own, addr, config), own)
+    assert words[words.index("--identity") + 1] == str(tmp_path / "my data-3" / "identity.key")
+    assert words[words.index("--listen") + 1] == "/ip4/0.0.0.0/tcp/0"
+    assert words[words.index("--dashboard-port") + 1] == "0"
     plain = join_command(NodeConfig(), Path(".swarmp2p"), addr)
     assert shlex.split(plain)[2:] == ["--data-dir", str(Path(".swarmp2p-2").resolve()), "--bootstrap", addr]
 
