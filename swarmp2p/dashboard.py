@@ -180,7 +180,9 @@ def render_metrics(status: Mapping[str, Any] | None, source_errors: int) -> tupl
                 gauge.add_metric([], float(value))
                 families.append(gauge)
         families.extend(_eval_metrics(status))
-        seen = {"swarmp2p_dashboard_source_errors"}
+        # The labeled families' names are taken first: a node counter that sanitises to one of
+        # them is left out rather than clash with it.
+        seen = {"swarmp2p_dashboard_source_errors", *_LABELED_NAMES}
         for key, value in sorted(status.get("counters", {}).items()):
             name = _metric_name(key)
             if name.endswith("_total"):
@@ -191,6 +193,7 @@ def render_metrics(status: Mapping[str, Any] | None, source_errors: int) -> tupl
             counter = CounterMetricFamily(name, f"Node counter '{key}'.")
             counter.add_metric([], float(value))
             families.append(counter)
+        families.extend(_labeled_metrics(status))
 
     class _Snapshot:
         def collect(self) -> Any:
@@ -199,6 +202,90 @@ def render_metrics(status: Mapping[str, Any] | None, source_errors: int) -> tupl
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Snapshot())
     return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+# Status sections whose numbers are counters (they only grow), exported as ONE labeled family
+# each: (path in the status, metric name without `_total`, label name, help text). Everything
+# `/api/status` counts is here, so a scrape sees every rejection, drop and hello the page shows.
+_LABELED_COUNTERS: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
+    (("rejections",), "swarmp2p_rejections", "reason", "Inbound messages the node rejected, by reason."),
+    (
+        ("network", "drops"),
+        "swarmp2p_network_drops",
+        "kind",
+        "What the libp2p adapter dropped, refused or evicted, by kind.",
+    ),
+    (
+        ("network", "gossip_rejections"),
+        "swarmp2p_gossip_rejections",
+        "reason",
+        "Gossip messages our topic validators rejected (not delivered, not forwarded), by reason.",
+    ),
+    (("hellos",), "swarmp2p_hellos", "kind", "Hellos received, by outcome."),
+)
+# Status sections whose numbers are levels (they go up and down): one gauge family each.
+_LABELED_GAUGES: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
+    (
+        ("network", "tables"),
+        "swarmp2p_network_table_entries",
+        "table",
+        "Entries in the libp2p adapter's bounded tables (peer book, DHT store, ...).",
+    ),
+)
+# Numbers shown in /api/status that are not counts of events (hellos' peers_with_other_rules is
+# how many peers differ, now): exported as gauges under these names.
+_GAUGE_KEYS = {("hellos", "peers_with_other_rules"): "swarmp2p_peers_with_other_rules"}
+_NETWORK_GAUGES = {
+    "connected_peers": "Peers with an open libp2p connection.",
+    "known_peers": "Peers in the peer book.",
+    "dht_routing_table": "Peers in the Kademlia routing table.",
+}
+_LABELED_NAMES = frozenset(
+    [name for _, name, _, _ in _LABELED_COUNTERS + _LABELED_GAUGES]
+    + list(_GAUGE_KEYS.values())
+    + [f"swarmp2p_network_{key}" for key in _NETWORK_GAUGES]
+)
+
+
+def _section(status: Mapping[str, Any], path: tuple[str, ...]) -> Mapping[str, Any]:
+    node: Any = status
+    for key in path:
+        node = node.get(key) if isinstance(node, Mapping) else None
+    return node if isinstance(node, Mapping) else {}
+
+
+def _labeled_metrics(status: Mapping[str, Any]) -> list[Any]:
+    """Counters and gauges of the status sections above, with a label per key."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    families: list[Any] = []
+    for path, name, label, help_text in _LABELED_COUNTERS:
+        counter = CounterMetricFamily(name, help_text, labels=[label])
+        for key, value in sorted(_section(status, path).items()):
+            if (*path, key) in _GAUGE_KEYS or not _is_number(value) or value < 0:
+                continue
+            counter.add_metric([str(key)], float(value))
+        families.append(counter)  # present even when empty: a dashboard sees the family exists
+    for path, name, label, help_text in _LABELED_GAUGES:
+        gauge = GaugeMetricFamily(name, help_text, labels=[label])
+        for key, value in sorted(_section(status, path).items()):
+            if _is_number(value):
+                gauge.add_metric([str(key)], float(value))
+        if gauge.samples:
+            families.append(gauge)
+    for (*path, key), name in _GAUGE_KEYS.items():
+        value = _section(status, tuple(path)).get(key)
+        if _is_number(value):
+            gauge = GaugeMetricFamily(name, f"Status value {'.'.join((*path, key))}.")
+            gauge.add_metric([], float(value))
+            families.append(gauge)
+    network = _section(status, ("network",))
+    for key, help_text in _NETWORK_GAUGES.items():
+        if _is_number(network.get(key)):
+            gauge = GaugeMetricFamily(f"swarmp2p_network_{key}", help_text)
+            gauge.add_metric([], float(network[key]))
+            families.append(gauge)
+    return families
 
 
 def _eval_metrics(status: Mapping[str, Any]) -> list[Any]:

@@ -1,0 +1,111 @@
+"""/metrics carries every counter /api/status shows: rejections by reason, the network adapter's
+drops, gossip validator rejections, hellos, and the adapter's table sizes, as labeled series."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import trio
+from libp2p.crypto.ed25519 import create_new_key_pair
+from prometheus_client.parser import text_string_to_metric_families
+
+from swarmp2p.dashboard import normalize_status, render_metrics
+from swarmp2p.net import NetworkSettings, open_libp2p_network
+from swarmp2p.net.counters import DropCounters
+
+# Where each status section lands in /metrics: (section path, family, label).
+EXPECTED = {
+    ("rejections",): ("swarmp2p_rejections_total", "reason"),
+    ("network", "drops"): ("swarmp2p_network_drops_total", "kind"),
+    ("network", "gossip_rejections"): ("swarmp2p_gossip_rejections_total", "reason"),
+    ("hellos",): ("swarmp2p_hellos_total", "kind"),
+    ("network", "tables"): ("swarmp2p_network_table_entries", "table"),
+}
+
+
+def samples(status: Mapping[str, Any]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = render_metrics(normalize_status(status), 0)[0].decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def numeric_leaves(node: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], float]]:
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            yield from numeric_leaves(value, (*path, str(key)))
+    elif isinstance(node, int | float) and not isinstance(node, bool):
+        yield path, float(node)
+
+
+def node_like_status(network_status: Mapping[str, Any]) -> dict[str, Any]:
+    """What swarmp2p/node.py serves: the Peer's status plus the network's and the hellos."""
+    return {
+        "peer_id": "12D3KooWme",
+        "round": 4,
+        "phase": "collect",
+        "peers": ["12D3KooWa"],
+        "history": [],
+        "counters": {"fetches": 9, "fetch_failed": 2},
+        "rejections": {"stale_round": 3, "future_round": 300, "sender_mismatch": 1},
+        "banned": [],
+        "network": dict(network_status),
+        "hellos": {"hellos_accepted": 5, "hellos_rejected": 2, "hellos_stale": 1, "peers_with_other_rules": 1},
+    }
+
+
+def assert_every_status_counter_exported(status: Mapping[str, Any]) -> None:
+    exported = samples(status)
+    checked = 0
+    for path, value in numeric_leaves(status):
+        if path[:1] == ("counters",):
+            name = "swarmp2p_" + path[1] + "_total"
+            assert exported[(name, ())] == value, path
+        elif path == ("hellos", "peers_with_other_rules"):
+            assert exported[("swarmp2p_peers_with_other_rules", ())] == value
+        elif path[:-1] in EXPECTED:
+            name, label = EXPECTED[path[:-1]]
+            assert exported[(name, ((label, path[-1]),))] == value, path
+        elif path[0] == "network" and len(path) == 2:
+            assert exported[(f"swarmp2p_network_{path[1]}", ())] == value, path
+        elif path[0] in ("round",):
+            continue
+        else:
+            raise AssertionError(f"status number {path} has no place in /metrics")
+        checked += 1
+    assert checked > 10
+
+
+def test_every_counter_of_a_real_adapter_status_is_in_metrics() -> None:
+    async def main() -> dict[str, Any]:
+        with trio.fail_after(30):
+            async with open_libp2p_network(create_new_key_pair(), NetworkSettings()) as net:
+                net.counters.add("gossip_validator_rejected", 2)
+                net.counters.add("dht_foreign_namespace")
+                return net.status()
+
+    network_status = trio.run(main)
+    # Every kind the adapter declares is in its status, hence in /metrics.
+    assert set(DropCounters.KINDS) <= set(network_status["drops"])
+    status = node_like_status(network_status)
+    assert_every_status_counter_exported(status)
+    exported = samples(status)
+    assert exported[("swarmp2p_network_drops_total", (("kind", "gossip_validator_rejected"),))] == 2
+    assert exported[("swarmp2p_network_drops_total", (("kind", "dht_foreign_namespace"),))] == 1
+    assert exported[("swarmp2p_rejections_total", (("reason", "future_round"),))] == 300
+    assert exported[("swarmp2p_hellos_total", (("kind", "hellos_stale"),))] == 1
+    assert ("swarmp2p_network_known_peers", ()) in exported
+
+
+def test_labeled_families_exist_even_when_empty_and_never_clash_with_node_counters() -> None:
+    status = {"counters": {"rejections": 4, "network_drops_total": 1, "ok": 2}}
+    text = render_metrics(normalize_status(status), 0)[0].decode()
+    families = {family.name: family for family in text_string_to_metric_families(text)}
+    # A node counter named like a labeled family is left out, never a duplicate family.
+    assert families["swarmp2p_rejections"].type == "counter"
+    assert families["swarmp2p_rejections"].samples == []
+    assert families["swarmp2p_ok"].samples[0].value == 2
+    assert "swarmp2p_network_drops" in families
