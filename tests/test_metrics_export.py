@@ -53,7 +53,12 @@ def node_like_status(network_status: Mapping[str, Any]) -> dict[str, Any]:
         "rejections": {"stale_round": 3, "future_round": 300, "sender_mismatch": 1},
         "banned": [],
         "network": dict(network_status),
-        "hellos": {"hellos_accepted": 5, "hellos_rejected": 2, "hellos_stale": 1, "peers_with_other_rules": 1},
+        "hellos": {
+            "hellos_accepted": 5,
+            "hellos_rejected": 2,
+            "hellos_stale": 1,
+            "peers_with_other_rules": 1,
+        },
     }
 
 
