@@ -4,8 +4,20 @@ Synchronous on purpose: web3's async providers need asyncio and fail under trio,
 in-process chain is not thread-safe. The trio side (`swarmp2p.chain.coordinator`) runs every
 call of one client on one serialized worker thread.
 
-Transactions are signed locally with explicit gas, nonce, gas price and chain id, so sending
-one costs no estimation round trips (estimating made the in-process chain 2-4x slower).
+Transactions are signed locally with explicit gas, nonce, fees and chain id, so sending one
+costs no estimation round trips (estimating made the in-process chain 2-4x slower).
+
+Fees come from the chain and never from what we paid before (`FeePolicy`): where the latest
+block has a base fee, an EIP-1559 transaction with `maxPriorityFeePerGas` = the node's suggested
+tip capped at `tip_cap_wei` and `maxFeePerGas` = 2 x base fee + tip, capped at
+`max_fee_cap_wei`; elsewhere a legacy `gasPrice` = `eth_gasPrice`, capped the same. (The first
+version paid 2 x `eth_gasPrice` as a legacy price; anvil's `eth_gasPrice` is the base fee plus
+the tips recent transactions paid, so each price doubled the next one until every submission
+failed for funds: tests/test_chain_fees.py.)
+
+Nonces come from the chain: each transaction takes the account's pending nonce, raised to one
+past our last MINED transaction (a load-balanced node may lag behind its own receipt), so a
+restart, a transaction the node dropped, or another process on the key never strands us.
 
 Failure mapping (everything leaves as a `ChainError` subclass with a one-line reason):
 - a revert, whether eth_tester's `TransactionFailed` on a call, `ContractLogicError` /
@@ -51,6 +63,7 @@ GAS_LIMITS: dict[str, int] = {
     "setStageDuration": 60_000,
 }
 TRANSFER_GAS = 21_000
+GWEI = 10**9
 
 _REVERT_PREFIXES = (
     "execution reverted: ",
@@ -69,6 +82,30 @@ class RetryPolicy:
     max_backoff_s: float = 3.0
     receipt_timeout_s: float = 30.0
     receipt_poll_s: float = 0.05
+
+
+@attrs.frozen
+class FeePolicy:
+    """How much a transaction may pay per gas. The tip is the node's suggestion
+    (`eth_maxPriorityFeePerGas`, or `default_tip_wei` where it has none), never above
+    `tip_cap_wei`; `maxFeePerGas` is `base_fee_multiplier` x the latest base fee + the tip
+    (headroom for six full blocks of rising base fee), never above `max_fee_cap_wei`. A chain
+    whose base fee (or legacy gas price) is above the cap gets no transaction: a one-line
+    `ChainError` says so. Fees are re-read every `refresh_s` seconds and after a fee error."""
+
+    tip_cap_wei: int = 2 * GWEI
+    max_fee_cap_wei: int = 500 * GWEI
+    default_tip_wei: int = GWEI
+    base_fee_multiplier: int = 2
+    refresh_s: float = 5.0
+
+    @classmethod
+    def from_gwei(cls, max_fee_gwei: float, tip_cap_gwei: float) -> FeePolicy:
+        return cls(tip_cap_wei=int(tip_cap_gwei * GWEI), max_fee_cap_wei=int(max_fee_gwei * GWEI))
+
+
+def _gwei(wei: int) -> str:
+    return f"{wei / GWEI:.4g} gwei"
 
 
 def revert_reason(error: BaseException) -> str | None:
@@ -150,16 +187,19 @@ class ContractClient:
         account: Any,
         *,
         retry: RetryPolicy | None = None,
+        fees: FeePolicy | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.w3 = w3
         self.contract = w3.eth.contract(address=w3.to_checksum_address(address), abi=abi)
         self.account = account
         self.retry = retry or RetryPolicy()
+        self.fees = fees or FeePolicy()
         self._sleep = sleep
         self._chain_id: int | None = None
-        self._gas_price: int | None = None
-        self._gas_price_read_at = 0.0
+        self._fee_fields: dict[str, int] | None = None
+        self._fees_read_at = 0.0
+        # One past our last mined transaction's nonce (None: nothing mined by this client yet).
         self._next_nonce: int | None = None
 
     @property
@@ -205,23 +245,51 @@ class ContractClient:
             self._chain_id = self._with_retries("eth_chainId", lambda: self.w3.eth.chain_id)
         return self._chain_id
 
-    def _current_gas_price(self) -> int:
-        # Cached: asking for the price before every transaction would double the RPC count.
-        # A price that went stale surfaces as an "underpriced" error, which refreshes it.
-        if self._gas_price is None or time.monotonic() - self._gas_price_read_at > 30.0:
-            price = self._with_retries("eth_gasPrice", lambda: self.w3.eth.gas_price)
-            # Headroom so that a rising base fee does not strand the transaction.
-            self._gas_price = int(price * 2)
-            self._gas_price_read_at = time.monotonic()
-        return self._gas_price
+    def fee_fields(self) -> dict[str, int]:
+        """The fee fields of the next transaction (see `FeePolicy`); cached `refresh_s` seconds."""
+        if self._fee_fields is None or time.monotonic() - self._fees_read_at > self.fees.refresh_s:
+            self._fee_fields = self._read_fees()
+            self._fees_read_at = time.monotonic()
+        return dict(self._fee_fields)
+
+    def _read_fees(self) -> dict[str, int]:
+        policy = self.fees
+        block = self._with_retries("eth_getBlockByNumber", lambda: self.w3.eth.get_block("latest"))
+        base = block.get("baseFeePerGas")
+        if base is None:  # a chain without EIP-1559: the node's legacy price, capped
+            price = int(self._with_retries("eth_gasPrice", lambda: self.w3.eth.gas_price))
+            if price > policy.max_fee_cap_wei:
+                raise ChainError(
+                    f"the chain's gas price {_gwei(price)} is above the fee cap "
+                    f"{_gwei(policy.max_fee_cap_wei)} (raise chain_max_fee_gwei to pay it)"
+                )
+            return {"gasPrice": price}
+        base = int(base)
+        if base >= policy.max_fee_cap_wei:
+            raise ChainError(
+                f"the chain's base fee {_gwei(base)} is at or above the fee cap "
+                f"{_gwei(policy.max_fee_cap_wei)} (raise chain_max_fee_gwei to pay it)"
+            )
+        try:
+            suggested = int(self.w3.eth.max_priority_fee)
+        except Exception as error:  # not every node implements eth_maxPriorityFeePerGas
+            log.debug("eth_maxPriorityFeePerGas unavailable (%s): tip %d wei", error, policy.default_tip_wei)
+            suggested = policy.default_tip_wei
+        tip = max(0, min(suggested, policy.tip_cap_wei))
+        max_fee = min(policy.base_fee_multiplier * base + tip, policy.max_fee_cap_wei)
+        return {"maxFeePerGas": max_fee, "maxPriorityFeePerGas": min(tip, max_fee)}
 
     def _nonce(self) -> int:
-        if self._next_nonce is None:
-            self._next_nonce = self._with_retries(
+        pending = int(
+            self._with_retries(
                 "eth_getTransactionCount",
                 lambda: self.w3.eth.get_transaction_count(self.account.address, "pending"),
             )
-        return self._next_nonce
+        )
+        if self._next_nonce is not None and pending < self._next_nonce:
+            # The node has not caught up with a receipt it already gave us (load-balanced RPC).
+            return self._next_nonce
+        return pending
 
     # ------------------------------------------------------------------ writes
 
@@ -251,7 +319,7 @@ class ContractClient:
             {
                 "from": self.account.address,
                 "gas": gas,
-                "gasPrice": self._current_gas_price(),
+                **self.fee_fields(),
                 "chainId": self.chain_id(),
                 "nonce": self._nonce(),
             }
@@ -262,7 +330,8 @@ class ContractClient:
     def _sign(self, fields: dict[str, Any], gas: int) -> _SignedTx:
         tx = dict(fields)
         tx.setdefault("from", self.account.address)
-        tx.setdefault("gasPrice", self._current_gas_price())
+        if "gasPrice" not in tx and "maxFeePerGas" not in tx:
+            tx.update(self.fee_fields())
         tx.setdefault("chainId", self.chain_id())
         tx.setdefault("nonce", self._nonce())
         tx["gas"] = gas
@@ -279,7 +348,8 @@ class ContractClient:
             self._with_retries(f"{what}: send", lambda: self._send_raw(signed))
             receipt = self._with_retries(f"{what}: receipt", lambda: self._wait_receipt(signed))
         except ChainError:
-            # The transaction may or may not have been accepted: re-read the nonce next time.
+            # The transaction may or may not have been accepted: the chain's pending nonce
+            # decides the next one (a dropped transaction's nonce is used again).
             self._next_nonce = None
             raise
         self._next_nonce = signed.nonce + 1
@@ -305,8 +375,14 @@ class ContractClient:
                 if self._receipt_or_none(signed) is not None:
                     return  # it was ours, and it is mined
                 raise ChainError(f"nonce {signed.nonce} already used by another transaction") from None
+            if "insufficient funds" in message:
+                balance = self.w3.eth.get_balance(self.account.address)
+                raise ChainError(
+                    f"account {self.account.address} cannot pay for gas: balance "
+                    f"{balance / 10**18:.6g} ETH; fund it"
+                ) from None
             if "underpriced" in message or "fee" in message:
-                self._gas_price = None
+                self._fee_fields = None
             raise
 
     def _receipt_or_none(self, signed: _SignedTx) -> Any:
