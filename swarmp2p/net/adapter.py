@@ -127,6 +127,7 @@ class LibP2PNetwork:
             backoff_max_s=settings.redial_backoff_max_s,
             max_known=settings.max_known_peers,
             forget_after_s=settings.forget_unreachable_after_s,
+            forget_never_reached_after_s=settings.forget_never_reached_after_s,
             max_dials_per_s=settings.max_dials_per_s,
             dial_burst=settings.dial_burst,
         )
@@ -416,7 +417,13 @@ class LibP2PNetwork:
             base = addr.split("/p2p/")[0]
             if base:
                 good.append(base)
-        return self.book.learn(peer_id, tuple(good), pinned=pinned)
+        evicted = self.book.evicted
+        learned = self.book.learn(peer_id, tuple(good), pinned=pinned)
+        if self.book.evicted > evicted:
+            self.counters.add("peer_book_evicted", self.book.evicted - evicted)
+        elif not learned and peer_id not in self.book and good:
+            self.counters.add("peer_book_full")  # full of pinned and connected peers
+        return learned
 
     def add_bootstrap(self, peer_multiaddr: str) -> str:
         """Pin a bootstrap peer (re-dialed forever with backoff). Returns its peer id."""
@@ -617,7 +624,32 @@ class LibP2PNetwork:
             "known_peers": len(self.book),
             "dht_routing_table": self.dht.get_routing_table_size(),
             "drops": self.counters.snapshot(),
+            "tables": self.table_sizes(),
         }
+
+    def table_sizes(self) -> dict[str, int]:
+        """Entries in every table that grows with the peers or records we meet (each is bounded)."""
+        store = self.dht.value_store
+        sizes = {
+            "peer_book": len(self.book),
+            "dht_records": len(store.store),
+            "dht_record_bytes": int(getattr(store, "total_bytes", 0)),
+            "dht_record_owners": int(store.owner_count()) if hasattr(store, "owner_count") else 0,
+            "exchange_quiet": len(self._exchange_quiet_until),
+            "gossip_seen_cache": _seen_cache_size(self.pubsub),
+        }
+        try:
+            sizes["peerstore"] = len(self.host.get_peerstore().peer_ids())
+        except Exception:
+            pass
+        return sizes
+
+
+def _seen_cache_size(pubsub: Any) -> int:
+    try:
+        return len(pubsub.seen_messages.cache)
+    except Exception:
+        return 0
 
 
 def _is_closed(conn: Any) -> bool:
@@ -776,7 +808,17 @@ async def open_libp2p_network(
         host = new_host(key_pair=key_pair, listen_addrs=listen, connection_config=connection_config(settings))
     _configure_connection_manager(host, settings)
     pubsub = build_gossip(host, settings, counters)
-    dht, record_validator = build_dht(host, settings.dht_namespace, settings.max_dht_value_bytes, counters)
+    dht, record_validator = build_dht(
+        host,
+        settings.dht_namespace,
+        settings.max_dht_value_bytes,
+        counters,
+        record_ttl_s=settings.dht_record_ttl_s,
+        max_records=settings.max_dht_records,
+        max_bytes=settings.max_dht_bytes,
+        max_records_per_owner=settings.max_dht_records_per_owner,
+        max_bytes_per_owner=settings.max_dht_bytes_per_owner,
+    )
     async with host.run(listen_addrs=listen):
         # The router's own service is what runs the gossipsub heartbeat (message-cache shifts, mesh
         # upkeep, IHAVE gossip, fanout expiry, score decay); Pubsub's service does not start it.

@@ -21,6 +21,10 @@ class DropCounters:
         "gossip_score_gated",
         "gossip_blacklisted",
         "gossip_replayed_own",
+        # Deduplicated by py-libp2p's seen-cache: mesh redundancy (each message arrives from
+        # several peers) and replays within the cache's TTL. Not a loss; counted so a replay
+        # flood shows.
+        "gossip_seen_duplicate",
         "gossip_rpc_garbage",  # an inbound frame that is not a protobuf RPC: stream and peer dropped
         "gossip_rpc_oversized",  # an inbound RPC over py-libp2p's 1 MiB limit: stream and peer dropped
         "inbound_channel_full",
@@ -31,7 +35,15 @@ class DropCounters:
         "response_oversized",
         "response_garbage",
         "peer_exchange_garbage",
-        "dht_rejected",
+        "dht_rejected",  # every refused record; the next four say why
+        "dht_foreign_namespace",  # a key outside /<our namespace>/ (py-libp2p refused it silently)
+        "dht_malformed_key",
+        "dht_oversized",
+        "dht_malformed_record",  # the node's record check failed (not an envelope, wrong signer)
+        # The bounded record store (net/dht.py BoundedValueStore) making room or expiring.
+        "dht_evicted_owner_cap",
+        "dht_evicted_full",
+        "dht_expired",
         "dht_replication_failed",
         "dht_replication_timeout",
         "dht_replication_skipped",
@@ -41,9 +53,19 @@ class DropCounters:
         "stale_connections_dropped",
         "stream_retried",
         "peer_forgotten",  # unreachable for forget_unreachable_after_s: no longer dialed
+        "peer_book_evicted",  # the peer book was full: a never-reached / failing peer made room
+        "peer_book_full",  # the peer book was full of pinned and connected peers: not learned
     )
     NOT_DATA_LOSS = frozenset(
-        {"dial_failed", "stale_connections_dropped", "stream_retried", "peer_forgotten"}
+        {
+            "dial_failed",
+            "stale_connections_dropped",
+            "stream_retried",
+            "peer_forgotten",
+            "peer_book_evicted",
+            "gossip_seen_duplicate",
+            "dht_expired",
+        }
     )
 
     def __init__(self) -> None:

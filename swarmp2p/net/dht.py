@@ -3,18 +3,37 @@
 Stock go-libp2p nodes accept only /pk and /ipns records, so the swarm's records live under a
 namespace whose validator every swarm implementation registers (py here, js in interop/js).
 Strict validation means a key outside a registered namespace is refused on put and on receipt.
+
+Every refusal is counted by reason (`dht_foreign_namespace`, `dht_malformed_key`, `dht_oversized`,
+`dht_malformed_record`; `dht_rejected` is their total), and the local store is bounded
+(`BoundedValueStore`): records expire after `ttl_s` (a few rounds: a record is about one
+round's batch), each owner (the key's last segment, which the node's record check holds to be
+the signer) keeps at most `max_records_per_owner` records and `max_bytes_per_owner` bytes, and
+the whole store at most `max_records` records and `max_bytes` bytes. py-libp2p's own store kept
+every validly signed record for 24 h, up to 50,000 entries of up to 1 MiB each, and scanned all
+of them on every put once full.
+
+Not countable from here: a PUT_VALUE whose key is not UTF-8, whose record is over py-libp2p's
+1 MiB record limit, whose record key differs from the message key or whose libp2p record
+signature is wrong is refused inside py-libp2p's stream handler before any validator runs.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from libp2p.abc import IHost
 from libp2p.kad_dht import DHTMode, KadDHT
+from libp2p.kad_dht.pb.kademlia_pb2 import Record
+from libp2p.kad_dht.value_store import ValueStore
+from libp2p.records.record import make_signed_put_record
 from libp2p.records.utils import InvalidRecordType
 from libp2p.records.validator import NamespacedValidator, Validator
 
 from swarmp2p.net.counters import DropCounters
+
+_MAX_KEY_BYTES = 512
 
 RecordCheck = Callable[[str, bytes], None]
 """Application-level check of a record: (full key, value) -> None, raising ValueError when invalid."""
@@ -29,19 +48,24 @@ class SwarmRecordValidator(Validator):
         self.counters = counters
         self.check: RecordCheck | None = None
 
+    def _refuse(self, kind: str, message: str) -> InvalidRecordType:
+        self.counters.add(kind)
+        self.counters.add("dht_rejected")
+        return InvalidRecordType(message)
+
     def validate(self, key: str, value: bytes) -> None:
         if not key.startswith(f"/{self.namespace}/"):
-            self.counters.add("dht_rejected")
-            raise InvalidRecordType(f"key {key!r} is outside namespace /{self.namespace}/")
-        if len(value) > self.max_value_bytes:
-            self.counters.add("dht_rejected")
-            raise InvalidRecordType(f"record of {len(value)} bytes exceeds {self.max_value_bytes}")
+            raise self._refuse("dht_foreign_namespace", f"key {key[:80]!r} is outside /{self.namespace}/")
+        if not well_formed_key(key):
+            raise self._refuse("dht_malformed_key", f"malformed key {key[:80]!r}")
+        if not isinstance(value, bytes | bytearray) or len(value) > self.max_value_bytes:
+            size = len(value) if isinstance(value, bytes | bytearray) else "?"
+            raise self._refuse("dht_oversized", f"record of {size} bytes exceeds {self.max_value_bytes}")
         if self.check is not None:
             try:
                 self.check(key, value)
             except Exception as error:  # any failure of the app check is a rejection, not a crash
-                self.counters.add("dht_rejected")
-                raise InvalidRecordType(f"record rejected: {error}") from error
+                raise self._refuse("dht_malformed_record", f"record rejected: {error}") from error
 
     def select(self, key: str, values: list[bytes]) -> int:
         # put_value offers [new, old]: the newest write wins. Records are immutable per key by
@@ -49,17 +73,199 @@ class SwarmRecordValidator(Validator):
         return 0
 
 
+def well_formed_key(key: str) -> bool:
+    """A key of ours: "/<namespace>/<segment>/.../<owner>", printable ASCII, no empty segment,
+    at most 512 bytes."""
+    if len(key) > _MAX_KEY_BYTES or not key.isascii() or not key.isprintable():
+        return False
+    segments = key.split("/")
+    return len(segments) >= 3 and segments[0] == "" and all(segments[1:])
+
+
+class _CountingNamespacedValidator(NamespacedValidator):
+    """py-libp2p's strict namespaced validator, counting what it refuses before ours runs."""
+
+    def __init__(self, namespace: str, record_validator: SwarmRecordValidator) -> None:
+        super().__init__({namespace: record_validator}, strict_validation=True)
+        self._record_validator = record_validator
+
+    def validate(self, key: str, value: bytes) -> None:
+        if self.validator_by_key(key) is None:
+            raise self._record_validator._refuse(
+                "dht_foreign_namespace", f"no validator for key {key[:80]!r} (strict validation)"
+            )
+        super().validate(key, value)
+
+
+class BoundedValueStore(ValueStore):
+    """py-libp2p's value store with expiry, per-owner and total caps (see the module doc).
+
+    Eviction is oldest first (insertion order), counted: `dht_evicted_owner_cap` (the owner's
+    own older records make room), `dht_evicted_full` (the store is full), `dht_expired`. This
+    node's own records (owner = its peer id) are never evicted for other owners' records."""
+
+    def __init__(
+        self,
+        host: IHost,
+        local_owner: str,
+        counters: DropCounters,
+        *,
+        ttl_s: float,
+        max_records: int,
+        max_bytes: int,
+        max_records_per_owner: int,
+        max_bytes_per_owner: int,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(host, host.get_id())
+        self.local_owner = local_owner
+        self.counters = counters
+        self.ttl_s = ttl_s
+        self.max_records = max_records
+        self.max_bytes = max_bytes
+        self.max_records_per_owner = max_records_per_owner
+        self.max_bytes_per_owner = max_bytes_per_owner
+        self._clock = clock
+        self.total_bytes = 0
+        self._sizes: dict[bytes, int] = {}
+        self._owners: dict[bytes, str] = {}
+        self._by_owner: dict[str, dict[bytes, None]] = {}  # insertion-ordered keys per owner
+        self._owner_bytes: dict[str, int] = {}
+        self._next_sweep = 0.0
+
+    # ---- py-libp2p's entry points -----------------------------------------------------------
+
+    def put(self, key: bytes, value: bytes, validity: float = 0.0) -> None:
+        """Our own put: signed with the host key like py-libp2p's, but not queued for its 22 h
+        republish (the adapter replicates each put itself, and a record outlives no round)."""
+        record = make_signed_put_record(key, value, self.host.get_private_key())
+        self._admit(key, record, validity or self._clock() + self.ttl_s)
+
+    def put_record(self, key: bytes, record: Record) -> None:
+        self._admit(key, record, self._clock() + self.ttl_s)
+
+    def get(self, key: bytes) -> Record | None:
+        entry = self.store.get(key)
+        if entry is None:
+            return None
+        record, validity = entry
+        if validity is not None and validity < self._clock():
+            self._forget(key)
+            self.counters.add("dht_expired")
+            return None
+        return record
+
+    def has(self, key: bytes) -> bool:
+        return self.get(key) is not None
+
+    def remove(self, key: bytes) -> bool:
+        if key in self.store:
+            self._forget(key)
+            return True
+        return False
+
+    def cleanup_expired(self) -> int:
+        now = self._clock()
+        expired = [
+            key for key, (_, validity) in self.store.items() if validity is not None and now > validity
+        ]
+        for key in expired:
+            self._forget(key)
+        if expired:
+            self.counters.add("dht_expired", len(expired))
+        return len(expired)
+
+    def _save(self) -> None:  # no persistence: the store lives and dies with the process
+        return
+
+    # ---- bookkeeping ----------------------------------------------------------------------
+
+    def owner_count(self) -> int:
+        return len(self._by_owner)
+
+    def _admit(self, key: bytes, record: Record, validity: float) -> None:
+        now = self._clock()
+        if now >= self._next_sweep:
+            self._next_sweep = now + min(30.0, self.ttl_s / 4)
+            self.cleanup_expired()
+        if key in self.store:
+            self._forget(key)
+        size = len(key) + len(record.value)
+        owner = key.rsplit(b"/", 1)[-1].decode("utf-8", "replace")
+        owned = self._by_owner.get(owner, {})
+        while owned and (
+            len(owned) >= self.max_records_per_owner
+            or self._owner_bytes.get(owner, 0) + size > self.max_bytes_per_owner
+        ):
+            self._forget(next(iter(owned)))
+            self.counters.add("dht_evicted_owner_cap")
+        if size > self.max_bytes_per_owner:
+            self.counters.add("dht_evicted_owner_cap")
+            return  # bigger than one owner may hold: not stored at all
+        while len(self.store) >= self.max_records or self.total_bytes + size > self.max_bytes:
+            victim = next((k for k in self.store if self._owners.get(k) != self.local_owner), None)
+            if victim is None:
+                break  # only our own records left: those are bounded by the per-owner cap
+            self._forget(victim)
+            self.counters.add("dht_evicted_full")
+        self.store[key] = (record, validity)
+        self._sizes[key] = size
+        self._owners[key] = owner
+        self._by_owner.setdefault(owner, {})[key] = None
+        self._owner_bytes[owner] = self._owner_bytes.get(owner, 0) + size
+        self.total_bytes += size
+
+    def _forget(self, key: bytes) -> None:
+        self.store.pop(key, None)
+        self.local_keys.discard(key)
+        self._last_republish.pop(key, None)
+        size = self._sizes.pop(key, 0)
+        self.total_bytes -= size
+        owner = self._owners.pop(key, None)
+        if owner is None:
+            return
+        owned = self._by_owner.get(owner)
+        if owned is not None:
+            owned.pop(key, None)
+            if not owned:
+                del self._by_owner[owner]
+        left = self._owner_bytes.get(owner, 0) - size
+        if left > 0:
+            self._owner_bytes[owner] = left
+        else:
+            self._owner_bytes.pop(owner, None)
+
+
 def build_dht(
-    host: IHost, namespace: str, max_value_bytes: int, counters: DropCounters
+    host: IHost,
+    namespace: str,
+    max_value_bytes: int,
+    counters: DropCounters,
+    *,
+    record_ttl_s: float = 600.0,
+    max_records: int = 4096,
+    max_bytes: int = 64 * 1024 * 1024,
+    max_records_per_owner: int = 8,
+    max_bytes_per_owner: int = 4 * 1024 * 1024,
 ) -> tuple[KadDHT, SwarmRecordValidator]:
     record_validator = SwarmRecordValidator(namespace, max_value_bytes, counters)
-    validator = NamespacedValidator({namespace: record_validator}, strict_validation=True)
+    validator = _CountingNamespacedValidator(namespace, record_validator)
     dht = KadDHT(
         host,
         DHTMode.SERVER,
         validator=validator,
         validator_changed=True,  # do not add /pk and /ipns: only our namespace is served
         strict_validation=True,
+    )
+    dht.value_store = BoundedValueStore(
+        host,
+        host.get_id().to_base58(),
+        counters,
+        ttl_s=record_ttl_s,
+        max_records=max_records,
+        max_bytes=max_bytes,
+        max_records_per_owner=max_records_per_owner,
+        max_bytes_per_owner=max_bytes_per_owner,
     )
     return dht, record_validator
 

@@ -160,11 +160,12 @@ class CountingPubsub(Pubsub):
         refuses, messages its peer scorer gates and messages that claim to come from us, each
         with only a debug log. It also lets an exception from the signature check (a garbage
         public key in the message) escape into the pubsub service. Duplicates (already seen)
-        are not drops and are not counted."""
+        are not drops; they are counted apart (`gossip_seen_duplicate`) so a replay flood shows."""
         if self.is_peer_blacklisted(msg_forwarder) or self.is_peer_blacklisted(ID(msg.from_id)):
             self._drop_counters.add("gossip_blacklisted")
             return
         if self._is_msg_seen(msg):
+            self._drop_counters.add("gossip_seen_duplicate")
             return
         scorer = getattr(self.router, "scorer", None)
         try:
@@ -266,5 +267,12 @@ def build_gossip(host: IHost, settings: NetworkSettings, counters: DropCounters)
         # Both sides must sign strictly: a signing-policy mismatch drops every message.
         strict_signing=True,
         # Peers that rejoin publish from seqno = their start time; the seen-cache just dedupes.
-        seen_ttl=120,
+        seen_ttl=_SEEN_TTL_S,
+        # py-libp2p caches each message id's validation result for 300 s by default: a replay
+        # arriving after the seen-cache forgot it (120 s) but within those 300 s skipped our
+        # topic validators (the cached "valid" stood) and was delivered and forwarded again.
+        validation_cache_ttl=_SEEN_TTL_S,
     )
+
+
+_SEEN_TTL_S = 120

@@ -10,6 +10,13 @@ dials (a 17-minute run counted 334 failed dials to peers long gone). It comes ba
 something names it again (a peer exchange lists only peers the sender is connected to, so a
 gone peer is not taught back). Bootstrap peers are pinned and never forgotten. Dials are also
 rate-limited as a whole (a token bucket), however many peers fall due at once.
+
+A peer we never reached (learned from a hello or peer exchange, never connected) is held to a
+much shorter leash when `forget_never_reached_after_s` is set (the adapter sets it): forgotten
+after `forget_never_reached_failures` failed dials spread over that long (sybil hellos
+advertising dead addresses were dialed 5,036 times in one attack). When the book is full, a
+never-reached peer is evicted first (then the one with most failures); pinned and connected
+peers never are. Both are counted.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ class _Entry:
     addrs: tuple[str, ...]
     pinned: bool  # bootstrap peers: never forgotten, always re-dialed
     connected: bool = False
+    reached: bool = False  # ever connected
     failures: int = 0
     next_dial_s: float = 0.0
     down_since_s: float | None = None  # unreachable since (lost, or first failed dial); None: fine
@@ -41,6 +49,8 @@ class PeerBook:
         max_addrs_per_peer: int = 8,
         forget_after_s: float = 600.0,
         forget_after_failures: int = 3,
+        forget_never_reached_after_s: float | None = None,
+        forget_never_reached_failures: int = 2,
         max_dials_per_s: float = 8.0,
         dial_burst: int = 32,
     ) -> None:
@@ -55,9 +65,12 @@ class PeerBook:
         self.max_addrs_per_peer = max_addrs_per_peer
         self.forget_after_s = forget_after_s
         self.forget_after_failures = forget_after_failures
+        self.forget_never_reached_after_s = forget_never_reached_after_s
+        self.forget_never_reached_failures = forget_never_reached_failures
         self.max_dials_per_s = max_dials_per_s
         self.dial_burst = dial_burst
         self.forgotten = 0  # peers dropped for being unreachable too long
+        self.evicted = 0  # peers dropped to make room for a new one
         self._entries: dict[str, _Entry] = {}
         self._dial_tokens = float(dial_burst)
         self._tokens_at_s: float | None = None
@@ -87,13 +100,20 @@ class PeerBook:
         return True
 
     def _evict_one(self) -> bool:
-        candidates = [
-            (e.failures, pid) for pid, e in self._entries.items() if not e.pinned and not e.connected
-        ]
-        if not candidates:
+        worst: tuple[bool, int] | None = None
+        victim = None
+        for pid, e in self._entries.items():
+            if e.pinned or e.connected:
+                continue
+            rank = (not e.reached, e.failures)
+            if worst is None or rank > worst:
+                worst, victim = rank, pid
+                if e.failures > 0 and not e.reached:
+                    break  # a never-reached peer that failed a dial: no better victim needed
+        if victim is None:
             return False
-        _, worst = max(candidates)
-        del self._entries[worst]
+        del self._entries[victim]
+        self.evicted += 1
         return True
 
     def addrs(self, peer_id: str) -> tuple[str, ...]:
@@ -104,6 +124,7 @@ class PeerBook:
         entry = self._entries.get(peer_id)
         if entry is not None:
             entry.connected = True
+            entry.reached = True
             entry.failures = 0
             entry.down_since_s = None
 
@@ -125,10 +146,15 @@ class PeerBook:
         entry.failures += 1
         if entry.down_since_s is None:
             entry.down_since_s = now_s
-        if (
-            not entry.pinned
-            and entry.failures >= self.forget_after_failures
-            and now_s - entry.down_since_s >= self.forget_after_s
+        down_for = now_s - entry.down_since_s
+        if not entry.pinned and (
+            (entry.failures >= self.forget_after_failures and down_for >= self.forget_after_s)
+            or (
+                not entry.reached
+                and self.forget_never_reached_after_s is not None
+                and entry.failures >= self.forget_never_reached_failures
+                and down_for >= self.forget_never_reached_after_s
+            )
         ):
             del self._entries[peer_id]
             self.forgotten += 1

@@ -56,6 +56,16 @@ class NetworkSettings:
     dht_timeout_s: float = attrs.field(default=10.0, validator=_positive)
     # Background replications of our own puts in flight at once (each is a lookup + stores).
     max_dht_replications: int = attrs.field(default=8, validator=_positive)
+    # The local record store is bounded (py-libp2p's kept any signed record 24 h, 50,000 of them):
+    # records expire after `dht_record_ttl_s` (a record is one round's batch: worth a few rounds
+    # to a late joiner, nothing after), each owner (the key's last segment = the signer) keeps
+    # its newest `max_dht_records_per_owner` records within `max_dht_bytes_per_owner`, and the
+    # whole store at most `max_dht_records` / `max_dht_bytes`; oldest evicted first, counted.
+    dht_record_ttl_s: float = attrs.field(default=600.0, validator=_positive)
+    max_dht_records: int = attrs.field(default=4096, validator=_positive)
+    max_dht_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=_positive)
+    max_dht_records_per_owner: int = attrs.field(default=8, validator=_positive)
+    max_dht_bytes_per_owner: int = attrs.field(default=4 * 1024 * 1024, validator=_positive)
 
     # connection upkeep
     # Above the swarm sizes we run (<= 20 on one machine): every fetch finds a live connection.
@@ -71,6 +81,10 @@ class NetworkSettings:
     # A peer unreachable this long (and for at least 3 dials) is forgotten until something names
     # it again; bootstrap peers never are. Well above a restart, so a restarting peer is kept.
     forget_unreachable_after_s: float = attrs.field(default=600.0, validator=_positive)
+    # A peer we have NEVER reached (its address came from a hello or a peer exchange) is
+    # forgotten sooner: after 2 failed dials over this long. Sybil hellos with dead addresses
+    # otherwise sat in the book and were dialed for 10 minutes each.
+    forget_never_reached_after_s: float = attrs.field(default=60.0, validator=_positive)
     # Dials started by upkeep, all peers together: a token bucket of `dial_burst` refilled at
     # `max_dials_per_s`. A joiner learning a whole swarm dials `dial_burst` peers at once.
     max_dials_per_s: float = attrs.field(default=8.0, validator=_positive)
