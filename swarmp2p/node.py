@@ -70,6 +70,10 @@ class NodeConfig:
     chain_rpc: str = ""
     contract: str = ""
     eth_key: str = ""
+    chain_max_fee_gwei: float = attrs.field(default=500.0, validator=_positive)
+    """The most a chain transaction may pay per gas (maxFeePerGas, or a legacy gasPrice)."""
+    chain_tip_cap_gwei: float = attrs.field(default=2.0, validator=attrs.validators.ge(0.0))
+    """The most a chain transaction may tip per gas (maxPriorityFeePerGas)."""
     questions_per_round: int = attrs.field(default=4, validator=attrs.validators.ge(1))
     n_local: int = attrs.field(default=4, validator=attrs.validators.ge(0))
     n_external: int = attrs.field(default=4, validator=attrs.validators.ge(0))
@@ -648,7 +652,8 @@ async def _run_with_network(
 ) -> None:
     from protocol.envelope import seal
     from protocol.messages import PROTOCOL_VERSION, Hello
-    from swarmp2p.peer import Peer
+    from swarmp2p.net.checks import install_gossip_checks
+    from swarmp2p.peer import Peer, announce_topic
     from swarmp2p.schedule import ScheduleCoordinator
 
     network.set_record_check(_record_check)
@@ -727,16 +732,18 @@ async def _run_with_network(
         if advice:
             echo(advice)
 
-    def make_hello() -> bytes:
+    def current_round() -> int:
         try:
-            current = coordinator.info_at(clock.now_ms()).round
+            return int(coordinator.info_at(clock.now_ms()).round)
         except Exception:  # a chain coordinator, or before genesis: what our machine knows
-            current = peer.machine.round
+            return peer.machine.round
+
+    def make_hello() -> bytes:
         hello = Hello(
             protocol_version=PROTOCOL_VERSION,
             peer_id=identity.peer_id,
             schedule=schedule,
-            current_round=max(0, current),
+            current_round=max(0, current_round()),
             listen_addrs=tuple(network.listen_addrs()),
             model=config.model[:64],
         )
@@ -745,6 +752,17 @@ async def _run_with_network(
     network.set_hello(make_hello())
     hellos = await network.subscribe(hello_topic(schedule.swarm_id))
     hello_stats: dict[str, int] = {"hellos_accepted": 0, "hellos_rejected": 0}
+    # Gossip that fails these checks is never relayed; stale and replayed hellos are refused.
+    install_gossip_checks(
+        network,
+        swarm_id=schedule.swarm_id,
+        hello_topic=hello_topic(schedule.swarm_id),
+        announce_topic=announce_topic(schedule.swarm_id),
+        current_round=current_round,
+        open_hello=open_hello,
+        hello_stats=hello_stats,
+        max_announce_bytes=setup.peer_settings.max_announce_bytes,
+    )
 
     def status() -> dict[str, Any]:
         snapshot = peer.status()
@@ -753,6 +771,10 @@ async def _run_with_network(
         snapshot["network"] = network.status()
         snapshot["hellos"] = dict(hello_stats)
         snapshot["schedule"] = attrs.asdict(schedule)
+        chain_status = getattr(coordinator, "status", None)
+        if chain_status is not None:  # a chain coordinator: its submissions, also as counters
+            snapshot["chain"] = chain_status()
+            snapshot["counters"] = {**snapshot.get("counters", {}), **coordinator.health.counters()}
         return snapshot
 
     info = {
@@ -891,9 +913,16 @@ async def _coordinator(
     if config.chain_rpc:
         from protocol.messages import SwarmSchedule
         from swarmp2p.chain import ChainError, open_coordinator
+        from swarmp2p.chain.client import FeePolicy
 
         try:
-            coordinator = open_coordinator(config.chain_rpc, config.contract or None, config.eth_key or None)
+            coordinator = open_coordinator(
+                config.chain_rpc,
+                config.contract or None,
+                config.eth_key or None,
+                fees=FeePolicy.from_gwei(config.chain_max_fee_gwei, config.chain_tip_cap_gwei),
+                tolerant=True,  # failed submissions: counted and said once, not a warning a round
+            )
         except ChainError as error:
             raise NodeError(f"chain: {error}") from None
         # On a chain the contract is the swarm: its address names it and seeds its questions.

@@ -12,6 +12,13 @@ winners, succeeds without a second transaction taking effect.
 
 Rewards cross the port as floats in [0, 1] and are stored on-chain as integers scaled by
 REWARD_SCALE = 10**6 (round half to even of reward * 10**6).
+
+Submissions are counted (`status()`): submitted, already on chain (a retry of our own), late
+(the endpoint failed and by the time we knew, the chain's stage had moved on: a counted skip,
+not an error) and failed. A run of `failing_after` failures in a row is said ONCE, in one
+ERROR line naming the last reason; the first success after it says so once too. With
+`tolerant=True` (what the node uses) failed submissions are only counted and logged that way,
+not raised, so the round loop does not log a warning every round.
 """
 
 from __future__ import annotations
@@ -26,8 +33,14 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
-from swarmp2p.chain.client import ContractClient, RetryPolicy
-from swarmp2p.chain.errors import ChainConfigError, ChainError, ChainInputError, ChainRevert
+from swarmp2p.chain.client import ContractClient, FeePolicy, RetryPolicy
+from swarmp2p.chain.errors import (
+    ChainConfigError,
+    ChainError,
+    ChainInputError,
+    ChainRevert,
+    ChainUnavailable,
+)
 from swarmp2p.ports import Clock, CoordinatorError, RoundInfo
 
 log = logging.getLogger(__name__)
@@ -90,6 +103,23 @@ def vote_digest(winners: Sequence[str]) -> bytes:
     return keccak(encode(["bytes32[]"], [[keccak(text=w) for w in winners]]))
 
 
+@attrs.define
+class SubmissionHealth:
+    """What happened to this node's reward and winner submissions (shown in the node status)."""
+
+    submitted: int = 0
+    already_on_chain: int = 0  # a retry of a submission that had got through: nothing sent twice
+    late_skipped: int = 0  # failed transiently after the chain's stage had moved on
+    failed: int = 0
+    failing_in_a_row: int = 0
+    last_error: str = ""
+
+    def counters(self) -> dict[str, int]:
+        return {
+            f"chain_{name}": value for name, value in attrs.asdict(self).items() if isinstance(value, int)
+        }
+
+
 class ChainCoordinator:
     """CoordinatorPort backed by the contract. Build it with `open_coordinator`."""
 
@@ -101,13 +131,73 @@ class ChainCoordinator:
         limiter: trio.CapacityLimiter | None = None,
         embedded: Any = None,
         default_stage_seconds: float = 30.0,
+        tolerant: bool = False,
+        failing_after: int = 3,
     ) -> None:
         self.client = client
         self.clock = clock
         self.embedded = embedded
+        self.tolerant = tolerant
+        self.failing_after = failing_after
+        self.health = SubmissionHealth()
         self._limiter = limiter
         self._default_stage_ms = int(default_stage_seconds * 1000)
         self._code_checked = embedded is not None
+
+    def status(self) -> dict[str, Any]:
+        """Submission counts and the chain this node transacts on, for the node's status."""
+        return {
+            "rpc": getattr(getattr(self.client.w3, "provider", None), "endpoint_uri", None) or "embedded",
+            "contract": self.contract_address,
+            "account": self.address,
+            **attrs.asdict(self.health),
+        }
+
+    async def _submission(
+        self, round: int, stage: int | None, operation: Callable[..., Any], *args: Any
+    ) -> None:
+        """Run one submission with the accounting described in the module docstring."""
+        health = self.health
+        try:
+            already = await self._run(operation, *args)
+        except ChainInputError:
+            raise  # our own bug, not the chain's
+        except ChainError as error:
+            if isinstance(error, ChainUnavailable) and await self._moved_on(round, stage):
+                health.late_skipped += 1
+                log.info("chain: round %d submission skipped, the stage moved on: %s", round, error.reason)
+                return
+            health.failed += 1
+            health.failing_in_a_row += 1
+            health.last_error = error.reason
+            if health.failing_in_a_row == self.failing_after:
+                log.error(
+                    "chain: %d submissions in a row failed (last: %s); this node keeps training, but "
+                    "its rewards and votes are not on the contract until that is fixed (status: chain)",
+                    health.failing_in_a_row,
+                    error.reason,
+                )
+            else:
+                log.debug("chain: submission for round %d failed: %s", round, error.reason)
+            if self.tolerant:
+                return
+            raise
+        if health.failing_in_a_row >= self.failing_after:
+            log.warning("chain: submissions work again after %d failures", health.failing_in_a_row)
+        health.failing_in_a_row = 0
+        if already:
+            health.already_on_chain += 1
+        else:
+            health.submitted += 1
+
+    async def _moved_on(self, round: int, stage: int | None) -> bool:
+        try:
+            info = await self.current()
+        except CoordinatorError:
+            return False
+        if stage is None:
+            return info.round > round
+        return (info.round, info.stage) > (round, stage)
 
     @property
     def address(self) -> str:
@@ -169,7 +259,9 @@ class ChainCoordinator:
 
     async def submit_reward(self, round: int, stage: int, reward: float, peer_id: str) -> None:
         fixed = reward_to_fixed(reward)
-        await self._run(
+        await self._submission(
+            round,
+            stage,
             self._submit_reward,
             check_round(round, "round"),
             check_round(stage, "stage"),
@@ -177,9 +269,11 @@ class ChainCoordinator:
             check_peer_id(peer_id),
         )
 
-    def _submit_reward(self, round: int, stage: int, fixed: int, peer_id: str) -> None:
+    def _submit_reward(self, round: int, stage: int, fixed: int, peer_id: str) -> bool:
+        """True when the same reward was already on the chain (nothing new sent)."""
         try:
             self.client.transact("submitReward", round, stage, fixed, peer_id)
+            return False
         except ChainRevert as error:
             if error.reason != "reward already submitted":
                 raise
@@ -190,6 +284,7 @@ class ChainCoordinator:
                 raise ChainRevert(
                     f"reward already submitted with a different value ({fixed_to_reward(stored)})"
                 ) from None
+            return True
 
     async def submit_winners(self, round: int, winners: Sequence[str], peer_id: str) -> None:
         """Vote for `winners` of `round`. Winners the contract does not know (unregistered
@@ -200,11 +295,13 @@ class ChainCoordinator:
             raise ChainInputError("duplicate winner")
         if len(winners) > MAX_WINNERS:
             raise ChainInputError(f"at most {MAX_WINNERS} winners, got {len(winners)}")
-        await self._run(self._submit_winners, check_round(round, "round"), winners, check_peer_id(peer_id))
+        await self._submission(
+            round, None, self._submit_winners, check_round(round, "round"), winners, check_peer_id(peer_id)
+        )
 
-    def _submit_winners(self, round: int, winners: list[str], peer_id: str) -> None:
+    def _submit_winners(self, round: int, winners: list[str], peer_id: str) -> bool:
         if not winners:
-            return
+            return True
         registered = self.client.call("areRegistered", winners)
         known = [w for w, ok in zip(winners, registered, strict=True) if ok]
         if len(known) != len(winners):
@@ -212,14 +309,16 @@ class ChainCoordinator:
                 "dropping %d unregistered winner(s) from the round %d vote", len(winners) - len(known), round
             )
         if not known:
-            return
+            return True
         try:
             self.client.transact("submitWinners", round, known, peer_id)
+            return False
         except ChainRevert as error:
             if error.reason != "winners already submitted":
                 raise
             if bytes(self.client.call("voteDigest", round, peer_id)) != vote_digest(known):
                 raise ChainRevert("winners already submitted with a different list") from None
+            return True
 
     # ------------------------------------------------------------------ reads beyond the port
 
@@ -250,6 +349,8 @@ def open_coordinator(
     embedded: Any = None,
     account_name: str | None = None,
     retry: RetryPolicy | None = None,
+    fees: FeePolicy | None = None,
+    tolerant: bool = False,
 ) -> ChainCoordinator:
     """Build a ChainCoordinator.
 
@@ -261,6 +362,8 @@ def open_coordinator(
       share one chain among many coordinators (the simulator); otherwise a fresh chain is
       made whose schedule starts now, with `stage_count` stages of `stage_seconds`. The
       account comes from `key_file` if given, else is derived from `account_name`.
+    - `fees`: caps on what a transaction pays (a real chain; default `FeePolicy()`).
+    - `tolerant`: count and log failed submissions instead of raising them (the node).
 
     Raises ChainConfigError (one-line reason) for bad configuration.
     """
@@ -285,7 +388,11 @@ def open_coordinator(
         else:
             account = embedded.account_for(account_name or f"node-{time.time_ns()}")
         return ChainCoordinator(
-            embedded.client(account), clock=clock, embedded=embedded, default_stage_seconds=stage_seconds
+            embedded.client(account),
+            clock=clock,
+            embedded=embedded,
+            default_stage_seconds=stage_seconds,
+            tolerant=tolerant,
         )
 
     if contract is None:
@@ -303,5 +410,5 @@ def open_coordinator(
         raise ChainConfigError(f"not an Ethereum address: {contract!r}")
     account = load_key_file(Path(key_file))
     w3 = Web3(HTTPProvider(rpc_url, request_kwargs={"timeout": 10}))
-    client = ContractClient(w3, contract, load_artifact().abi, account, retry=retry)
-    return ChainCoordinator(client, clock=clock, default_stage_seconds=stage_seconds)
+    client = ContractClient(w3, contract, load_artifact().abi, account, retry=retry, fees=fees)
+    return ChainCoordinator(client, clock=clock, default_stage_seconds=stage_seconds, tolerant=tolerant)
