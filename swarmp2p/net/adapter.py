@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -48,6 +49,9 @@ from swarmp2p.net.streams import read_frame, write_frame
 from swarmp2p.ports import InboundMessage, NetworkError, ProtocolRefused, RequestHandler
 
 logger = logging.getLogger(__name__)
+
+GossipCheck = Callable[[str, bytes], str | None]
+"""(origin peer id, message data) -> None to accept, or the reason to reject."""
 
 FETCH_PROTOCOL = TProtocol("/swarmp2p/fetch/1.0.0")
 HELLO_PROTOCOL = TProtocol("/swarmp2p/hello/1.0.0")
@@ -112,6 +116,8 @@ class LibP2PNetwork:
         self._request_handler: RequestHandler | None = None
         self._hello: bytes = b""
         self._topic_receivers: dict[str, list[trio.MemorySendChannel[InboundMessage]]] = {}
+        # Gossip our topic validators rejected (never forwarded), by reason.
+        self.gossip_rejections: Counter[str] = Counter()
         self._dialing: set[str] = set()
         self._dht_peers: set[str] = set()
         self._replications = 0  # DHT puts replicating in the background
@@ -191,6 +197,38 @@ class LibP2PNetwork:
                     self.counters.add("inbound_channel_full")
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     receivers.remove(send)
+
+    def set_gossip_validator(self, topic: str, check: GossipCheck, *, deliver_rejected: bool = False) -> None:
+        """Run `check(origin peer id, data)` on every gossip message of `topic` before it is
+        delivered or forwarded: None accepts it, a string rejects it for that reason (an
+        exception: reason "validator_error"). A rejected message is NEVER forwarded to other
+        peers (py-libp2p 0.8.1's validators return a bool; False raises its ValidationError,
+        which stops the relay and scores the forwarder down), and is counted in
+        `gossip_rejections` by reason. `deliver_rejected=True` still hands it to our own
+        subscribers, for a node whose own checks count and blame what it receives.
+        Our own publishes are not checked."""
+        my_id = self.host.get_id()
+        rejections = self.gossip_rejections
+
+        def validator(forwarder: ID, msg: Any) -> bool:
+            try:
+                origin = ID(msg.from_id)
+                if origin == my_id:
+                    return True
+                reason = check(origin.to_base58(), bytes(msg.data))
+            except Exception as error:
+                logger.debug("gossip validator for %s failed: %r", topic, error)
+                reason = "validator_error"
+            if reason is None:
+                return True
+            rejections[str(reason)[:64]] += 1
+            return False
+
+        self.pubsub.set_topic_validator(topic, validator, False)
+        if deliver_rejected:
+            self.pubsub.deliver_rejected_topics.add(topic)
+        else:
+            self.pubsub.deliver_rejected_topics.discard(topic)
 
     # ---- direct request/response ------------------------------------------------------------
 
@@ -624,6 +662,7 @@ class LibP2PNetwork:
             "known_peers": len(self.book),
             "dht_routing_table": self.dht.get_routing_table_size(),
             "drops": self.counters.snapshot(),
+            "gossip_rejections": dict(sorted(self.gossip_rejections.items())),
             "tables": self.table_sizes(),
         }
 

@@ -115,6 +115,9 @@ class CountingPubsub(Pubsub):
         self._drop_counters = counters
         self._subscription_queue_size = subscription_queue_size
         self.peer_queues = _SizedOutboundQueues(outbound_queue_size, counters)
+        # Topics whose messages a validator rejected are still delivered locally (never
+        # forwarded): see LibP2PNetwork.set_gossip_validator.
+        self.deliver_rejected_topics: set[str] = set()
 
     async def subscribe(self, topic_id: str) -> Any:
         # Pubsub.subscribe reads the module constant synchronously before its first await.
@@ -185,6 +188,12 @@ class CountingPubsub(Pubsub):
             if scorer is not None:
                 for topic in msg.topicIDs:
                     scorer.on_invalid_message(msg_forwarder, topic)
+            if self.deliver_rejected_topics.intersection(msg.topicIDs) and ID(msg.from_id) != self.my_id:
+                # Never forwarded, but handed to the node, whose own checks count the reason
+                # and blame (and ban) the sender as they always have. Marked seen, so the
+                # sender's repeats are deduplicated as they were before the validator.
+                self._mark_msg_seen(msg)
+                self.notify_subscriptions(msg)
             return
         self._mark_msg_seen(msg)
         if scorer is not None:
