@@ -6,7 +6,6 @@ Every chain failure prints one line `error: <reason>` on stderr and exits with s
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -83,15 +82,20 @@ def compile_command(
 
 @chain_app.command("new-key")
 def new_key_command(
-    path: Path = typer.Argument(..., help="Where to write the key (created with mode 600)."),
+    path: Path | None = typer.Argument(None, help="Where to write the key (same as --out)."),
+    out: Path | None = typer.Option(None, "--out", help="Where to write the key (created with mode 600)."),
 ) -> None:
-    """Create a new Ethereum private key file and print its address."""
+    """Create a new Ethereum private key file and print its address (fund it before use)."""
     import secrets
 
     from eth_account import Account
 
     from swarmp2p.chain.keys import write_key_file
 
+    if (path is None) == (out is None):
+        _fail("give the key file once: swarmp2p chain new-key --out FILE")
+    path = out or path
+    assert path is not None
     key = secrets.token_bytes(32)
     try:
         write_key_file(path, key)
@@ -190,33 +194,86 @@ def stage_manager_command(
     stage_seconds: float = typer.Option(30.0, "--stage-seconds", min=0.1),
     stages: int = typer.Option(0, "--stages", min=0, help="Stop after this many advances (0: run forever)."),
 ) -> None:
-    """Advance the contract one stage every --stage-seconds. A failed advance is logged and retried."""
+    """Advance the contract one stage every --stage-seconds. A failed advance is logged and retried.
+    Ctrl-C or SIGTERM stops it (exit 0)."""
+    client = _guarded(lambda: _client(rpc, contract, key))
+    _run_stage_manager(client, stage_seconds, stages)
+
+
+@chain_app.command("devnet")
+def devnet_command(
+    nodes: int = typer.Option(2, "--nodes", min=1, max=64, help="How many node keys to write."),
+    directory: Path = typer.Option(
+        Path("devnet"), "--dir", help="Where keys and node data dirs go (must be empty or new)."
+    ),
+    stage_seconds: float = typer.Option(30.0, "--stage-seconds", min=1.0, help="Seconds per stage."),
+    port: int = typer.Option(8545, "--port", min=0, help="RPC port on 127.0.0.1 (0: any free port)."),
+    rounds: int = typer.Option(
+        0, "--rounds", min=0, help="Stop after this many rounds (0: run until Ctrl-C)."
+    ),
+) -> None:
+    """A local chain in one command: anvil on 127.0.0.1, the contract deployed, funded keys for
+    --nodes nodes, and a stage manager advancing rounds; prints each node's command."""
+
+    from swarmp2p.chain.devnet import DEVNET_FILE, start_devnet
+
+    anvil, devnet = _guarded(lambda: start_devnet(directory, nodes, stage_seconds=stage_seconds, port=port))
+    try:
+        typer.echo(f"anvil on {devnet.rpc}; SwarmCoordinator {devnet.contract} ({stage_seconds:g} s rounds)")
+        typer.echo(f"{nodes} funded key(s) (100 ETH each) and identities under {directory.resolve()}")
+        typer.echo("run each node in its own terminal (the first one is the others' bootstrap):")
+        for node in devnet.nodes:
+            typer.echo(f"  {node.command}")
+        typer.echo(f"state: swarmp2p chain status --rpc {devnet.rpc} --contract {devnet.contract}")
+        typer.echo(
+            f"all of it: {directory.resolve() / DEVNET_FILE}; Ctrl-C stops the chain (its state is lost)"
+        )
+        client = _guarded(lambda: _client(devnet.rpc, devnet.contract, devnet.manager_key))
+        _run_stage_manager(client, stage_seconds, rounds, quiet=True)
+    finally:
+        anvil.stop()
+    typer.echo("devnet stopped")
+
+
+def _run_stage_manager(client: Any, stage_seconds: float, stages: int, *, quiet: bool = False) -> None:
+    """Advance one stage every `stage_seconds` until `stages` advances (0: forever) or SIGINT /
+    SIGTERM. A failed advance is logged and retried after 1 s."""
+    import signal
+
     import trio
 
     from swarmp2p.chain.errors import ChainError
-
-    client = _guarded(lambda: _client(rpc, contract, key))
 
     async def run() -> None:
         limiter = trio.CapacityLimiter(1)
         done = 0
         next_at = trio.current_time() + stage_seconds
-        while stages == 0 or done < stages:
-            await trio.sleep_until(next_at)
-            try:
-                receipt = await trio.to_thread.run_sync(
-                    client.transact, "updateStageAndRound", limiter=limiter
-                )
-            except ChainError as error:
-                typer.echo(f"advance failed, retrying in 1 s: {error.reason}", err=True)
-                next_at = trio.current_time() + 1.0
-                continue
-            done += 1
-            round_, stage, *_ = await trio.to_thread.run_sync(client.call, "roundInfo", limiter=limiter)
-            typer.echo(f"round {round_} stage {stage} (block {receipt['blockNumber']})")
-            next_at += stage_seconds
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
 
-    try:
-        trio.run(run)
-    except KeyboardInterrupt:
-        sys.exit(130)
+                async def stop_on_signal() -> None:
+                    async for _ in signals:
+                        nursery.cancel_scope.cancel()
+                        return
+
+                nursery.start_soon(stop_on_signal)
+                while stages == 0 or done < stages:
+                    await trio.sleep_until(next_at)
+                    try:
+                        receipt = await trio.to_thread.run_sync(
+                            client.transact, "updateStageAndRound", limiter=limiter
+                        )
+                    except ChainError as error:
+                        typer.echo(f"advance failed, retrying in 1 s: {error.reason}", err=True)
+                        next_at = trio.current_time() + 1.0
+                        continue
+                    done += 1
+                    round_, stage, *_ = await trio.to_thread.run_sync(
+                        client.call, "roundInfo", limiter=limiter
+                    )
+                    if not quiet or stage == 0:
+                        typer.echo(f"round {round_} stage {stage} (block {receipt['blockNumber']})")
+                    next_at += stage_seconds
+                nursery.cancel_scope.cancel()
+
+    trio.run(run)

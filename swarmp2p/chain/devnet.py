@@ -1,0 +1,131 @@
+"""`swarmp2p chain devnet`: a local chain for trying a chain swarm in one command.
+
+Starts anvil on 127.0.0.1, deploys the SwarmCoordinator from anvil's first account (which holds
+every role and advances the rounds), writes a funded key (0600) and a libp2p identity for each
+of N nodes, publishes the first node's address as the contract's bootnode, and returns the exact
+`swarmp2p node` command of every node (absolute paths, quoted for a POSIX shell). The caller
+(the CLI) then runs the stage manager until stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shlex
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from swarmp2p.chain.anvil import DEPLOYER_KEY, Anvil, free_port
+from swarmp2p.chain.errors import ChainConfigError
+
+FUNDING_WEI = 100 * 10**18
+DEVNET_FILE = "devnet.json"
+
+
+@attrs.frozen
+class DevnetNode:
+    data_dir: Path
+    eth_key: Path
+    address: str
+    peer_id: str
+    listen: str
+    command: str
+
+
+@attrs.frozen
+class Devnet:
+    rpc: str
+    contract: str
+    manager_key: Path
+    stage_seconds: float
+    stage_count: int
+    nodes: tuple[DevnetNode, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        def plain(value: Any) -> Any:
+            return str(value) if isinstance(value, Path) else value
+
+        return attrs.asdict(self, value_serializer=lambda _i, _a, v: plain(v))
+
+
+def _fresh_dir(directory: Path) -> None:
+    if directory.exists() and any(directory.iterdir()):
+        raise ChainConfigError(
+            f"{directory} is not empty (keys of an earlier devnet?); remove it or pick another --dir"
+        )
+    directory.mkdir(parents=True, exist_ok=True)
+
+
+def start_devnet(
+    directory: Path,
+    nodes: int,
+    *,
+    stage_seconds: float,
+    stage_count: int = 1,
+    port: int = 8545,
+    anvil: Anvil | None = None,
+) -> tuple[Anvil, Devnet]:
+    """Start anvil (unless given one already running), deploy, write keys; see the module doc.
+    The caller stops the returned Anvil. Raises ChainConfigError / ChainUnavailable."""
+    from web3 import HTTPProvider, Web3
+
+    from swarmp2p.chain.artifact import load_artifact
+    from swarmp2p.chain.client import ContractClient
+    from swarmp2p.chain.keys import load_key_file, write_key_file
+    from swarmp2p.identity import create_identity
+
+    directory = directory.resolve()
+    _fresh_dir(directory)
+    started = anvil is None
+    if anvil is None:
+        anvil = Anvil(port=port or free_port())
+        anvil.start()
+    try:
+        manager_key = directory / "manager.key"
+        write_key_file(manager_key, bytes.fromhex(DEPLOYER_KEY))
+        w3 = Web3(HTTPProvider(anvil.url, request_kwargs={"timeout": 10}))
+        artifact = load_artifact()
+        deployer = ContractClient(w3, "0x" + "00" * 20, artifact.abi, load_key_file(manager_key))
+        contract = deployer.deploy(artifact.bytecode, stage_count, max(1, round(stage_seconds)))
+        manager = ContractClient(w3, contract, artifact.abi, deployer.account)
+        made: list[DevnetNode] = []
+        round_seconds = stage_seconds * stage_count
+        for index in range(1, nodes + 1):
+            data_dir = directory / f"node{index}"
+            data_dir.mkdir()
+            eth_key = data_dir / "eth.key"
+            write_key_file(eth_key, secrets.token_bytes(32))
+            address = load_key_file(eth_key).address
+            anvil.set_balance(address, FUNDING_WEI)
+            identity = create_identity(data_dir / "identity.key")
+            listen = f"/ip4/127.0.0.1/tcp/{free_port()}"
+            args = [
+                "swarmp2p",
+                "node",
+                "--data-dir",
+                str(data_dir),
+                "--chain-rpc",
+                anvil.url,
+                "--contract",
+                contract,
+                "--eth-key",
+                str(eth_key),
+                "--round-seconds",
+                f"{round_seconds:g}",
+                "--listen",
+                listen,
+            ]
+            if made:  # everyone dials the first node; hellos then spread the others' addresses
+                args += ["--bootstrap", f"{made[0].listen}/p2p/{made[0].peer_id}"]
+            made.append(DevnetNode(data_dir, eth_key, address, identity.peer_id, listen, shlex.join(args)))
+        if made:
+            manager.transact("addBootnodes", [f"{made[0].listen}/p2p/{made[0].peer_id}"])
+        devnet = Devnet(anvil.url, contract, manager_key, stage_seconds, stage_count, tuple(made))
+        (directory / DEVNET_FILE).write_text(json.dumps(devnet.to_json(), indent=2) + "\n")
+        return anvil, devnet
+    except BaseException:
+        if started:
+            anvil.stop()
+        raise
