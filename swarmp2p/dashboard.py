@@ -285,7 +285,49 @@ def _labeled_metrics(status: Mapping[str, Any]) -> list[Any]:
             gauge = GaugeMetricFamily(f"swarmp2p_network_{key}", help_text)
             gauge.add_metric([], float(network[key]))
             families.append(gauge)
+    # Any other section of numbers (e.g. a chain coordinator's "chain"): one gauge family per
+    # section, a label per (dotted) key, so nothing /api/status counts is missing here.
+    for section, value in sorted(status.items()):
+        if section in _SECTIONS_EXPORTED or not isinstance(value, Mapping):
+            continue
+        leaves = sorted(_numeric_leaves(value))
+        if leaves:
+            gauge = GaugeMetricFamily(
+                f"{_metric_name('status_' + section)}",
+                f"Numbers of the status section '{section}'.",
+                labels=["key"],
+            )
+            for key, number in leaves:
+                gauge.add_metric([key], number)
+            families.append(gauge)
     return families
+
+
+# Top-level status keys exported above (or on purpose not: the schedule is configuration).
+_SECTIONS_EXPORTED = frozenset(
+    {
+        "counters",
+        "rejections",
+        "network",
+        "hellos",
+        "eval",
+        "eval_history",
+        "eval_deferred",
+        "history",
+        "schedule",
+    }
+)
+
+
+def _numeric_leaves(node: Mapping[str, Any], prefix: str = "", depth: int = 0) -> list[tuple[str, float]]:
+    leaves: list[tuple[str, float]] = []
+    for key, value in node.items():
+        name = f"{prefix}{key}"
+        if _is_number(value):
+            leaves.append((name, float(value)))
+        elif isinstance(value, Mapping) and depth < 2:
+            leaves.extend(_numeric_leaves(value, name + ".", depth + 1))
+    return leaves
 
 
 def _eval_metrics(status: Mapping[str, Any]) -> list[Any]:

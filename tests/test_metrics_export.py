@@ -53,6 +53,7 @@ def node_like_status(network_status: Mapping[str, Any]) -> dict[str, Any]:
         "rejections": {"stale_round": 3, "future_round": 300, "sender_mismatch": 1},
         "banned": [],
         "network": dict(network_status),
+        "chain": {"submitted": 7, "failed": 1, "fees": {"max_gwei": 2.5}},
         "hellos": {
             "hellos_accepted": 5,
             "hellos_rejected": 2,
@@ -78,6 +79,9 @@ def assert_every_status_counter_exported(status: Mapping[str, Any]) -> None:
             assert exported[(f"swarmp2p_network_{path[1]}", ())] == value, path
         elif path[0] in ("round",):
             continue
+        elif path[0] not in ("counters", "rejections", "network", "hellos"):
+            name = f"swarmp2p_status_{path[0]}"
+            assert exported[(name, (("key", ".".join(path[1:])),))] == value, path
         else:
             raise AssertionError(f"status number {path} has no place in /metrics")
         checked += 1
