@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from protocol.messages import Completion, QuestionGroup
 from protocol.questions import questions_for
 from trainer.config import TrainerConfig
-from trainer.evaluation import eval_due
+from trainer.evaluation import eval_due, summarize
 from trainer.generation import _nucleus
 from trainer.policy import TrainerPolicy
 from trainer.pretrain import examples
@@ -130,3 +130,17 @@ def test_nucleus_keeps_the_smallest_set_reaching_top_p(weights: list[float], top
     mass = float(probs[0][order][:count].sum())
     assert mass >= top_p - 1e-6 or count == len(weights)
     assert float(probs[0][order][: count - 1].sum()) < top_p + 1e-6, "no smaller set would do"
+
+
+def test_accuracy_is_the_mean_over_the_samples_of_each_question(registry: ReasoningGymRegistry) -> None:
+    refs = [ref for ref in registry.eval_questions(4, 99) if ref.task == "chain_sum"][:2]
+    right = [f"<answer>{registry.question(ref)[1]}</answer>" for ref in refs]
+    # question 0: 3 of 4 samples right; question 1: 1 of 4
+    texts = [right[0], right[0], "<answer>x</answer>", right[0], "no", right[1], "no", "no"]
+    result = summarize(registry, refs, texts, generations_to_log=5, samples_per_question=4)
+    assert result["per_task"]["chain_sum"]["accuracy"] == pytest.approx(0.5)
+    assert result["per_task"]["chain_sum"]["n"] == 2
+    logged = [s["index"] for s in result["samples"]]
+    assert logged == [ref.index for ref in refs], "one logged sample per question"
+    with pytest.raises(ValueError, match="completions for 2 questions"):
+        summarize(registry, refs, texts[:7], generations_to_log=0, samples_per_question=4)

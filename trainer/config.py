@@ -71,6 +71,13 @@ class TrainerConfig:
     """Supervised pre-training steps of a freshly built tiny model (trainer/pretrain.py); 0 = random
     weights. Part of the cache key: changing it builds a new model."""
 
+    tiny_seed: int = attrs.field(default=0, validator=v.instance_of(int))
+    """Seed of the tiny model's build (tokenizer corpus order, initial weights, pre-training). Not
+    `seed`: peers and runs with different training seeds start from the same base model, like
+    real swarms that all download one checkpoint."""
+    tiny_pretrain_noise: float = attrs.field(default=0.0, converter=float, validator=_unit_interval)
+    """Share of pre-training answers replaced by a near miss (an integer answer moved by 1 or 2)."""
+
     # --- rollouts ---
     num_generations: int = attrs.field(default=8, validator=[v.instance_of(int), _positive])
     """G: completions per question (one GRPO group)."""
@@ -104,6 +111,9 @@ class TrainerConfig:
     """Evaluate once before the first update (when `eval_every > 0`), the curve's starting point."""
     eval_questions: int = attrs.field(default=32, validator=[v.instance_of(int), _positive])
     """Held-out questions per task. The set is fixed: the same questions at every evaluation."""
+    eval_samples: int = attrs.field(default=4, validator=[v.instance_of(int), _positive])
+    """Completions per held-out question; accuracy is their mean (the expected accuracy of one
+    completion, the recipe's measure, with k times less sampling variance)."""
     eval_generations_to_log: int = attrs.field(default=3, validator=[v.instance_of(int), _non_negative])
     """Sample generations kept with each evaluation result (metrics, status, round line)."""
     eval_temperature: float = attrs.field(default=0.6, converter=float, validator=_non_negative)

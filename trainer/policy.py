@@ -28,7 +28,7 @@ from trainer.tasks import ReasoningGymRegistry
 __all__ = ["Cancelled", "TrainerPolicy"]
 
 _TOKEN_CACHE_SIZE = 8192
-_EVAL_CHUNK = 64  # held-out questions per generation batch (bounds memory on large models)
+_EVAL_CHUNK = 64  # held-out completions per generation batch (bounds memory on large models)
 
 
 class TrainerPolicy:
@@ -317,13 +317,14 @@ class TrainerPolicy:
 
         from trainer.evaluation import evaluate
 
-        def answer(refs: Sequence[QuestionRef]) -> list[str]:
+        def answer(refs: Sequence[QuestionRef], samples: int) -> list[str]:
             generator = torch.Generator(device="cpu").manual_seed(self.config.eval_seed)
             texts = []
-            for start in range(0, len(refs), _EVAL_CHUNK):
-                chunk = refs[start : start + _EVAL_CHUNK]
+            per_batch = max(1, _EVAL_CHUNK // samples)
+            for start in range(0, len(refs), per_batch):
+                chunk = refs[start : start + per_batch]
                 rows = self._sample_ids(
-                    chunk, 1, self.config.eval_temperature, generator, top_p=self.config.eval_top_p
+                    chunk, samples, self.config.eval_temperature, generator, top_p=self.config.eval_top_p
                 )
                 texts.extend(self.tokenizer.decode(ids, skip_special_tokens=True) for ids in rows)
             return texts

@@ -44,6 +44,16 @@ def examples(registry: ReasoningGymRegistry, rng: random.Random) -> Iterator[tup
             yield ref, prompt, answer
 
 
+def near_miss(answer: str, rng: random.Random) -> str:
+    """A plausible wrong answer: an integer answer moved by 1 or 2 either way (what a weak solver
+    gets wrong most often); other answers are returned unchanged."""
+    try:
+        value = int(answer.strip())
+    except ValueError:
+        return answer
+    return str(value + rng.choice((-2, -1, 1, 2)))
+
+
 def pretrain(
     model: Any,
     tokenizer: Any,
@@ -56,6 +66,7 @@ def pretrain(
     max_prompt_tokens: int,
     max_answer_tokens: int,
     progress: Progress | None = None,
+    noise: float = 0.0,
 ) -> list[float]:
     """`steps` AdamW steps of answer-token cross-entropy; returns the loss of every step.
 
@@ -83,6 +94,8 @@ def pretrain(
     for step in range(steps):
         prompts, targets = [], []
         for _ref, prompt, answer in (next(stream) for _ in range(batch_size)):
+            if noise and rng.random() < noise:
+                answer = near_miss(answer, rng)
             prompts.append(tokenizer(prompt, add_special_tokens=False)["input_ids"][-max_prompt_tokens:])
             ids = tokenizer(f"{ANSWER_OPEN}{answer}{ANSWER_CLOSE}", add_special_tokens=False)["input_ids"]
             targets.append([*ids[: max_answer_tokens - 1], tokenizer.eos_token_id])

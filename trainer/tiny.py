@@ -53,6 +53,7 @@ class TinySpec:
     pretrain_steps: int
     pretrain_batch: int = 32
     pretrain_lr: float = 2e-3
+    pretrain_noise: float = 0.0
 
     @classmethod
     def of(cls, config: TrainerConfig) -> TinySpec:
@@ -62,8 +63,9 @@ class TinySpec:
             hidden=config.tiny_hidden_size,
             layers=config.tiny_layers,
             vocab=config.tiny_vocab_size,
-            seed=config.seed,
+            seed=config.tiny_seed,
             pretrain_steps=config.tiny_pretrain_steps,
+            pretrain_noise=config.tiny_pretrain_noise,
         )
 
     def fingerprint(self) -> str:
@@ -131,6 +133,7 @@ def build_tiny(folder: Path, spec: TinySpec, progress: Progress | None = None) -
             max_prompt_tokens=_PRETRAIN_PROMPT_TOKENS,
             max_answer_tokens=_PRETRAIN_ANSWER_TOKENS,
             progress=progress,
+            noise=spec.pretrain_noise,
         )
     folder.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".tiny-", dir=folder.parent))
