@@ -33,6 +33,7 @@ _SUBCOMMAND_MODULES = (
     "swarmp2p.cli_chain",
     "swarmp2p.cli_dashboard",
     "swarmp2p.cli_keygen",
+    "swarmp2p.cli_supervise",
 )
 
 for _name in _SUBCOMMAND_MODULES:

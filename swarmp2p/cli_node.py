@@ -90,8 +90,24 @@ def node(
         "--eval-generations-to-log",
         help=_help("Sample answers kept with each evaluation.", "eval_generations_to_log", TrainerConfig),
     ),
+    restart_on_failure: bool = typer.Option(
+        False,
+        "--restart-on-failure",
+        help="Run the node under a supervisor that restarts it when it crashes (same data dir and "
+        "peer id, doubling backoff; gives up after 5 failures in a row within 60 s of starting).",
+    ),
 ) -> None:
     """Run a swarm peer. With no arguments: start a new local swarm on the tiny model."""
+    if restart_on_failure:
+        import sys
+
+        from swarmp2p.supervise import node_command, supervise
+
+        # The same command line without the flag, as a child process (argv[0] may be a script
+        # or `python -m swarmp2p.cli`: everything after the `node` subcommand is ours).
+        args = sys.argv[sys.argv.index("node") + 1 :]
+        child = ["node", *[arg for arg in args if arg != "--restart-on-failure"]]
+        raise typer.Exit(supervise(node_command(child)))
     import trio
     from rich.console import Console
     from rich.markup import escape
