@@ -162,3 +162,19 @@ def test_a_never_reached_peer_is_forgotten_after_two_failed_dials_a_reached_one_
     for now in (30.0, 61.0, 120.0):
         book.dial_failed("friend", now)
     assert "friend" in book  # reached once: the 600 s rule applies
+
+
+def test_gossip_seen_cache_is_capped_and_counts_evictions() -> None:
+    from swarmp2p.net.gossip import _CappedSeenCache
+
+    counters = DropCounters()
+    cache = _CappedSeenCache(120, 60, 1000, counters)
+    try:
+        for i in range(100_000):
+            assert cache.add(i.to_bytes(8, "big"))
+            assert len(cache.cache) <= 1000
+        assert counters["gossip_seen_cache_evicted"] == 100_000 - 1000
+        assert cache.has((99_999).to_bytes(8, "big")) and not cache.has((0).to_bytes(8, "big"))
+        assert not cache.add((99_999).to_bytes(8, "big"))  # a duplicate is still a duplicate
+    finally:
+        cache.stop()

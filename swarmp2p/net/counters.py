@@ -25,6 +25,7 @@ class DropCounters:
         # several peers) and replays within the cache's TTL. Not a loss; counted so a replay
         # flood shows.
         "gossip_seen_duplicate",
+        "gossip_seen_cache_evicted",  # the seen-cache was full: its oldest message id forgotten
         "gossip_rpc_garbage",  # an inbound frame that is not a protobuf RPC: stream and peer dropped
         "gossip_rpc_oversized",  # an inbound RPC over py-libp2p's 1 MiB limit: stream and peer dropped
         "inbound_channel_full",

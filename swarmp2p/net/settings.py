@@ -43,6 +43,9 @@ class NetworkSettings:
     # the identify/subscription race (well under a second), it gave every joiner the last 30 s
     # of stale announcements. A few seconds covers the race and nothing older.
     pending_gossip_ttl_s: float = attrs.field(default=3.0, validator=_positive)
+    # Message ids py-libp2p remembers (for its 120 s seen TTL) to drop duplicates: capped, so a
+    # flood of distinct messages cannot grow it without bound (oldest evicted, counted).
+    max_seen_messages: int = attrs.field(default=65536, validator=_positive)
 
     # direct request/response (/swarmp2p/fetch/1.0.0)
     max_request_bytes: int = attrs.field(default=64 * 1024, validator=_positive)
