@@ -591,6 +591,46 @@ def bench(args: argparse.Namespace) -> None:
                 print(swarm_report(nodes), file=sys.stderr)
 
 
+def markdown_table(results: list[dict[str, Any]]) -> str:
+    """One row per bench result (its JSON output): the table in docs/reliability.md."""
+
+    def conditions(result: dict[str, Any]) -> str:
+        i = result["impairment"]
+        text = f"{i['delay_ms']:g} ± {i['jitter_ms']:g} ms, {i['loss'] * 100:g}% loss"
+        if i["rate_kbit"]:
+            text += f", {i['rate_kbit']:g} kbit/s"
+        if result["partitioned_rounds"]:
+            text += f"; last node cut off {len(result['partitioned_rounds'])} rounds"
+        return text
+
+    def counts(merged: Counter[str]) -> str:
+        return ", ".join(f"{k} {v}" for k, v in sorted(merged.items())) or "0"
+
+    lines = [
+        "| conditions (one-way, per node) | nodes | rounds | completed | external peers trained on"
+        " per round (per node) | rejections | network drops | switch: forwarded / lost / cut |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for result in results:
+        nodes = result["nodes"]
+        rejected: Counter[str] = Counter()
+        drops: Counter[str] = Counter()
+        for row in nodes:
+            rejected.update(row["rejected"])
+            drops.update(row["drops"])
+        trained = " / ".join("".join(str(n) for n in row["trained_on_per_round"]) for row in nodes)
+        switch = result["switch"]
+        forwarded, lost, cut = (
+            sum(s.get(k, 0) for s in switch) for k in ("forwarded", "dropped_loss", "dropped_partition")
+        )
+        lines.append(
+            f"| {conditions(result)} | {len(nodes)} | {result['rounds'][0]}–{result['rounds'][-1]}"
+            f" | {sum(r['completed'] for r in nodes)}/{sum(r['rounds'] for r in nodes)}"
+            f" | {trained} | {counts(rejected)} | {counts(drops)} | {forwarded} / {lost} / {cut} |"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -609,9 +649,13 @@ def main() -> None:
     run.add_argument("--partition-rounds", type=int, default=0, help="cut the last node off this many rounds")
     run.add_argument("--verbose", action="store_true")
     sub.add_parser("clean", help="remove namespaces left by harness runs that died")
+    table = sub.add_parser("table", help="the markdown table of bench outputs (JSON files)")
+    table.add_argument("files", nargs="+", type=Path)
     args = parser.parse_args()
     if args.command == "switch":
         Switch(args.prefix, args.count, args.seed).run()
+    elif args.command == "table":
+        print(markdown_table([json.loads(path.read_text()) for path in args.files]))
     elif args.command == "clean":
         print("\n".join(clean_leftovers()) or "nothing left over")
     else:
