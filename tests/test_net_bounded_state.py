@@ -178,3 +178,34 @@ def test_gossip_seen_cache_is_capped_and_counts_evictions() -> None:
         assert not cache.add((99_999).to_bytes(8, "big"))  # a duplicate is still a duplicate
     finally:
         cache.stop()
+
+
+def test_records_expire_with_their_round() -> None:
+    from swarmp2p.net.checks import batch_record_round
+    from swarmp2p.net.dht import RecordRounds
+
+    counters, clock = DropCounters(), Clock()
+    now = [10]
+    rounds = RecordRounds(batch_record_round, lambda: now[0], keep_rounds=2, ahead_rounds=1)
+    record_validator = SwarmRecordValidator("swarmp2p", 1024, counters)
+    record_validator.rounds = rounds
+    values = store(counters, clock, ttl_s=3600.0)
+    values.rounds = rounds
+    for r in (8, 9, 10, 11):
+        key = f"/swarmp2p/s/{r}/0/p{r}"
+        record_validator.validate(key, b"v")
+        values.put_record(key.encode(), record(b"k", b"v"))
+    with pytest.raises(InvalidRecordType):
+        record_validator.validate("/swarmp2p/s/7/0/old", b"v")
+    with pytest.raises(InvalidRecordType):
+        record_validator.validate("/swarmp2p/s/12/0/ahead", b"v")
+    assert counters["dht_stale_round"] == 1 and counters["dht_future_round"] == 1
+    record_validator.validate("/swarmp2p/not-a-batch-key", b"v")  # no round: TTL only
+    now[0] = 12  # rounds 8 and 9 are now more than 2 rounds old
+    assert values.sweep() == 2
+    assert sorted(values.store) == [b"/swarmp2p/s/10/0/p10", b"/swarmp2p/s/11/0/p11"]
+    assert counters["dht_expired"] == 2
+    now[0] = -1  # before genesis: no round verdicts
+    record_validator.validate("/swarmp2p/s/999/0/p", b"v")
+    assert batch_record_round("/swarmp2p/s/x/0/p") is None
+    assert batch_record_round("/swarmp2p/s/5/0/p") == 5

@@ -40,7 +40,13 @@ from libp2p.tools.anyio_service import background_trio_service
 from libp2p.utils.address_validation import expand_wildcard_address
 
 from swarmp2p.net.counters import DropCounters
-from swarmp2p.net.dht import SwarmRecordValidator, build_dht, namespaced_key
+from swarmp2p.net.dht import (
+    BoundedValueStore,
+    RecordRounds,
+    SwarmRecordValidator,
+    build_dht,
+    namespaced_key,
+)
 from swarmp2p.net.frames import FrameError, FrameTooLarge
 from swarmp2p.net.gossip import CountingPubsub, build_gossip
 from swarmp2p.net.peer_book import PeerBook
@@ -121,6 +127,7 @@ class LibP2PNetwork:
         self._dialing: set[str] = set()
         self._dht_peers: set[str] = set()
         self._replications = 0  # DHT puts replicating in the background
+        self._next_store_sweep = 0.0
         # Peer exchange slows down while it teaches us nothing new (see _peer_exchange_loop).
         self._exchange_interval_s = settings.peer_exchange_fast_s
         self._exchange_cursor = 0
@@ -366,6 +373,23 @@ class LibP2PNetwork:
         """Application check run on every DHT record put, stored or fetched (raise to reject)."""
         self.record_validator.check = check
 
+    def set_record_rounds(
+        self,
+        round_of: Callable[[str], int | None],
+        current_round: Callable[[], int | None],
+        *,
+        keep_rounds: int = 2,
+        ahead_rounds: int = 1,
+    ) -> None:
+        """Make DHT records expire with their round (see net/dht.py RecordRounds): records
+        more than `keep_rounds` rounds old are refused and dropped from the store, records
+        for rounds beyond `ahead_rounds` after ours refused."""
+        rounds = RecordRounds(round_of, current_round, keep_rounds, ahead_rounds)
+        self.record_validator.rounds = rounds
+        store = self.dht.value_store
+        if isinstance(store, BoundedValueStore):
+            store.rounds = rounds
+
     async def dht_put(self, key: str, value: bytes) -> None:
         """Store the record locally at once and replicate it to the closest peers in the
         background.
@@ -572,6 +596,10 @@ class LibP2PNetwork:
                 self.book.mark_connected(peer_id)
                 if peer_id not in self._dht_peers:
                     await self._add_dht_peer(ID.from_base58(peer_id))
+            store = self.dht.value_store
+            if isinstance(store, BoundedValueStore) and now >= self._next_store_sweep:
+                self._next_store_sweep = now + self.settings.dht_sweep_interval_s
+                store.sweep()
             missing = self.settings.target_peers - len(connected)
             if missing > 0:
                 for peer_id in self.book.due_for_dial(now, missing, skip=self._dialing | connected):

@@ -128,6 +128,15 @@ class HelloGuard:
                 self.stats["hello_peers_evicted"] = self.stats.get("hello_peers_evicted", 0) + 1
 
 
+def batch_record_round(key: str) -> int | None:
+    """The round of a batch record key "/<namespace>/<swarm>/<round>/<stage>/<peer>"
+    (swarmp2p.peer.batch_dht_key); None for any other key."""
+    segments = key.split("/")
+    if len(segments) != 6 or not segments[3].isdigit() or len(segments[3]) > 18:
+        return None
+    return int(segments[3])
+
+
 def install_gossip_checks(
     network: Any,
     *,
@@ -140,7 +149,11 @@ def install_gossip_checks(
     max_announce_bytes: int,
 ) -> HelloGuard | None:
     """Register the node's gossip checks on a network that supports them (the libp2p adapter;
-    the simulator's network has no relaying to stop). Returns the hello guard, if installed."""
+    the simulator's network has no relaying to stop), and make its DHT records expire with
+    their round. Returns the hello guard, if installed."""
+    set_rounds = getattr(network, "set_record_rounds", None)
+    if set_rounds is not None:
+        set_rounds(batch_record_round, current_round)
     set_validator = getattr(network, "set_gossip_validator", None)
     if set_validator is None:
         return None

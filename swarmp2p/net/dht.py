@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import attrs
 from libp2p.abc import IHost
 from libp2p.kad_dht import DHTMode, KadDHT
 from libp2p.kad_dht.pb.kademlia_pb2 import Record
@@ -39,6 +40,31 @@ RecordCheck = Callable[[str, bytes], None]
 """Application-level check of a record: (full key, value) -> None, raising ValueError when invalid."""
 
 
+@attrs.frozen
+class RecordRounds:
+    """How records expire with their round: `round_of(full key)` names a record's round (None:
+    a key without one, kept by TTL only) and `current_round()` ours (None or negative: not
+    known). A record more than `keep_rounds` rounds old is refused and dropped from the store
+    (`dht_stale_round`); one for a round beyond `ahead_rounds` after ours is refused
+    (`dht_future_round`: it would otherwise sit in the store until its round came)."""
+
+    round_of: Callable[[str], int | None]
+    current_round: Callable[[], int | None]
+    keep_rounds: int = 2
+    ahead_rounds: int = 1
+
+    def verdict(self, key: str) -> str | None:
+        record_round = self.round_of(key)
+        now = self.current_round()
+        if record_round is None or now is None or now < 0:
+            return None
+        if record_round < now - self.keep_rounds:
+            return "dht_stale_round"
+        if record_round > now + self.ahead_rounds:
+            return "dht_future_round"
+        return None
+
+
 class SwarmRecordValidator(Validator):
     """Size cap plus an optional application check (e.g. signed-envelope verification)."""
 
@@ -47,6 +73,7 @@ class SwarmRecordValidator(Validator):
         self.max_value_bytes = max_value_bytes
         self.counters = counters
         self.check: RecordCheck | None = None
+        self.rounds: RecordRounds | None = None
 
     def _refuse(self, kind: str, message: str) -> InvalidRecordType:
         self.counters.add(kind)
@@ -61,6 +88,10 @@ class SwarmRecordValidator(Validator):
         if not isinstance(value, bytes | bytearray) or len(value) > self.max_value_bytes:
             size = len(value) if isinstance(value, bytes | bytearray) else "?"
             raise self._refuse("dht_oversized", f"record of {size} bytes exceeds {self.max_value_bytes}")
+        if self.rounds is not None:
+            verdict = self.rounds.verdict(key)
+            if verdict is not None:
+                raise self._refuse(verdict, f"record {key[:80]!r} is out of the round window")
         if self.check is not None:
             try:
                 self.check(key, value)
@@ -126,6 +157,7 @@ class BoundedValueStore(ValueStore):
         self.max_records_per_owner = max_records_per_owner
         self.max_bytes_per_owner = max_bytes_per_owner
         self._clock = clock
+        self.rounds: RecordRounds | None = None  # set with the validator's (see build_dht)
         self.total_bytes = 0
         self._sizes: dict[bytes, int] = {}
         self._owners: dict[bytes, str] = {}
@@ -166,14 +198,23 @@ class BoundedValueStore(ValueStore):
 
     def cleanup_expired(self) -> int:
         now = self._clock()
+        rounds = self.rounds
         expired = [
-            key for key, (_, validity) in self.store.items() if validity is not None and now > validity
+            key
+            for key, (_, validity) in self.store.items()
+            if (validity is not None and now > validity)
+            or (rounds is not None and rounds.verdict(key.decode("utf-8", "replace")) == "dht_stale_round")
         ]
         for key in expired:
             self._forget(key)
         if expired:
             self.counters.add("dht_expired", len(expired))
         return len(expired)
+
+    def sweep(self) -> int:
+        """Drop what expired (by TTL or round) now; the adapter calls it on its upkeep tick."""
+        self._next_sweep = self._clock() + min(30.0, self.ttl_s / 4)
+        return self.cleanup_expired()
 
     def _save(self) -> None:  # no persistence: the store lives and dies with the process
         return

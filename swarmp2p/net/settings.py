@@ -69,6 +69,8 @@ class NetworkSettings:
     max_dht_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=_positive)
     max_dht_records_per_owner: int = attrs.field(default=8, validator=_positive)
     max_dht_bytes_per_owner: int = attrs.field(default=4 * 1024 * 1024, validator=_positive)
+    # How often upkeep drops expired records (TTL, or their round: LibP2PNetwork.set_record_rounds).
+    dht_sweep_interval_s: float = attrs.field(default=5.0, validator=_positive)
 
     # connection upkeep
     # Above the swarm sizes we run (<= 20 on one machine): every fetch finds a live connection.
