@@ -197,7 +197,10 @@ def stage_manager_command(
     """Advance the contract one stage every --stage-seconds. A failed advance is logged and retried.
     Ctrl-C or SIGTERM stops it (exit 0)."""
     client = _guarded(lambda: _client(rpc, contract, key))
-    _run_stage_manager(client, stage_seconds, stages)
+    try:
+        _run_stage_manager(client, stage_seconds, stages)
+    except KeyboardInterrupt:  # before the loop took over the signals: a stop all the same
+        pass
 
 
 @chain_app.command("devnet")
@@ -215,8 +218,14 @@ def devnet_command(
     """A local chain in one command: anvil on 127.0.0.1, the contract deployed, funded keys for
     --nodes nodes, and a stage manager advancing rounds; prints each node's command."""
 
+    import signal
+
     from swarmp2p.chain.devnet import DEVNET_FILE, start_devnet
 
+    def interrupt(_signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)  # a stop at any moment still stops anvil
     anvil, devnet = _guarded(lambda: start_devnet(directory, nodes, stage_seconds=stage_seconds, port=port))
     try:
         typer.echo(f"anvil on {devnet.rpc}; SwarmCoordinator {devnet.contract} ({stage_seconds:g} s rounds)")
@@ -230,6 +239,8 @@ def devnet_command(
         )
         client = _guarded(lambda: _client(devnet.rpc, devnet.contract, devnet.manager_key))
         _run_stage_manager(client, stage_seconds, rounds, quiet=True)
+    except KeyboardInterrupt:  # Ctrl-C before the stage manager took over the signals: a stop too
+        pass
     finally:
         anvil.stop()
     typer.echo("devnet stopped")
