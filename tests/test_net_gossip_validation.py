@@ -237,3 +237,52 @@ def test_announcement_check_reasons() -> None:
     _, a_hello = hello(seed, 10)
     assert check(me, a_hello) == "wrong_kind"
     assert announcement_check("s1", lambda: None, 1280)(me, announcement(10**6)) is None
+
+
+def test_over_real_libp2p_a_fresh_hello_is_delivered_and_a_replayed_old_one_is_refused() -> None:
+    from swarmp2p.net.checks import install_gossip_checks
+
+    hello_topic, announce = "swarmp2p/s1/hello", "swarmp2p/s1/announce"
+
+    async def main() -> None:
+        with trio.fail_after(60):
+            sender_key = create_new_key_pair()
+            seed = sender_key.private_key.to_bytes()[:32]
+            async with (
+                open_libp2p_network(sender_key, FAST) as sender,
+                open_libp2p_network(create_new_key_pair(), FAST) as node,
+            ):
+                now = [3]
+                stats: dict[str, int] = {"hellos_accepted": 0, "hellos_rejected": 0}
+                guard = install_gossip_checks(
+                    node,
+                    swarm_id="s1",
+                    hello_topic=hello_topic,
+                    announce_topic=announce,
+                    current_round=lambda: now[0],
+                    open_hello=open_hello,
+                    hello_stats=stats,
+                    max_announce_bytes=1280,
+                )
+                assert guard is not None
+                inbox = await node.subscribe(hello_topic)
+                await sender.subscribe(hello_topic)
+                await node.connect(sender.listen_addrs()[0])
+                peer_id, old = hello(seed, 3)
+                assert peer_id == sender.local_peer_id
+                node_id = ID.from_base58(node.local_peer_id)
+                await wait_until(lambda: node_id in sender.pubsub.peer_topics.get(hello_topic, ()))
+                await sender.publish(hello_topic, old)
+                with trio.fail_after(10):
+                    assert (await inbox.receive()).data == old
+                now[0] = 10  # the swarm moved on; the same signed hello is published again
+                await sender.publish(hello_topic, old)
+                await wait_until(lambda: stats["hellos_stale"] == 1)
+                _, fresh = hello(seed, 10)
+                await sender.publish(hello_topic, fresh)
+                with trio.fail_after(10):
+                    assert (await inbox.receive()).data == fresh  # the stale one never arrived
+                assert stats["hellos_rejected"] == 1
+                assert node.gossip_rejections["stale"] == 1
+
+    trio.run(main)
