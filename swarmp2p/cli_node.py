@@ -90,6 +90,13 @@ def node(
         "--eval-generations-to-log",
         help=_help("Sample answers kept with each evaluation.", "eval_generations_to_log", TrainerConfig),
     ),
+    threads: int | None = typer.Option(
+        None,
+        "--threads",
+        min=1,
+        help="CPU threads for torch, OpenMP and MKL (sets OMP_NUM_THREADS and MKL_NUM_THREADS; "
+        "default: [trainer] threads, else all cores).",
+    ),
     restart_on_failure: bool = typer.Option(
         False,
         "--restart-on-failure",
@@ -147,9 +154,11 @@ def node(
             "eval_before_train": eval_before_train,
             "eval_questions": eval_questions,
             "eval_generations_to_log": eval_generations_to_log,
+            "threads": threads,
         },
         defaults=NODE_TRAINER_DEFAULTS,
     )
+    apply_thread_limits(trainer_config.threads)
     console = Console(soft_wrap=True, highlight=False)
     errors = Console(stderr=True, soft_wrap=True)
 
@@ -169,3 +178,12 @@ def node(
     except KeyboardInterrupt:  # Ctrl-C before the node took over its signals (still importing)
         errors.print("interrupted")
         raise typer.Exit(code=130) from None
+
+
+def apply_thread_limits(threads: int) -> None:
+    """Make OpenMP and MKL use `threads` threads (0: leave them alone), as torch will
+    (trainer.model.configure_threads). Their pools read the variables once, when torch is first
+    imported: this runs before that (the CLI imports torch only inside run_node)."""
+    if threads > 0:
+        for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[name] = str(threads)

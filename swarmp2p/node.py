@@ -782,6 +782,7 @@ async def _run_with_network(
         "listen_addrs": network.listen_addrs(),
         "schedule": attrs.asdict(schedule),
         "pid": os.getpid(),
+        "threads": _thread_counts(),
     }
     async with trio.open_nursery() as nursery:
         addr = network.listen_addrs()[0]
@@ -815,6 +816,17 @@ async def _run_with_network(
         task_status.started(info)
         # Run until stopped: run_node's stop() cancels the trainer and this whole scope.
         await trio.sleep_forever()
+
+
+def _thread_counts() -> dict[str, Any]:
+    """What this process computes with: torch's intra-op threads and the OpenMP / MKL settings."""
+    import torch
+
+    return {
+        "torch": torch.get_num_threads(),
+        "omp": os.environ.get("OMP_NUM_THREADS"),
+        "mkl": os.environ.get("MKL_NUM_THREADS"),
+    }
 
 
 def dashboard_url(host: str, port: int) -> str:
