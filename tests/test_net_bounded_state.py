@@ -3,6 +3,7 @@ attacker invents, and every refusal and eviction is counted."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -209,3 +210,43 @@ def test_records_expire_with_their_round() -> None:
     record_validator.validate("/swarmp2p/s/999/0/p", b"v")
     assert batch_record_round("/swarmp2p/s/x/0/p") is None
     assert batch_record_round("/swarmp2p/s/5/0/p") == 5
+
+
+def test_over_real_libp2p_a_peer_storing_many_records_at_a_node_is_held_to_its_owner_cap() -> None:
+    import trio
+
+    from swarmp2p.net import NetworkSettings, open_libp2p_network
+
+    settings = NetworkSettings(
+        handler_timeout_s=2.0,
+        peer_exchange_interval_s=0.5,
+        upkeep_interval_s=0.2,
+        max_dht_records_per_owner=5,
+    )
+
+    async def main() -> None:
+        with trio.fail_after(120):
+            async with (
+                open_libp2p_network(create_new_key_pair(), settings) as node,
+                open_libp2p_network(create_new_key_pair(), settings) as attacker,
+            ):
+                await attacker.connect(node.listen_addrs()[0])
+                with trio.fail_after(20):
+                    while attacker.dht.get_routing_table_size() < 1 or node.dht.get_routing_table_size() < 1:
+                        await trio.sleep(0.05)
+                owner = attacker.local_peer_id
+                for r in range(20):
+                    while attacker._replications >= attacker.settings.max_dht_replications:
+                        await trio.sleep(0.05)
+                    await attacker.dht_put(f"s/{r}/0/{owner}", os.urandom(100 * 1024))
+                with trio.fail_after(30):
+                    while attacker._replications:
+                        await trio.sleep(0.05)
+                stored = [k for k in node.dht.value_store.store if k.endswith(owner.encode())]
+                assert 1 <= len(stored) <= 5
+                assert node.counters["dht_evicted_owner_cap"] >= 1
+                assert node.status()["tables"]["dht_records"] <= 5
+                # The attacker's own store obeys the same cap for its own records.
+                assert len(attacker.dht.value_store.store) <= 5
+
+    trio.run(main)
