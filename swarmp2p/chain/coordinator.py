@@ -103,12 +103,15 @@ def vote_digest(winners: Sequence[str]) -> bytes:
     return keccak(encode(["bytes32[]"], [[keccak(text=w) for w in winners]]))
 
 
+_OWN_EARLIER = ("reward already submitted with a different", "winners already submitted with a different")
+
+
 @attrs.define
 class SubmissionHealth:
     """What happened to this node's reward and winner submissions (shown in the node status)."""
 
     submitted: int = 0
-    already_on_chain: int = 0  # a retry of a submission that had got through: nothing sent twice
+    already_on_chain: int = 0  # our own earlier submission was there (a retry, or before a restart)
     late_skipped: int = 0  # failed transiently after the chain's stage had moved on
     failed: int = 0
     failing_in_a_row: int = 0
@@ -163,6 +166,14 @@ class ChainCoordinator:
         except ChainInputError:
             raise  # our own bug, not the chain's
         except ChainError as error:
+            if isinstance(error, ChainRevert) and error.reason.startswith(_OWN_EARLIER):
+                # Only we own the peer id: this is our own earlier submission (made before a
+                # restart, say) with another value. The chain keeps the first; not a failure.
+                health.already_on_chain += 1
+                log.info("chain: round %d: %s; the chain keeps the first", round, error.reason)
+                if self.tolerant:
+                    return
+                raise
             if isinstance(error, ChainUnavailable) and await self._moved_on(round, stage):
                 health.late_skipped += 1
                 log.info("chain: round %d submission skipped, the stage moved on: %s", round, error.reason)
