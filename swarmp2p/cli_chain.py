@@ -214,9 +214,15 @@ def devnet_command(
     rounds: int = typer.Option(
         0, "--rounds", min=0, help="Stop after this many rounds (0: run until Ctrl-C)."
     ),
+    backend: str = typer.Option(
+        "auto",
+        "--backend",
+        help="anvil, embedded (the in-process py-evm chain served over HTTP), or auto: anvil if installed.",
+    ),
 ) -> None:
-    """A local chain in one command: anvil on 127.0.0.1, the contract deployed, funded keys for
-    --nodes nodes, and a stage manager advancing rounds; prints each node's command."""
+    """A local chain in one command: anvil (or the embedded chain) on 127.0.0.1, the contract
+    deployed, funded keys for --nodes nodes, and a stage manager advancing rounds; prints each
+    node's command."""
 
     import signal
 
@@ -226,9 +232,12 @@ def devnet_command(
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)  # a stop at any moment still stops anvil
-    anvil, devnet = _guarded(lambda: start_devnet(directory, nodes, stage_seconds=stage_seconds, port=port))
+    chain, devnet = _guarded(
+        lambda: start_devnet(directory, nodes, stage_seconds=stage_seconds, port=port, backend=backend)
+    )
     try:
-        typer.echo(f"anvil on {devnet.rpc}; SwarmCoordinator {devnet.contract} ({stage_seconds:g} s rounds)")
+        kind = "anvil" if type(chain).__name__ == "Anvil" else "embedded chain (py-evm)"
+        typer.echo(f"{kind} on {devnet.rpc}; SwarmCoordinator {devnet.contract} ({stage_seconds:g} s rounds)")
         typer.echo(f"{nodes} funded key(s) (100 ETH each) and identities under {directory.resolve()}")
         typer.echo("run each node in its own terminal (the first one is the others' bootstrap):")
         for node in devnet.nodes:
@@ -242,7 +251,7 @@ def devnet_command(
     except KeyboardInterrupt:  # Ctrl-C before the stage manager took over the signals: a stop too
         pass
     finally:
-        anvil.stop()
+        chain.stop()
     typer.echo("devnet stopped")
 
 

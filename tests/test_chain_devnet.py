@@ -1,5 +1,6 @@
-"""`swarmp2p chain devnet`: one command starts a local chain (anvil), deploys the contract, writes
-funded keys, advances rounds and prints each node's command. The test runs the printed commands
+"""`swarmp2p chain devnet`: one command starts a local chain (anvil, or the embedded py-evm chain
+served over HTTP), deploys the contract, writes funded keys, advances rounds and prints each
+node's command. The test runs the printed commands
 as printed (plus a config file that makes the tiny model fast on 2 cores), checks that both
 nodes find each other and put their rewards on the contract, and stops everything cleanly."""
 
@@ -27,10 +28,11 @@ STAGE_SECONDS = 6
 
 
 class Devnet:
-    def __init__(self, directory: Path, nodes: int) -> None:
+    def __init__(self, directory: Path, nodes: int, backend: str) -> None:
         args = [
             sys.executable, "-m", "swarmp2p.cli", "chain", "devnet", "--nodes", str(nodes),
             "--dir", str(directory), "--stage-seconds", str(STAGE_SECONDS), "--port", "0",
+            "--backend", backend,
         ]  # fmt: skip
         self.process = subprocess.Popen(
             args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO
@@ -87,8 +89,9 @@ tiny_pretrain_steps = 0
     return path
 
 
-def test_devnet_and_its_printed_node_commands(tmp_path: Path) -> None:
-    if find_anvil() is None:
+@pytest.mark.parametrize("backend", ["anvil", "embedded"])
+def test_devnet_and_its_printed_node_commands(tmp_path: Path, backend: str) -> None:
+    if backend == "anvil" and find_anvil() is None:
         pytest.fail("anvil is not installed: run `npm install --prefix tools/anvil`")
     from web3 import HTTPProvider, Web3
 
@@ -97,7 +100,7 @@ def test_devnet_and_its_printed_node_commands(tmp_path: Path) -> None:
     from swarmp2p.identity import load_identity
 
     directory = tmp_path / "devnet"
-    devnet = Devnet(directory, nodes=2)
+    devnet = Devnet(directory, nodes=2, backend=backend)
     nodes: list[NodeProcess] = []
     try:
         printed = devnet.until("state: ")
@@ -122,6 +125,11 @@ def test_devnet_and_its_printed_node_commands(tmp_path: Path) -> None:
                 assert flags["--bootstrap"].endswith(f"/p2p/{identities[0]}")
         assert coordinator.functions.getBootnodes().call() == [commands[1][-1]]
         assert len(w3.eth.get_code(contract)) > 0
+        status = shlex.split(printed[-1].removeprefix("state: "))
+        shown = subprocess.run(
+            [sys.executable, "-m", "swarmp2p.cli", *status[1:]], capture_output=True, text=True, timeout=60
+        )
+        assert shown.returncode == 0 and "bootnode /ip4/127.0.0.1/" in shown.stdout, shown.stderr
 
         # The printed commands, as printed; the config only makes the tiny model fast here.
         config = _fast_config(tmp_path / "fast.toml")

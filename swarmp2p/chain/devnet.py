@@ -1,10 +1,11 @@
 """`swarmp2p chain devnet`: a local chain for trying a chain swarm in one command.
 
-Starts anvil on 127.0.0.1, deploys the SwarmCoordinator from anvil's first account (which holds
-every role and advances the rounds), writes a funded key (0600) and a libp2p identity for each
-of N nodes, publishes the first node's address as the contract's bootnode, and returns the exact
-`swarmp2p node` command of every node (absolute paths, quoted for a POSIX shell). The caller
-(the CLI) then runs the stage manager until stopped.
+Starts a chain on 127.0.0.1 (anvil when it is installed, else the embedded py-evm chain served
+over HTTP by swarmp2p/chain/serve.py), deploys the SwarmCoordinator from the chain's first
+account (which holds every role and advances the rounds), writes a funded key (0600) and a
+libp2p identity for each of N nodes, publishes the first node's address as the contract's
+bootnode, and returns the exact `swarmp2p node` command of every node (absolute paths, quoted
+for a POSIX shell). The caller (the CLI) then runs the stage manager until stopped.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from swarmp2p.chain.anvil import DEPLOYER_KEY, Anvil, free_port
+from swarmp2p.chain.anvil import DEPLOYER_KEY, Anvil, find_anvil, free_port
 from swarmp2p.chain.errors import ChainConfigError
 
 FUNDING_WEI = 100 * 10**18
@@ -58,6 +59,32 @@ def _fresh_dir(directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
 
 
+class EmbeddedBackend:
+    """The embedded chain behind an HTTP JSON-RPC server: the devnet without anvil."""
+
+    def __init__(self, stage_seconds: float, stage_count: int, port: int) -> None:
+        import time
+
+        from swarmp2p.chain.embedded import EmbeddedChain
+        from swarmp2p.chain.schedule import StageSchedule
+        from swarmp2p.chain.serve import EmbeddedRpc, EmbeddedRpcServer
+
+        schedule = StageSchedule(int(time.time() * 1000), int(stage_seconds * 1000), stage_count)
+        self.chain = EmbeddedChain(schedule)
+        try:
+            self.server = EmbeddedRpcServer(EmbeddedRpc(self.chain.tester, self.chain.w3.eth.chain_id), port)
+        except OSError as error:
+            raise ChainConfigError(f"cannot serve on 127.0.0.1:{port}: {error.strerror}") from None
+        self.server.start()
+        self.url = self.server.url
+
+    def set_balance(self, address: str, wei: int) -> None:
+        self.chain.fund(address)  # FUNDING_WEI, the same 100 ETH
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
 def start_devnet(
     directory: Path,
     nodes: int,
@@ -65,10 +92,12 @@ def start_devnet(
     stage_seconds: float,
     stage_count: int = 1,
     port: int = 8545,
+    backend: str = "auto",
     anvil: Anvil | None = None,
-) -> tuple[Anvil, Devnet]:
-    """Start anvil (unless given one already running), deploy, write keys; see the module doc.
-    The caller stops the returned Anvil. Raises ChainConfigError / ChainUnavailable."""
+) -> tuple[Any, Devnet]:
+    """Start the chain (`backend`: "anvil", "embedded", or "auto": anvil when installed; or the
+    given `anvil`, already running), deploy, write keys; see the module doc. The caller stops
+    the returned chain (`.stop()`). Raises ChainConfigError / ChainUnavailable."""
     from web3 import HTTPProvider, Web3
 
     from swarmp2p.chain.artifact import load_artifact
@@ -78,18 +107,29 @@ def start_devnet(
 
     directory = directory.resolve()
     _fresh_dir(directory)
+    if backend not in ("auto", "anvil", "embedded"):
+        raise ChainConfigError(f"unknown devnet backend {backend!r}: auto, anvil or embedded")
     started = anvil is None
-    if anvil is None:
-        anvil = Anvil(port=port or free_port())
-        anvil.start()
+    chain: Any = anvil
+    if chain is None:
+        if backend == "embedded" or (backend == "auto" and find_anvil() is None):
+            chain = EmbeddedBackend(stage_seconds, stage_count, port)
+        else:
+            chain = Anvil(port=port or free_port())
+            chain.start()
     try:
         manager_key = directory / "manager.key"
-        write_key_file(manager_key, bytes.fromhex(DEPLOYER_KEY))
-        w3 = Web3(HTTPProvider(anvil.url, request_kwargs={"timeout": 10}))
+        w3 = Web3(HTTPProvider(chain.url, request_kwargs={"timeout": 10}))
         artifact = load_artifact()
-        deployer = ContractClient(w3, "0x" + "00" * 20, artifact.abi, load_key_file(manager_key))
-        contract = deployer.deploy(artifact.bytecode, stage_count, max(1, round(stage_seconds)))
-        manager = ContractClient(w3, contract, artifact.abi, deployer.account)
+        if isinstance(chain, EmbeddedBackend):  # deployed already, by the tester's first account
+            write_key_file(manager_key, bytes(chain.chain.manager_account.key))
+            contract = chain.chain.address
+            manager = ContractClient(w3, contract, artifact.abi, chain.chain.manager_account)
+        else:
+            write_key_file(manager_key, bytes.fromhex(DEPLOYER_KEY))
+            deployer = ContractClient(w3, "0x" + "00" * 20, artifact.abi, load_key_file(manager_key))
+            contract = deployer.deploy(artifact.bytecode, stage_count, max(1, round(stage_seconds)))
+            manager = ContractClient(w3, contract, artifact.abi, deployer.account)
         made: list[DevnetNode] = []
         round_seconds = stage_seconds * stage_count
         for index in range(1, nodes + 1):
@@ -98,7 +138,7 @@ def start_devnet(
             eth_key = data_dir / "eth.key"
             write_key_file(eth_key, secrets.token_bytes(32))
             address = load_key_file(eth_key).address
-            anvil.set_balance(address, FUNDING_WEI)
+            chain.set_balance(address, FUNDING_WEI)
             identity = create_identity(data_dir / "identity.key")
             listen = f"/ip4/127.0.0.1/tcp/{free_port()}"
             args = [
@@ -107,7 +147,7 @@ def start_devnet(
                 "--data-dir",
                 str(data_dir),
                 "--chain-rpc",
-                anvil.url,
+                chain.url,
                 "--contract",
                 contract,
                 "--eth-key",
@@ -122,10 +162,10 @@ def start_devnet(
             made.append(DevnetNode(data_dir, eth_key, address, identity.peer_id, listen, shlex.join(args)))
         if made:
             manager.transact("addBootnodes", [f"{made[0].listen}/p2p/{made[0].peer_id}"])
-        devnet = Devnet(anvil.url, contract, manager_key, stage_seconds, stage_count, tuple(made))
+        devnet = Devnet(chain.url, contract, manager_key, stage_seconds, stage_count, tuple(made))
         (directory / DEVNET_FILE).write_text(json.dumps(devnet.to_json(), indent=2) + "\n")
-        return anvil, devnet
+        return chain, devnet
     except BaseException:
         if started:
-            anvil.stop()
+            chain.stop()
         raise
