@@ -367,9 +367,9 @@ def _evals_by_round(spy: _Spy, records: dict[int, Any]) -> list[dict[str, Any]]:
 def models_dir(settings: ExperimentSettings) -> Path:
     if settings.models_dir:
         return Path(settings.models_dir)
-    from trainer.config import TrainerConfig
+    from trainer.config import user_model_cache
 
-    return Path(TrainerConfig().data_dir) / "models"
+    return Path(user_model_cache())  # the same build `swarmp2p train` and `node` use
 
 
 def prepare_models(settings: ExperimentSettings) -> None:

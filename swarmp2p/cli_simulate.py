@@ -83,14 +83,12 @@ def simulate(
         trainer: dict = {}
         if chosen.policy == "trainer":
             from simulator.trainer_policy import TrainerSimSettings
-            from trainer.config import TrainerConfig
+            from trainer.config import user_model_cache
 
             trainer = {
                 # per-run peer checkpoints; the tiny model is the trainer's cached build
                 "work_dir": out / "trainer",
-                "trainer_settings": TrainerSimSettings(
-                    models_dir=str(Path(TrainerConfig().data_dir) / "models")
-                ),
+                "trainer_settings": TrainerSimSettings(models_dir=user_model_cache()),
             }
         result = run_simulation(chosen, on_round=lambda _round: progress.advance(task), **trainer)
     report = build_report(result)

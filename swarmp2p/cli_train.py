@@ -63,7 +63,7 @@ def train(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from swarmp2p.config import config_or_exit
-    from trainer.config import TrainerConfig
+    from trainer.config import TrainerConfig, user_model_cache
     from trainer.evaluation import eval_due
     from trainer.model import ModelLoadError
     from trainer.plot import plot_rewards
@@ -88,7 +88,7 @@ def train(
         section="trainer",
         file=config_file,
         overrides=overrides,
-        defaults={"data_dir": TRAIN_DATA_DIR},
+        defaults={"data_dir": TRAIN_DATA_DIR, "model_cache": user_model_cache()},
     )
     if eval_every is None and config.eval_every == 0:
         config = attrs.evolve(config, eval_every=25)  # a training run shows its held-out curve

@@ -36,6 +36,7 @@ import trio
 from swarmp2p.config import register_config
 from swarmp2p.heldout import EvalSettings, describe_deferral
 from swarmp2p.heldout import describe as describe_eval
+from trainer.config import user_model_cache
 
 log = logging.getLogger("swarmp2p.node")
 
@@ -592,10 +593,11 @@ def eval_settings(trainer_config: Any) -> EvalSettings:
     )
 
 
-NODE_TRAINER_DEFAULTS: dict[str, Any] = {"eval_every": 5}
+NODE_TRAINER_DEFAULTS: dict[str, Any] = {"eval_every": 5, "model_cache": user_model_cache()}
 """[trainer] defaults of `swarmp2p node` that differ from TrainerConfig's (below the config file,
 the environment and flags): a held-out evaluation every 5 rounds makes learning visible in the
-round lines and on the dashboard (the trainer's own default, 0, is for `swarmp2p train`)."""
+round lines and on the dashboard (the trainer's own default, 0, is for `swarmp2p train`); the tiny
+model is cached per user, so the nodes of one machine share one build."""
 
 
 EVAL_WINDOW_SHARE = 0.4

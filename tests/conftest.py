@@ -23,3 +23,13 @@ _COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow], "p
 settings.register_profile("ci", max_examples=200, **_COMMON)
 settings.register_profile("deep", max_examples=5000, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def pytest_configure(config: object) -> None:
+    """Commands under test (`swarmp2p node`, `train`, their subprocesses) cache built models per user
+    (`trainer.config.user_model_cache`); point that cache at one folder per test session so tests
+    never write to the user's own cache, and still build each model once per session."""
+    if "SWARMP2P_TEST_KEEP_CACHE" not in os.environ:
+        import tempfile
+
+        os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="swarmp2p-test-cache-")

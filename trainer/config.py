@@ -25,6 +25,14 @@ DEVICES = ("auto", "cpu", "cuda", "mps")
 LOSS_AGGREGATIONS = ("token", "sequence")
 
 
+def user_model_cache() -> str:
+    """The per-user cache of built models: `$XDG_CACHE_HOME/swarmp2p/models` (~/.cache/... if unset)."""
+    import os
+
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(root) / "swarmp2p" / "models")
+
+
 def _positive(_instance: Any, attribute: attrs.Attribute, value: float) -> None:
     if value <= 0:
         raise ValueError(f"trainer.{attribute.name} must be > 0, got {value!r}")
@@ -61,6 +69,10 @@ class TrainerConfig:
     """"tiny" (built offline, cached in data_dir), a Hugging Face model id, or a local folder."""
     data_dir: str = attrs.field(default=".swarmp2p", converter=str)
     """Checkpoints, the tiny model cache and evaluation logs live under this folder."""
+    model_cache: str = attrs.field(default="", converter=str)
+    """Where the built tiny model is cached; "" = `<data_dir>/models`. `swarmp2p node` and `train`
+    default to the user's cache (`user_model_cache()`), so every data dir on a machine shares one
+    build instead of pre-training its own."""
     device: str = attrs.field(default="auto", validator=v.in_(DEVICES))
     threads: int = attrs.field(default=0, validator=[v.instance_of(int), _non_negative])
     """CPU threads for torch; 0 = all cores."""
@@ -148,6 +160,10 @@ class TrainerConfig:
     @property
     def data_path(self) -> Path:
         return Path(self.data_dir)
+
+    @property
+    def model_cache_path(self) -> Path:
+        return Path(self.model_cache).expanduser() if self.model_cache else self.data_path / "models"
 
     @property
     def checkpoint_dir(self) -> Path:

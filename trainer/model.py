@@ -51,7 +51,7 @@ def model_folder(config: TrainerConfig, progress: Any = None) -> str:
     if config.model == "tiny":
         from trainer.tiny import TinySpec, ensure_tiny
 
-        return str(ensure_tiny(config.data_path, TinySpec.of(config), progress))
+        return str(ensure_tiny(config.model_cache_path, TinySpec.of(config), progress))
     return config.model
 
 

@@ -8,8 +8,8 @@ No model hub is reachable on the machines this runs on, so the default model is 
   pre-trained with supervision on generated task items (trainer/pretrain.py) into a weak solver:
   it writes the answer format and gets a minority of held-out questions right, the starting
   point GRPO needs. `tiny_pretrain_steps = 0` gives the raw random initialisation.
-The result is cached in `<data_dir>/models/tiny-<fingerprint>/`, keyed by everything that shapes
-it, so every peer with the same settings builds the same model, once.
+The result is cached in `<model_cache>/tiny-<fingerprint>/` (default `<data_dir>/models`), keyed
+by everything that shapes it, so every peer with the same settings builds the same model, once.
 """
 
 from __future__ import annotations
@@ -148,13 +148,23 @@ def build_tiny(folder: Path, spec: TinySpec, progress: Progress | None = None) -
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def tiny_folder(data_dir: Path, spec: TinySpec) -> Path:
-    return data_dir / "models" / f"tiny-{spec.fingerprint()}"
+def tiny_folder(cache: Path, spec: TinySpec) -> Path:
+    return cache / f"tiny-{spec.fingerprint()}"
 
 
-def ensure_tiny(data_dir: Path, spec: TinySpec, progress: Progress | None = None) -> Path:
-    """The cached tiny model folder, built (and pre-trained) on first use."""
-    folder = tiny_folder(data_dir, spec)
-    if not (folder / "config.json").exists():
-        build_tiny(folder, spec, progress)
+def ensure_tiny(cache: Path, spec: TinySpec, progress: Progress | None = None) -> Path:
+    """The cached tiny model folder in `cache`, built (and pre-trained) on first use.
+
+    Builds are serialised by an OS lock per fingerprint: three nodes started together on one
+    machine build the model once (the others wait, then load it) instead of three times."""
+    import fcntl
+
+    folder = tiny_folder(cache, spec)
+    if (folder / "config.json").exists():
+        return folder
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / f".tiny-{spec.fingerprint()}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, even by a killed process
+        if not (folder / "config.json").exists():
+            build_tiny(folder, spec, progress)
     return folder
