@@ -38,3 +38,14 @@ def test_node_threads_flag_reaches_torch_omp_and_mkl(tmp_path: Path) -> None:
         assert node.stop(signal.SIGTERM) == 0, node.output()
     finally:
         node.stop(signal.SIGKILL, timeout_s=5)
+
+
+def test_bf16_only_on_cuda_never_on_cpu() -> None:
+    """bf16 matmuls on CPU were measured 19x slower: the trainer picks fp32 there (and on MPS)."""
+    import torch
+
+    from trainer.model import dtype_for
+
+    assert dtype_for("cpu") is torch.float32
+    assert dtype_for("mps") is torch.float32
+    assert dtype_for("cuda") is torch.bfloat16
