@@ -196,8 +196,13 @@ def stage_manager_command(
 ) -> None:
     """Advance the contract one stage every --stage-seconds. A failed advance is logged and retried.
     Ctrl-C or SIGTERM stops it (exit 0)."""
-    client = _guarded(lambda: _client(rpc, contract, key))
     try:
+        client = _guarded(lambda: _client(rpc, contract, key))
+        typer.echo(
+            f"stage manager: advancing {contract} every {stage_seconds:g} s as "
+            f"{client.account.address}; Ctrl-C stops it",
+            err=True,
+        )
         _run_stage_manager(client, stage_seconds, stages)
     except KeyboardInterrupt:  # before the loop took over the signals: a stop all the same
         pass
