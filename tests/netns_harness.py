@@ -499,6 +499,15 @@ def round_table(nodes: list[NetnsNode], rounds: list[int]) -> list[dict[str, Any
                 "node": node.index,
                 "rounds": len(chosen),
                 "completed": sum(1 for r in chosen if r["completed"]),
+                "skipped": sum(1 for r in chosen if r.get("skipped")),
+                # Mean seconds per round of the trainer's generate and train steps: a slow
+                # round is CPU-bound when these approach the round length.
+                "seconds": {
+                    step: round(sum(r.get("seconds", {}).get(step, 0.0) for r in chosen) / len(chosen), 2)
+                    for step in ("generate", "train")
+                }
+                if chosen
+                else {},
                 "trained_on_per_round": [len(r["external_peers_trained_on"]) for r in chosen],
                 "accepted_per_round": [len(r["accepted_peers"]) for r in chosen],
                 "rejected": dict(rejected),

@@ -83,7 +83,7 @@ def echo(network: NetnsNetwork, target: str) -> str:
 def test_the_switch_delays_partitions_confines_and_cleans_up() -> None:
     with NetnsNetwork(2) as network:
         prefix = network.prefix
-        subprocess.Popen([*network.exec_args(1), sys.executable, "-c", ECHO_SERVER])
+        server = subprocess.Popen([*network.exec_args(1), sys.executable, "-c", ECHO_SERVER])
         wait_for(lambda: echo(network, "10.77.0.2").isdigit(), 20, "the echo server")
         network.impair(delay_ms=40, jitter_ms=5)
         # 40 ms ± 5 one-way on each side: two round trips take at least 4 x 35 ms.
@@ -102,6 +102,7 @@ def test_the_switch_delays_partitions_confines_and_cleans_up() -> None:
         assert stats[0]["unknown_dst"] >= 1 and stats[0]["dropped_partition"] >= 1, stats
         assert stats[0]["forwarded"] > 0 and stats[1]["forwarded"] > 0, stats
     # Namespaces (and the server still running in one) and TUN devices are gone.
+    assert server.wait(timeout=10) is not None
     listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     assert prefix not in listing
     assert prefix not in subprocess.run(["ip", "link"], capture_output=True, text=True).stdout
