@@ -351,11 +351,13 @@ def build_warm_model(root: Path) -> Path:
     return folder
 
 
-def write_config(path: Path, round_seconds: float) -> Path:
+def write_config(path: Path, round_seconds: float, node_settings: dict[str, Any] | None = None) -> Path:
+    """The swarm's config file; `node_settings` are extra [node] keys (e.g. fetch_timeout_s)."""
+    extra = "".join(f"{key} = {json.dumps(value)}\n" for key, value in (node_settings or {}).items())
     path.write_text(
         f"""
 [node]
-round_seconds = {round_seconds}
+{extra}round_seconds = {round_seconds}
 hello_interval_s = 2.0
 questions_per_round = 2
 n_local = 2
@@ -461,11 +463,17 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None
 
 @contextlib.contextmanager
 def netns_swarm(
-    root: Path, count: int, model: Path, round_seconds: float, seed: int = 1, **impairment: float
+    root: Path,
+    count: int,
+    model: Path,
+    round_seconds: float,
+    seed: int = 1,
+    node_settings: dict[str, Any] | None = None,
+    **impairment: float,
 ) -> Iterator[tuple[NetnsNetwork, list[NetnsNode]]]:
     """`count` nodes, each in its own namespace, node 0 the bootstrap; impairment applied to
     every node's egress before any node starts. Everything is stopped and removed on exit."""
-    config = write_config(root / "swarm.toml", round_seconds)
+    config = write_config(root / "swarm.toml", round_seconds, node_settings)
     with NetnsNetwork(count, seed=seed) as network:
         if impairment:
             network.impair(**impairment)
@@ -549,7 +557,11 @@ def bench(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="netns-bench-") as tmp:
         root = Path(tmp)
         model = build_warm_model(root / "model")
-        with netns_swarm(root, args.nodes, model, args.round_seconds, **impairment) as (network, nodes):
+        node_settings = {key: json.loads(value) for key, value in (item.split("=", 1) for item in args.set)}
+        swarm = netns_swarm(
+            root, args.nodes, model, args.round_seconds, node_settings=node_settings, **impairment
+        )
+        with swarm as (network, nodes):
             wait_for(lambda: all(node.rounds() for node in nodes), 180, "every node's first round")
             first = max(node.rounds()[0]["round"] for node in nodes) + 1
             rounds = list(range(first, first + args.rounds))
@@ -576,6 +588,7 @@ def bench(args: argparse.Namespace) -> None:
             result = {
                 "command": " ".join(sys.argv),
                 "impairment": impairment,
+                "node_settings": node_settings,
                 "rounds": rounds,
                 "partitioned_rounds": partitioned,
                 "nodes": round_table(nodes, rounds),
@@ -608,6 +621,8 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
         text = f"{i['delay_ms']:g} ± {i['jitter_ms']:g} ms, {i['loss'] * 100:g}% loss"
         if i["rate_kbit"]:
             text += f", {i['rate_kbit']:g} kbit/s"
+        for key, value in result.get("node_settings", {}).items():
+            text += f"; {key} {value}"
         if result["partitioned_rounds"]:
             text += f"; last node cut off {len(result['partitioned_rounds'])} rounds"
         return text
@@ -656,6 +671,13 @@ def main() -> None:
     run.add_argument("--loss", type=float, default=0.0)
     run.add_argument("--rate-kbit", type=float, default=0.0)
     run.add_argument("--partition-rounds", type=int, default=0, help="cut the last node off this many rounds")
+    run.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="extra [node] setting, e.g. fetch_timeout_s=20",
+    )
     run.add_argument("--verbose", action="store_true")
     sub.add_parser("clean", help="remove namespaces left by harness runs that died")
     table = sub.add_parser("table", help="the markdown table of bench outputs (JSON files)")
