@@ -589,6 +589,7 @@ def bench(args: argparse.Namespace) -> None:
                 "command": " ".join(sys.argv),
                 "impairment": impairment,
                 "node_settings": node_settings,
+                "round_seconds": args.round_seconds,
                 "rounds": rounds,
                 "partitioned_rounds": partitioned,
                 "nodes": round_table(nodes, rounds),
@@ -627,13 +628,19 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
             text += f"; last node cut off {len(result['partitioned_rounds'])} rounds"
         return text
 
+    def round_seconds(result: dict[str, Any]) -> float:
+        if "round_seconds" in result:
+            return float(result["round_seconds"])
+        words = result["command"].split()  # outputs from before the key existed
+        return float(words[words.index("--round-seconds") + 1]) if "--round-seconds" in words else 10.0
+
     def counts(merged: Counter[str]) -> str:
         return ", ".join(f"{k} {v}" for k, v in sorted(merged.items())) or "0"
 
     lines = [
-        "| conditions (one-way, per node) | nodes | rounds | completed | external peers trained on"
+        "| conditions (one-way, per node) | nodes | round | rounds | completed | external peers trained on"
         " per round (per node) | rejections | network drops | switch: forwarded / lost / cut |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for result in results:
         nodes = result["nodes"]
@@ -648,7 +655,8 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
             sum(s.get(k, 0) for s in switch) for k in ("forwarded", "dropped_loss", "dropped_partition")
         )
         lines.append(
-            f"| {conditions(result)} | {len(nodes)} | {result['rounds'][0]}–{result['rounds'][-1]}"
+            f"| {conditions(result)} | {len(nodes)} | {round_seconds(result):g} s"
+            f" | {result['rounds'][0]}–{result['rounds'][-1]}"
             f" | {sum(r['completed'] for r in nodes)}/{sum(r['rounds'] for r in nodes)}"
             f" | {trained} | {counts(rejected)} | {counts(drops)} | {forwarded} / {lost} / {cut} |"
         )
