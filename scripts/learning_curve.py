@@ -3,8 +3,9 @@
     python scripts/learning_curve.py --seeds 1,2,3 --steps 300 --out runs/learning
 
 Runs `swarmp2p train --seed S --fresh` once per seed, each in its own data dir, at most `--jobs`
-at a time (one torch thread each), all from ONE pre-built tiny model (built here first, then
-copied, so the seeds differ only in GRPO's sampling and question draws, not in the base model).
+at a time (one torch thread each), all from ONE pre-built tiny model (built here first into the
+user's model cache; the base does not depend on `--seed`, so the seeds differ only in GRPO's
+sampling and question draws).
 Reads each run's metrics.jsonl and writes OUT/curve.png and OUT/summary.json: held-out accuracy
 (mean over tasks) per evaluation step, mean and min-max over seeds, and the gain from step 0.
 """
@@ -25,7 +26,7 @@ def run_seed(seed: int, args: argparse.Namespace, base: Path) -> subprocess.Pope
     data = args.out / f"seed-{seed}"
     if data.exists():
         shutil.rmtree(data)
-    shutil.copytree(base / "models", data / "models")
+    data.mkdir(parents=True)
     command = [
         sys.executable, "-m", "swarmp2p.cli", "train", "--seed", str(seed), "--fresh",
         "--steps", str(args.steps), "--eval-every", str(args.eval_every), "--threads", "1",
@@ -43,7 +44,7 @@ def evals_of(folder: Path) -> list[dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="1,2,3")
-    parser.add_argument("--steps", type=int, default=300)
+    parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--eval-every", type=int, default=25)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("runs/learning"))

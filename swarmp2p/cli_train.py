@@ -18,8 +18,13 @@ def train(
     model: str = typer.Option(
         None, "--model", help='"tiny" (built offline), a Hugging Face id, or a folder.'
     ),
-    steps: int = typer.Option(300, "--steps", min=1, help="GRPO updates to run."),
-    questions: int = typer.Option(8, "--questions", min=1, help="Questions per step (G completions each)."),
+    steps: int = typer.Option(200, "--steps", min=1, help="GRPO updates to run."),
+    questions: int = typer.Option(
+        32,
+        "--questions",
+        min=1,
+        help="Questions per step (G completions each): 32 x 8 = 256 rollouts per update.",
+    ),
     warmup_steps: int = typer.Option(
         -1,
         "--warmup-steps",
