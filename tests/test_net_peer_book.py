@@ -188,3 +188,23 @@ def test_only_peers_unreachable_for_the_whole_forget_period_are_forgotten(events
                 assert now - last_reached.get(gone, 0.0) >= 90.0
             assert len(dials) <= 8 + 4.0 * advance + 1
         assert "boot" in book
+
+
+def test_hearing_of_ourselves_is_not_counted_as_a_full_book() -> None:
+    """A Hello or peer exchange naming our own id is ignored, not a `peer_book_full` drop (it was
+    counted as one, so a 3-node swarm showed dozens of "full book" drops)."""
+    from types import SimpleNamespace
+
+    from swarmp2p.identity import generate_identity
+    from swarmp2p.net.adapter import LibP2PNetwork
+    from swarmp2p.net.counters import DropCounters
+
+    me, other = generate_identity(), generate_identity()
+    fake = SimpleNamespace(
+        book=PeerBook(str(me.peer_id), backoff_initial_s=0.5, backoff_max_s=30.0, max_known=8),
+        counters=DropCounters(),
+    )
+    assert not LibP2PNetwork.add_known_peer(fake, str(me.peer_id), ["/ip4/10.0.0.1/tcp/4001"])  # type: ignore[arg-type]
+    assert fake.counters.snapshot()["peer_book_full"] == 0
+    assert LibP2PNetwork.add_known_peer(fake, str(other.peer_id), ["/ip4/10.0.0.2/tcp/4001"])  # type: ignore[arg-type]
+    assert str(other.peer_id) in fake.book

@@ -483,8 +483,8 @@ class LibP2PNetwork:
         learned = self.book.learn(peer_id, tuple(good), pinned=pinned)
         if self.book.evicted > evicted:
             self.counters.add("peer_book_evicted", self.book.evicted - evicted)
-        elif not learned and peer_id not in self.book and good:
-            self.counters.add("peer_book_full")  # full of pinned and connected peers
+        elif not learned and peer_id not in self.book and good and peer_id != self.book.local_peer_id:
+            self.counters.add("peer_book_full")  # full of pinned and connected peers (never: ourselves)
         return learned
 
     def add_bootstrap(self, peer_multiaddr: str) -> str:
