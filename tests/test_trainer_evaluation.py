@@ -144,3 +144,20 @@ def test_accuracy_is_the_mean_over_the_samples_of_each_question(registry: Reason
     assert logged == [ref.index for ref in refs], "one logged sample per question"
     with pytest.raises(ValueError, match="completions for 2 questions"):
         summarize(registry, refs, texts[:7], generations_to_log=0, samples_per_question=4)
+
+
+@given(st.integers(0, 10_000), st.integers(0, 500))
+def test_learning_rate_decays_from_lr_to_a_tenth_and_stays(step: int, decay: int) -> None:
+    from trainer.policy import learning_rate
+
+    config = TrainerConfig(lr=3e-4, lr_decay_steps=decay)
+    rate = learning_rate(config, step)
+    if decay == 0:
+        assert rate == 3e-4
+        return
+    assert 3e-5 - 1e-12 <= rate <= 3e-4 + 1e-12
+    assert learning_rate(config, 0) == pytest.approx(3e-4)
+    if step >= decay:
+        assert rate == pytest.approx(3e-5)
+    else:
+        assert learning_rate(config, step + 1) <= rate + 1e-15, "never rises"

@@ -103,6 +103,10 @@ class TrainerConfig:
 
     # --- GRPO ---
     lr: float = attrs.field(default=3e-4, converter=float, validator=_positive)
+    lr_decay_steps: int = attrs.field(default=0, validator=[v.instance_of(int), _non_negative])
+    """> 0: the learning rate follows a cosine from `lr` down to 10% of it over this many updates, then
+    stays there (`swarmp2p train` sets it to its `--steps`, so a run ends on small, careful steps);
+    0: constant (a node trains for as long as it runs)."""
     weight_decay: float = attrs.field(default=0.0, converter=float, validator=_non_negative)
     clip_eps_low: float = attrs.field(default=0.2, converter=float, validator=_non_negative)
     clip_eps_high: float = attrs.field(default=0.28, converter=float, validator=_non_negative)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import random
 import threading
 import time
@@ -209,6 +210,9 @@ class TrainerPolicy:
             clip_sum += clip * share
         self._check_cancel()
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
+        rate = learning_rate(self.config, self.step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
@@ -217,6 +221,7 @@ class TrainerPolicy:
             kl=kl_sum,
             clip_fraction=clip_sum,
             grad_norm=float(grad_norm),
+            lr=rate,
             completion_tokens=total_tokens,
             updated=1.0,
             step=float(self.step),
@@ -345,6 +350,15 @@ class TrainerPolicy:
         from trainer.warmup import supervised_warmup
 
         return supervised_warmup(self, steps, questions_per_step, lr)
+
+
+def learning_rate(config: TrainerConfig, step: int) -> float:
+    """The learning rate of update number `step` (0-based): constant, or a cosine from `lr` to 10% of
+    it over `lr_decay_steps`. A function of the saved step, so a resumed run continues the schedule."""
+    if config.lr_decay_steps <= 0:
+        return config.lr
+    progress = min(1.0, step / config.lr_decay_steps)
+    return config.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
 def _remember(cache: OrderedDict, key: Any, value: list[int]) -> None:
