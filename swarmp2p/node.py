@@ -399,9 +399,15 @@ def _record_check(key: str, value: bytes) -> None:
 def _configure_logging(level: str) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("swarmp2p").setLevel(level.upper())
-    # py-libp2p logs routine transport churn (refused dials, peers without our protocols) at
-    # WARNING/ERROR; the adapter counts what matters, so keep its voice for --log-level debug.
-    logging.getLogger("libp2p").setLevel(logging.DEBUG if level == "debug" else logging.CRITICAL)
+    # py-libp2p logs routine transport churn (refused dials, peers without our protocols, DHT
+    # misses) at WARNING/ERROR; the adapter counts what matters, so keep its voice for --log-level
+    # debug. Importing it first matters: its import resets the "libp2p" logger to WARNING with no
+    # handler, and Python's last-resort handler then prints every warning bare on stderr.
+    import libp2p  # noqa: F401
+
+    libp2p_logger = logging.getLogger("libp2p")
+    libp2p_logger.setLevel(logging.DEBUG if level == "debug" else logging.CRITICAL)
+    libp2p_logger.propagate = True  # through the node's own handler and format
 
 
 async def run_node(

@@ -1,0 +1,24 @@
+"""py-libp2p's routine warnings stay out of a node's output unless --log-level debug asks for them."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def test_libp2p_warnings_are_silent_at_the_default_level() -> None:
+    # A fresh interpreter: py-libp2p configures its logger when it is first imported, which in a
+    # node happens after the node configured logging (it used to re-enable its warnings, printed
+    # bare by Python's last-resort handler: "Value not found for key ...", 40 lines in 5 minutes).
+    code = (
+        "import logging\n"
+        "from swarmp2p.node import _configure_logging\n"
+        "_configure_logging('info')\n"
+        "import libp2p.kad_dht.kad_dht as k\n"
+        "k.logger.warning('Value not found for key /swarmp2p/x')\n"
+        "logging.getLogger('swarmp2p.node').warning('our own warning')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Value not found" not in done.stderr
+    assert "our own warning" in done.stderr
