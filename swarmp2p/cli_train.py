@@ -183,7 +183,7 @@ def train(
     start_step = policy.step
     iteration = start_step  # TensorBoard's x: one per loop, an update or not (policy.step may stay)
     with (
-        open(out / "metrics.jsonl", "a", encoding="utf-8") as log,
+        open(out / "metrics.jsonl", "a", encoding="utf-8", buffering=1) as log,
         Progress(
             TextColumn("[bold]train"),
             BarColumn(),
