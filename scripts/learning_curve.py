@@ -41,6 +41,13 @@ def evals_of(folder: Path) -> list[dict]:
     return [record["eval"] for record in map(json.loads, lines) if "eval" in record]
 
 
+def finished(folder: Path, steps: int) -> bool:
+    try:
+        return any(e["step"] >= steps for e in evals_of(folder))
+    except (OSError, ValueError):
+        return False
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="1,2,3")
@@ -48,6 +55,7 @@ def main() -> None:
     parser.add_argument("--eval-every", type=int, default=25)
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("runs/learning"))
+    parser.add_argument("--reuse", action="store_true", help="keep the runs of seeds already finished")
     parser.add_argument("extra", nargs="*", help="more `swarmp2p train` flags, after --")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -63,6 +71,8 @@ def main() -> None:
     )  # fmt: skip
     print(f"built in {time.time() - started:.0f} s", flush=True)
     pending, running = list(seeds), []
+    if args.reuse:
+        pending = [s for s in seeds if not finished(args.out / f"seed-{s}", args.steps)]
     while pending or running:
         while pending and len(running) < args.jobs:
             seed = pending.pop(0)
@@ -90,7 +100,8 @@ def main() -> None:
         "seeds": seeds, "steps": args.steps, "extra_flags": args.extra, "curve": table,
         "gain_per_seed": gains, "gain_mean": statistics.mean(gains),
         "per_task_first": per_task_first, "per_task_last": per_task_last,
-        "questions": curves[seeds[0]][0]["questions"], "wall_s": time.time() - started,
+        "questions": sum(t["n"] for t in curves[seeds[0]][0]["per_task"].values()),
+        "wall_s": time.time() - started,
     }  # fmt: skip
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     plot(args.out / "curve.png", table, curves, seeds)
@@ -115,8 +126,9 @@ def plot(path: Path, table: list[dict], curves: dict[int, list[dict]], seeds: li
     axis.plot(x, [r["mean"] for r in table], "o-", color="tab:blue", lw=2, label="mean over seeds")
     axis.set_xlabel("GRPO step (swarmp2p train, defaults)")
     axis.set_ylabel("held-out accuracy (mean over tasks)")
-    top = max(r["max"] for r in table)
-    axis.set_ylim(0.0, min(1.0, top + 0.1))
+    low, top = min(r["min"] for r in table), max(r["max"] for r in table)
+    axis.set_ylim(max(0.0, low - 0.05), min(1.0, top + 0.05))  # fit the data: a 0-1 axis hid the change
+    axis.set_title(f"held-out accuracy over {len(seeds)} seeds, one base model", fontsize=10)
     axis.grid(alpha=0.3)
     axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     figure.tight_layout()

@@ -53,6 +53,9 @@ def train(
     threads: int = typer.Option(None, "--threads", help="CPU threads for torch (0: all cores)."),
     seed: int = typer.Option(None, "--seed"),
     resume: bool = typer.Option(True, "--resume/--fresh", help="Continue from the newest checkpoint."),
+    constant_lr: bool = typer.Option(
+        False, "--constant-lr", help="Keep lr constant (default: cosine to 10% over this run's steps)."
+    ),
     save_every: int = typer.Option(10, "--save-every", min=1, help="Checkpoint every N steps."),
     tensorboard: Path = typer.Option(
         None, "--tensorboard", help="Write TensorBoard event files here (tensorboard --logdir DIR)."
@@ -159,6 +162,10 @@ def train(
     console.print(f"model {config.model!r}: {params / 1e6:.2f}M params on {policy.device}")
 
     resumed = resume and policy.load()
+    if config.lr_decay_steps == 0 and not constant_lr:
+        # A run of known length ends on small steps: measured, the constant rate lost late what it
+        # had gained early (docs/trainer.md). [trainer] lr_decay_steps overrides the horizon.
+        policy.config = config = attrs.evolve(config, lr_decay_steps=policy.step + steps)
     if not resumed:
         warmup = max(0, warmup_steps)
         if warmup:
