@@ -21,7 +21,7 @@ def test_three_trainer_peers_complete_two_rounds(tmp_path: Path) -> None:
     )
     result = run_simulation(scenario, work_dir=tmp_path, trainer_config=config)
 
-    builds = list((tmp_path / "models").iterdir())
+    builds = [p for p in (tmp_path / "models").iterdir() if not p.name.startswith(".")]  # not the build lock
     assert len(builds) == 1 and (builds[0] / "config.json").exists()  # one tiny model for all
     for plan in result.plans:
         records = result.records[plan.peer_id]
