@@ -23,6 +23,10 @@ from pathlib import Path
 ADDRESS = re.compile(r"listening on (\S+)")
 
 
+class _SkipRun(Exception):
+    """--plot-only: read what an earlier run left in OUT."""
+
+
 def start(index: int, out: Path, bootstrap: str | None, extra: list[str]) -> subprocess.Popen:
     data = out / f"node-{index}"
     command = [
@@ -55,9 +59,17 @@ def wait_for_address(log: Path, process: subprocess.Popen, timeout_s: float) -> 
 
 
 def evaluations(rounds_file: Path) -> list[dict]:
+    """The node's evaluations by round; the one it ran before joining (step 0, the base model, only
+    in eval.jsonl) is placed at round 0."""
     points = []
     if not rounds_file.exists():
         return points
+    before = rounds_file.with_name("eval.jsonl")
+    if before.exists():
+        lines = before.read_text().splitlines()
+        first = json.loads(lines[0]) if lines else {}
+        if first.get("step") == 0 and isinstance(first.get("accuracy"), float):
+            points.append({"round": 0, "accuracy": first["accuracy"], "step": 0})
     for line in rounds_file.read_text().splitlines():
         record = json.loads(line)
         result = record.get("eval")
@@ -82,7 +94,7 @@ def plot(path: Path, curves: dict[str, list[dict]]) -> None:
         low, high = min(values), max(values)
         margin = max(0.02, (high - low) * 0.15)
         axis.set_ylim(max(0.0, low - margin), min(1.0, high + margin))
-    axis.set_xlabel("round")
+    axis.set_xlabel("round (0: the base model, evaluated before joining)")
     axis.set_ylabel("held-out accuracy")
     axis.set_title(f"{len(curves)} local swarmp2p nodes: held-out accuracy per round", fontsize=10)
     axis.grid(alpha=0.3)
@@ -97,13 +109,17 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--out", type=Path, default=Path("runs/local-swarm"))
+    parser.add_argument("--plot-only", action="store_true", help="only re-read OUT and plot")
     parser.add_argument("extra", nargs="*", help="more `swarmp2p node` flags, after --")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
-    first = start(1, args.out, None, args.extra)
-    processes = [first]
+    processes: list[subprocess.Popen] = []
     try:
+        if args.plot_only:
+            raise _SkipRun
+        first = start(1, args.out, None, args.extra)
+        processes.append(first)
         address = wait_for_address(args.out / "node-1.log", first, timeout_s=900)  # may build the model first
         print(f"node 1 listening on {address}", flush=True)
         processes += [start(i, args.out, address, args.extra) for i in range(2, args.nodes + 1)]
@@ -119,6 +135,8 @@ def main() -> None:
                 for i, pts in enumerate(seen, 1)
             )
             print(f"{time.strftime('%H:%M:%S')} held-out accuracy {latest}", flush=True)
+    except _SkipRun:
+        pass
     finally:
         for process in processes:
             if process.poll() is None:
