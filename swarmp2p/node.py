@@ -406,8 +406,13 @@ def _configure_logging(level: str) -> None:
     import libp2p  # noqa: F401
 
     libp2p_logger = logging.getLogger("libp2p")
-    libp2p_logger.setLevel(logging.DEBUG if level == "debug" else logging.CRITICAL)
-    libp2p_logger.propagate = True  # through the node's own handler and format
+    debug = level == "debug"
+    libp2p_logger.setLevel(logging.DEBUG if debug else logging.CRITICAL)
+    # Debug: through the node's own handler and format. Otherwise a handler that drops everything
+    # (some py-libp2p modules set their own INFO level, which the level above does not cover).
+    libp2p_logger.propagate = debug
+    if not debug and not any(isinstance(h, logging.NullHandler) for h in libp2p_logger.handlers):
+        libp2p_logger.addHandler(logging.NullHandler())
 
 
 async def run_node(

@@ -16,9 +16,14 @@ def test_libp2p_warnings_are_silent_at_the_default_level() -> None:
         "_configure_logging('info')\n"
         "import libp2p.kad_dht.kad_dht as k\n"
         "k.logger.warning('Value not found for key /swarmp2p/x')\n"
+        "chatty = logging.getLogger('libp2p.network.auto_connector')\n"
+        "chatty.setLevel(logging.INFO)\n"  # py-libp2p modules may set their own level
+        "chatty.info('AUTO_CONNECTOR_STATE: num_connections=0')\n"
+        "chatty.warning('a warning of its own')\n"
         "logging.getLogger('swarmp2p.node').warning('our own warning')\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "Value not found" not in done.stderr
+    assert "AUTO_CONNECTOR" not in done.stderr and "a warning of its own" not in done.stderr
     assert "our own warning" in done.stderr
