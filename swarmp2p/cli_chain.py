@@ -241,6 +241,9 @@ def devnet_command(
         lambda: start_devnet(directory, nodes, stage_seconds=stage_seconds, port=port, backend=backend)
     )
     try:
+        # the stage manager's client first: the lines below tell a user (or a test) the devnet is
+        # ready, and a Ctrl-C right after them must not land in a slow web3 set-up
+        client = _guarded(lambda: _client(devnet.rpc, devnet.contract, devnet.manager_key))
         kind = "anvil" if type(chain).__name__ == "Anvil" else "embedded chain (py-evm)"
         typer.echo(f"{kind} on {devnet.rpc}; SwarmCoordinator {devnet.contract} ({stage_seconds:g} s rounds)")
         typer.echo(f"{nodes} funded key(s) (100 ETH each) and identities under {directory.resolve()}")
@@ -251,7 +254,6 @@ def devnet_command(
         typer.echo(
             f"all of it: {directory.resolve() / DEVNET_FILE}; Ctrl-C stops the chain (its state is lost)"
         )
-        client = _guarded(lambda: _client(devnet.rpc, devnet.contract, devnet.manager_key))
         _run_stage_manager(client, stage_seconds, rounds, quiet=True)
     except KeyboardInterrupt:  # Ctrl-C before the stage manager took over the signals: a stop too
         pass
