@@ -23,10 +23,6 @@ from pathlib import Path
 ADDRESS = re.compile(r"listening on (\S+)")
 
 
-class _SkipRun(Exception):
-    """--plot-only: read what an earlier run left in OUT."""
-
-
 def start(index: int, out: Path, bootstrap: str | None, extra: list[str]) -> subprocess.Popen:
     data = out / f"node-{index}"
     command = [
@@ -104,20 +100,10 @@ def plot(path: Path, curves: dict[str, list[dict]]) -> None:
     plt.close(figure)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=3)
-    parser.add_argument("--minutes", type=float, default=30.0)
-    parser.add_argument("--out", type=Path, default=Path("runs/local-swarm"))
-    parser.add_argument("--plot-only", action="store_true", help="only re-read OUT and plot")
-    parser.add_argument("extra", nargs="*", help="more `swarmp2p node` flags, after --")
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-
+def run_nodes(args: argparse.Namespace) -> None:
+    """Start the nodes, print their latest evaluations every 30 s, SIGINT them all after --minutes."""
     processes: list[subprocess.Popen] = []
     try:
-        if args.plot_only:
-            raise _SkipRun
         first = start(1, args.out, None, args.extra)
         processes.append(first)
         address = wait_for_address(args.out / "node-1.log", first, timeout_s=900)  # may build the model first
@@ -135,8 +121,6 @@ def main() -> None:
                 for i, pts in enumerate(seen, 1)
             )
             print(f"{time.strftime('%H:%M:%S')} held-out accuracy {latest}", flush=True)
-    except _SkipRun:
-        pass
     finally:
         for process in processes:
             if process.poll() is None:
@@ -146,6 +130,20 @@ def main() -> None:
                 process.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 process.kill()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--out", type=Path, default=Path("runs/local-swarm"))
+    parser.add_argument("--plot-only", action="store_true", help="only re-read OUT and plot")
+    parser.add_argument("extra", nargs="*", help="more `swarmp2p node` flags, after --")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    if not args.plot_only:
+        run_nodes(args)
 
     curves = {
         f"node {i}": evaluations(args.out / f"node-{i}" / "rounds.jsonl") for i in range(1, args.nodes + 1)
