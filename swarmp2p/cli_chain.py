@@ -196,16 +196,14 @@ def stage_manager_command(
 ) -> None:
     """Advance the contract one stage every --stage-seconds. A failed advance is logged and retried.
     Ctrl-C or SIGTERM stops it (exit 0)."""
-    try:
+    with _StopRequest() as stop:
         client = _guarded(lambda: _client(rpc, contract, key))
         typer.echo(
             f"stage manager: advancing {contract} every {stage_seconds:g} s as "
             f"{client.account.address}; Ctrl-C stops it",
             err=True,
         )
-        _run_stage_manager(client, stage_seconds, stages)
-    except KeyboardInterrupt:  # before the loop took over the signals: a stop all the same
-        pass
+        _run_stage_manager(client, stage_seconds, stages, stop)
 
 
 @chain_app.command("devnet")
@@ -236,71 +234,98 @@ def devnet_command(
     def interrupt(_signum: int, _frame: Any) -> None:
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, interrupt)  # a stop at any moment still stops anvil
+    # while the chain starts, a stop raises (start_devnet stops what it started); once it runs,
+    # _StopRequest turns SIGINT/SIGTERM into a flag, before anything says the devnet is ready
+    signal.signal(signal.SIGTERM, interrupt)
     chain, devnet = _guarded(
         lambda: start_devnet(directory, nodes, stage_seconds=stage_seconds, port=port, backend=backend)
     )
     try:
-        # the stage manager's client first: the lines below tell a user (or a test) the devnet is
-        # ready, and a Ctrl-C right after them must not land in a slow web3 set-up
-        client = _guarded(lambda: _client(devnet.rpc, devnet.contract, devnet.manager_key))
-        kind = "anvil" if type(chain).__name__ == "Anvil" else "embedded chain (py-evm)"
-        typer.echo(f"{kind} on {devnet.rpc}; SwarmCoordinator {devnet.contract} ({stage_seconds:g} s rounds)")
-        typer.echo(f"{nodes} funded key(s) (100 ETH each) and identities under {directory.resolve()}")
-        typer.echo("run each node in its own terminal (the first one is the others' bootstrap):")
-        for node in devnet.nodes:
-            typer.echo(f"  {node.command}")
-        typer.echo(f"state: swarmp2p chain status --rpc {devnet.rpc} --contract {devnet.contract}")
-        typer.echo(
-            f"all of it: {directory.resolve() / DEVNET_FILE}; Ctrl-C stops the chain (its state is lost)"
-        )
-        _run_stage_manager(client, stage_seconds, rounds, quiet=True)
-    except KeyboardInterrupt:  # Ctrl-C before the stage manager took over the signals: a stop too
+        with _StopRequest() as stop:
+            client = _guarded(lambda: _client(devnet.rpc, devnet.contract, devnet.manager_key))
+            kind = "anvil" if type(chain).__name__ == "Anvil" else "embedded chain (py-evm)"
+            typer.echo(
+                f"{kind} on {devnet.rpc}; SwarmCoordinator {devnet.contract} ({stage_seconds:g} s rounds)"
+            )
+            typer.echo(f"{nodes} funded key(s) (100 ETH each) and identities under {directory.resolve()}")
+            typer.echo("run each node in its own terminal (the first one is the others' bootstrap):")
+            for node in devnet.nodes:
+                typer.echo(f"  {node.command}")
+            typer.echo(f"state: swarmp2p chain status --rpc {devnet.rpc} --contract {devnet.contract}")
+            typer.echo(
+                f"all of it: {directory.resolve() / DEVNET_FILE}; Ctrl-C stops the chain (its state is lost)"
+            )
+            _run_stage_manager(client, stage_seconds, rounds, stop, quiet=True)
+    except KeyboardInterrupt:  # the flag's handler was not in place yet: a stop all the same
         pass
     finally:
         chain.stop()
     typer.echo("devnet stopped")
 
 
-def _run_stage_manager(client: Any, stage_seconds: float, stages: int, *, quiet: bool = False) -> None:
-    """Advance one stage every `stage_seconds` until `stages` advances (0: forever) or SIGINT /
-    SIGTERM. A failed advance is logged and retried after 1 s."""
-    import signal
+class _StopRequest:
+    """SIGINT / SIGTERM only set `requested` while this is active, instead of raising
+    KeyboardInterrupt wherever the main thread happens to be (a Ctrl-C landing inside a library's
+    set-up, or inside trio's, once left devnet hung or exiting 1). The loop polls the flag."""
 
-    import trio
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: dict[int, Any] = {}
+
+    def _handler(self, _signum: int, _frame: Any) -> None:
+        self.requested = True  # nothing else: a handler that takes locks can deadlock its own thread
+
+    def __enter__(self) -> _StopRequest:
+        import signal
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            self._previous[signum] = signal.signal(signum, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def sleep_until(self, deadline: float) -> bool:
+        """Sleep until time.monotonic() reaches `deadline`; False at once if a stop was requested."""
+        import time
+
+        while not self.requested:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return True
+            time.sleep(min(left, 0.1))  # a signal's handler runs within 0.1 s
+        return False
+
+
+def _run_stage_manager(
+    client: Any, stage_seconds: float, stages: int, stop: _StopRequest, *, quiet: bool = False
+) -> None:
+    """Advance one stage every `stage_seconds` until `stages` advances (0: forever) or a stop is
+    requested. A failed advance is logged and retried after 1 s. Plain blocking calls: an advance
+    in flight when the stop comes finishes first (web3's 10 s timeout bounds it)."""
+    import time
 
     from swarmp2p.chain.errors import ChainError
 
-    async def run() -> None:
-        limiter = trio.CapacityLimiter(1)
-        done = 0
-        next_at = trio.current_time() + stage_seconds
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            async with trio.open_nursery() as nursery:
-
-                async def stop_on_signal() -> None:
-                    async for _ in signals:
-                        nursery.cancel_scope.cancel()
-                        return
-
-                nursery.start_soon(stop_on_signal)
-                while stages == 0 or done < stages:
-                    await trio.sleep_until(next_at)
-                    try:
-                        receipt = await trio.to_thread.run_sync(
-                            client.transact, "updateStageAndRound", limiter=limiter
-                        )
-                    except ChainError as error:
-                        typer.echo(f"advance failed, retrying in 1 s: {error.reason}", err=True)
-                        next_at = trio.current_time() + 1.0
-                        continue
-                    done += 1
-                    round_, stage, *_ = await trio.to_thread.run_sync(
-                        client.call, "roundInfo", limiter=limiter
-                    )
-                    if not quiet or stage == 0:
-                        typer.echo(f"round {round_} stage {stage} (block {receipt['blockNumber']})")
-                    next_at += stage_seconds
-                nursery.cancel_scope.cancel()
-
-    trio.run(run)
+    done = 0
+    next_at = time.monotonic() + stage_seconds
+    while (stages == 0 or done < stages) and stop.sleep_until(next_at):
+        try:
+            receipt = client.transact("updateStageAndRound")
+        except ChainError as error:
+            typer.echo(f"advance failed, retrying in 1 s: {error.reason}", err=True)
+            next_at = time.monotonic() + 1.0
+            continue
+        done += 1
+        next_at += stage_seconds
+        try:  # only to say where the contract is now: a failure here must not advance again
+            round_, stage, *_ = client.call("roundInfo")
+        except ChainError as error:
+            block = receipt["blockNumber"]
+            typer.echo(f"advanced (block {block}); roundInfo failed: {error.reason}", err=True)
+            continue
+        if not quiet or stage == 0:
+            typer.echo(f"round {round_} stage {stage} (block {receipt['blockNumber']})")

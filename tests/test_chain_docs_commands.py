@@ -83,11 +83,8 @@ def _run_until(words: list[str], cwd: Path, expect: str, timeout_s: float) -> st
         seen.append(line)
         if line.startswith(expect) or time.monotonic() > deadline:
             break
-    # Not at the very instant it said so: in the full suite devnet hung on a SIGINT sent right after
-    # its ready line (during the stage manager's start), twice; a known bug, see the session note.
-    time.sleep(3.0)
-    process.send_signal(signal.SIGINT)
-    rest, _ = process.communicate(timeout=120)  # a loaded 2-core CI machine took over 30 s to stop devnet
+    process.send_signal(signal.SIGINT)  # at once: a Ctrl-C at any moment must stop it cleanly
+    rest, _ = process.communicate(timeout=60)
     output = "".join(seen) + rest
     assert process.returncode == 0, (words, output)
     assert any(line.startswith(expect) for line in seen), (words, output)
