@@ -86,6 +86,10 @@ class _Node:
     upload_factor: float = 1.0  # < 1 for slow peers
 
 
+LATENCY_CACHE_PAIRS = 2_000_000
+"""At most this many peer pairs keep their base latency in SimWorld's pair cache (~250 MiB)."""
+
+
 def _on_grid(seconds: float, grid_ms: int) -> float:
     """Round a virtual time UP to the next multiple of `grid_ms` milliseconds."""
     return math.ceil(seconds * 1000 / grid_ms - 1e-6) * grid_ms / 1000
@@ -187,13 +191,18 @@ class SimWorld:
 
     def _base_latency_s(self, a: str, b: str) -> float:
         key = (a, b) if a < b else (b, a)
-        cached = self._latency_cache.get(key)
+        cache = self._latency_cache
+        cached = cache.get(key)
         if cached is None:
             digest = hashlib.blake2b(f"{key[0]}|{key[1]}".encode(), digest_size=8).digest()
             fraction = int.from_bytes(digest, "big") / 2**64
             model = self.model
             cached = (model.latency_min_ms + fraction * (model.latency_max_ms - model.latency_min_ms)) / 1000
-            self._latency_cache[key] = cached
+            # Bounded: a pair's latency is a pure function of the pair, so forgetting is exact.
+            # Unbounded, 10,000 peers would keep 50M pairs (~6 GiB); per-sender arrays
+            # (_audience) hold what gossip needs, this only spares rebuilds after churn.
+            if len(cache) < LATENCY_CACHE_PAIRS:
+                cache[key] = cached
         return cached
 
     def latency_s(self, a: str, b: str) -> float:
