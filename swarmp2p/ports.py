@@ -5,7 +5,12 @@
   chain-less schedule (swarmp2p/schedule.py); sim = the same contract on one shared
   in-process chain, or the schedule.
 - PolicyPort: real = trainer/ (torch + transformers), sim = simulator/policy.py.
-- Clock: real = wall clock; sim = trio's virtual clock.
+- Clock: real = wall clock; sim = trio's virtual clock (its wakeable sleep parked on the
+  simulated world's timer heap).
+
+Every method the runtime calls on a port is declared here: the Peer never probes an adapter
+with getattr. Abilities that only some transports have are declared too, with the answer a
+transport without them gives (`subscribe_inline` returns False, `bounds_waits` is False).
 
 Payloads cross the network port as raw bytes: the node decodes them with `protocol.codec`
 so that every inbound message is validated and counted in one place.
@@ -45,6 +50,19 @@ class NetworkPort(Protocol):
 
     async def subscribe(self, topic: str) -> Any:
         """Returns a trio ReceiveChannel of InboundMessage for `topic`."""
+        ...
+
+    def subscribe_inline(self, topic: str, handler: Callable[[InboundMessage], None]) -> bool:
+        """Hand each inbound message on `topic` to the synchronous `handler` at delivery time
+        and return True, or return False (the transport cannot) and the caller uses
+        `subscribe`. The simulator's in-memory network can: a channel hand-over per message
+        (a send, a receive, a task wake-up) is its biggest cost at 100 peers."""
+        ...
+
+    @property
+    def bounds_waits(self) -> bool:
+        """True when `request` and `dht_get` always end by their own timeout (the simulator's
+        network): the caller then needs no cancel scope of its own around them."""
         ...
 
     def set_request_handler(self, handler: RequestHandler) -> None:
@@ -127,7 +145,26 @@ class PolicyPort(Protocol):
         ...
 
 
+Waker = Callable[[], None]
+
+
 class Clock(Protocol):
     def now_ms(self) -> int:
         """Milliseconds since the Unix epoch (virtual in the simulator)."""
         ...
+
+    async def sleep_wakeable(self, seconds: float, set_waker: Callable[[Waker], None]) -> None:
+        """Sleep up to `seconds`, or less: `set_waker` is called first with a callable that
+        ends the sleep early (a no-op once it has ended). The round loop's idle wait."""
+        ...
+
+
+async def trio_sleep_wakeable(seconds: float, set_waker: Callable[[Waker], None]) -> None:
+    """`Clock.sleep_wakeable` on trio's clock (real time, or MockClock's virtual time): an
+    Event in a cancel scope."""
+    import trio  # local: the port declarations import no runtime
+
+    woken = trio.Event()
+    set_waker(woken.set)
+    with trio.move_on_after(seconds):
+        await woken.wait()
