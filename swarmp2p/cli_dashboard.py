@@ -1,8 +1,11 @@
 """`swarmp2p dashboard`: serve the web dashboard for a saved status file or a running node.
 
-`--from FILE` serves a status JSON file (a node's or simulator's saved status/report in the
-dashboard's status schema, see `swarmp2p.dashboard`); the file is re-read on every request,
-so a file that another process keeps rewriting shows live. `--status-url URL` instead relays
+`--from PATH` serves what PATH holds, re-read on every request: a node's data dir (its whole
+rounds.jsonl, plus the running node's live status when node.json names its dashboard), a
+simulation report (`simulate --out DIR` writes DIR/report.json; the DIR works too), an
+experiment's output dir (table.json, jobs.json) or a status JSON file in the dashboard's schema
+(see `swarmp2p.dashboard`). `--html FILE` writes the same page with the data inlined, as a
+static report, and exits. `--status-url URL` instead relays
 the `/api/status` of a node whose own dashboard listens elsewhere (e.g. on another machine,
 reached through an SSH tunnel).
 """
@@ -10,7 +13,6 @@ reached through an SSH tunnel).
 from __future__ import annotations
 
 import functools
-import json
 import signal
 from pathlib import Path
 from typing import Any
@@ -20,8 +22,6 @@ import typer
 from attrs import validators as v
 
 from swarmp2p.config import register_config
-
-_MAX_STATUS_BYTES = 64 * 1024 * 1024  # a status file is kilobytes; refuse to slurp a mistaken huge file
 
 
 @register_config("dashboard")
@@ -45,13 +45,18 @@ def register(app: typer.Typer) -> None:
 
 def dashboard(
     from_file: Path | None = typer.Option(
-        None, "--from", help="Serve this status JSON file (re-read on every request)."
+        None,
+        "--from",
+        help="A node's data dir, a simulation report (or its dir), an experiment dir or a status JSON file.",
     ),
     status_url: str | None = typer.Option(
         None, "--status-url", help="Relay the /api/status of a running node's dashboard."
     ),
     host: str | None = typer.Option(None, "--host", help="Address to bind (default 127.0.0.1)."),
     port: int | None = typer.Option(None, "--port", help="Port to bind; 0 picks a free one (default 8080)."),
+    html: Path | None = typer.Option(
+        None, "--html", help="Write a static HTML report of --from to this file and exit."
+    ),
     config: Path | None = typer.Option(None, "--config", help="TOML config file (\\[dashboard] section)."),
     print_config: bool = typer.Option(False, "--print-config", help="Print the effective config and exit."),
 ) -> None:
@@ -82,10 +87,20 @@ def dashboard(
     from swarmp2p.dashboard import serve_dashboard
 
     if settings.status_file is not None:
-        if not settings.status_file.is_file():
-            errors.print(f"[red]error: status file {escape(str(settings.status_file))} does not exist[/red]")
+        if not settings.status_file.exists():
+            errors.print(f"[red]error: {escape(str(settings.status_file))} does not exist[/red]")
             raise typer.Exit(code=2)
         source: Any = FileStatusSource(settings.status_file)
+        if html is not None:
+            from swarmp2p.dashboard import StatusUnavailable, write_html_report
+
+            try:
+                write_html_report(source(), html, title=settings.title)
+            except (StatusUnavailable, OSError) as error:
+                errors.print(f"[red]error: {escape(str(error))}[/red]")
+                raise typer.Exit(code=1) from None
+            errors.print(f"wrote {escape(str(html))}")
+            return
     else:
         source = UrlStatusSource(settings.status_url or "")
 
@@ -120,28 +135,17 @@ def dashboard(
 
 
 class FileStatusSource:
-    """Status read from a JSON file on every call. Errors name the file, in one line."""
+    """Status read on every call from a path: a status or simulation report JSON file, an
+    experiment's output dir or a node's data dir (swarmp2p/dashboard/sources.py). Errors name
+    the file, in one line."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
     def __call__(self) -> dict[str, Any]:
-        from swarmp2p.dashboard import StatusUnavailable
+        from swarmp2p.dashboard.sources import status_of_path
 
-        try:
-            with open(self.path, "rb") as handle:
-                data = handle.read(_MAX_STATUS_BYTES + 1)
-        except OSError as error:
-            raise StatusUnavailable(f"cannot read {self.path}: {error.strerror}") from None
-        if len(data) > _MAX_STATUS_BYTES:
-            raise StatusUnavailable(f"{self.path} is larger than {_MAX_STATUS_BYTES} bytes")
-        try:
-            status = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            raise StatusUnavailable(f"{self.path} is not valid JSON: {error}") from None
-        if not isinstance(status, dict):
-            raise StatusUnavailable(f"{self.path} holds a JSON {type(status).__name__}, not an object")
-        return status
+        return status_of_path(self.path)
 
 
 class UrlStatusSource:
@@ -154,26 +158,6 @@ class UrlStatusSource:
     async def __call__(self) -> dict[str, Any]:
         import trio
 
-        return await trio.to_thread.run_sync(self._fetch)
+        from swarmp2p.dashboard.sources import fetch_json
 
-    def _fetch(self) -> dict[str, Any]:
-        import urllib.error
-        import urllib.request
-
-        from swarmp2p.dashboard import StatusUnavailable
-
-        try:
-            with urllib.request.urlopen(self.url, timeout=self.timeout_s) as response:
-                data = response.read(_MAX_STATUS_BYTES + 1)
-        except urllib.error.HTTPError as error:
-            raise StatusUnavailable(f"{self.url} answered HTTP {error.code}") from None
-        except (urllib.error.URLError, OSError) as error:
-            reason = getattr(error, "reason", error)
-            raise StatusUnavailable(f"cannot reach {self.url}: {reason}") from None
-        try:
-            status = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise StatusUnavailable(f"{self.url} did not answer JSON") from None
-        if not isinstance(status, dict):
-            raise StatusUnavailable(f"{self.url} answered a JSON {type(status).__name__}, not an object")
-        return status
+        return await trio.to_thread.run_sync(fetch_json, self.url, self.timeout_s)

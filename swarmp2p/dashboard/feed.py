@@ -1,0 +1,61 @@
+"""The rollout feed's entries for one round: a few of the question groups a peer generated and
+verified, small enough to keep in every round record (rounds.jsonl) and in a simulator's memory.
+
+`round_rollouts(round, me, local, external, rejected)` is the hook for the round's record (the
+peer calls it where it builds its `RoundRecord`): one local group, then up to `per_peer` groups of
+each accepted peer, then rejected batches, each completion cut to `max_chars`. The dashboard shows
+the entries under "Rollout feed" (swarmp2p/dashboard/view.py reads `history[*].rollouts`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+MAX_CHARS = 160
+MAX_COMPLETIONS = 4
+MAX_ENTRIES = 6
+
+
+def group_entry(group: Any, peer_id: str, verdict: str, *, max_chars: int = MAX_CHARS) -> dict[str, Any]:
+    """One question group (protocol.messages.QuestionGroup or its dict) as a feed entry."""
+    question = getattr(group, "question", None)
+    if question is None and isinstance(group, Mapping):
+        question = group.get("question")
+    completions = getattr(group, "completions", None)
+    if completions is None and isinstance(group, Mapping):
+        completions = group.get("completions") or ()
+
+    def field(obj: Any, name: str) -> Any:
+        return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
+
+    return {
+        "peer_id": peer_id,
+        "task": field(question, "task"),
+        "index": field(question, "index"),
+        "completions": [
+            {"text": str(field(c, "text") or "")[:max_chars], "reward": field(c, "reward")}
+            for c in list(completions)[:MAX_COMPLETIONS]
+        ],
+        "verdict": verdict,
+    }
+
+
+def round_rollouts(
+    me: str,
+    local: Sequence[Any],
+    external: Mapping[str, Iterable[Any]],
+    rejected: Iterable[tuple[str, str]] = (),
+    *,
+    per_peer: int = 1,
+    max_entries: int = MAX_ENTRIES,
+) -> list[dict[str, Any]]:
+    """Feed entries for one round: `local` groups (ours), `external` {peer: groups verified},
+    `rejected` (peer, reason) of batches dropped. Bounded: at most `max_entries` entries."""
+    entries = [group_entry(group, me, "local") for group in list(local)[:1]]
+    for peer in sorted(external):
+        entries += [group_entry(group, peer, "verified") for group in list(external[peer])[:per_peer]]
+    for peer, reason in rejected:
+        entry = {"peer_id": peer, "task": None, "index": None, "completions": [], "verdict": "rejected"}
+        entries.append({**entry, "reason": reason})
+    return entries[:max_entries]

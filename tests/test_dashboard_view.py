@@ -1,0 +1,180 @@
+"""The dashboard's model of a status (swarmp2p/dashboard/view.py), its sources (a data dir, a
+simulation report, an experiment), friendly peer names, the rollout feed and the static report;
+no browser here (tests/test_dashboard_browser.py opens the page)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from protocol.messages import Completion, QuestionGroup, QuestionRef
+from swarmp2p.dashboard import build_view, normalize_status, page_html, peer_name, write_html_report
+from swarmp2p.dashboard.feed import round_rollouts
+from swarmp2p.dashboard.names import ADJECTIVES, ANIMALS
+from swarmp2p.dashboard.sources import data_dir_status, experiment_status, status_of_path
+
+ME, ALICE, BOB = "12D3KooWme", "12D3KooWalice", "12D3KooWbob"
+
+
+def test_peer_names_are_fixed_words_from_the_id() -> None:
+    # Pinned: a name must read the same on every machine and after every upgrade.
+    assert peer_name("12D3KooWa") == "clever-crimson-walrus"
+    assert peer_name("12D3KooWa") == peer_name("12D3KooWa")
+    assert len(set(ADJECTIVES)) == len(ADJECTIVES) and len(set(ANIMALS)) == len(ANIMALS)
+    names = {peer_name(f"12D3KooW{i}") for i in range(1000)}
+    assert len(names) > 990  # 64 * 63 * 64 names: a few collisions in 1000, no more
+
+
+@given(st.text(max_size=60))
+def test_a_peer_name_is_two_different_adjectives_and_an_animal(peer_id: str) -> None:
+    first, second, animal = peer_name(peer_id).split("-")
+    assert first in ADJECTIVES and second in ADJECTIVES and first != second
+    assert animal in ANIMALS
+
+
+def node_record(round_number: int, **extra) -> dict:
+    return {
+        "round": round_number,
+        "peer_id": ME,
+        "completed": True,
+        "reward": 0.05 + 0.01 * round_number,
+        "rollouts_in": 4,
+        "rollouts_out": 2,
+        "accepted_peers": [ALICE, BOB] if round_number % 2 else [ALICE],
+        "external_peers_trained_on": [ALICE],
+        "rejected": {"out_of_round": 20, "forged_reward": 7} if round_number == 3 else {},
+        "train_metrics": {
+            "loss": -0.01 * round_number,
+            "kl": 0.001,
+            "grad_norm": 2.0,
+            "clip_fraction": 0.0,
+            "completion_tokens": 300.0,
+            "seconds": 1.5,
+        },
+        **extra,
+    }
+
+
+def test_view_of_a_node_status_has_every_section() -> None:
+    history = [node_record(r) for r in range(1, 5)]
+    history[-1]["rollouts"] = round_rollouts(
+        ME,
+        [QuestionGroup(QuestionRef("chain_sum", 1, 7), (Completion("<answer>3</answer>", 1.0),))],
+        {BOB: [QuestionGroup(QuestionRef("leg_counting", 1, 2), (Completion("x" * 500, 0.0),))]},
+        [(ALICE, "forged_reward")],
+    )
+    status = normalize_status(
+        {
+            "peer_id": ME,
+            "round": 5,
+            "peers": [ALICE, BOB],
+            "history": history,
+            "rejections": {"out_of_round": 20, "forged_reward": 9, "malformed": 1},
+            "schedule": {"swarm_id": "abc", "genesis_ms": 1000, "round_ms": 8000, "stage_count": 1},
+            "eval_history": [{"round": None, "accuracy": 0.1, "reward": 0.2}, {"round": 4, "accuracy": 0.3}],
+        }
+    )
+    view = build_view(status)
+    assert view["me"] == {"peer_id": ME, "name": peer_name(ME)} and view["swarm_id"] == "abc"
+    assert view["schedule"] == {"genesis_ms": 1000, "round_ms": 8000, "stage_count": 1}
+    # The reward series is the data, not a 0-1 frame; the before-training eval sits a round early.
+    assert view["reward_series"][0]["points"] == [[r, 0.05 + 0.01 * r] for r in range(1, 5)]
+    assert view["eval_series"][0]["points"] == [[0, 0.1], [4, 0.3]]
+    # The rejected column shows the real count (a record's rejections are per reason).
+    row3 = next(row for row in view["rounds"] if row["round"] == 3)
+    assert row3["rejected"] == 27 and "out_of_round 20" in row3["reasons"]
+    # By reason: the larger of the records' sum and the node's own counters, most first.
+    assert view["rejections"] == [["out_of_round", 20], ["forged_reward", 9], ["malformed", 1]]
+    contributions = {row["peer_id"]: row for row in view["contributions"]}
+    assert contributions[ALICE]["accepted"] == 4 and contributions[ALICE]["sampled"] == 4
+    assert contributions[BOB]["accepted"] == 2 and contributions[BOB]["sampled"] == 0
+    assert contributions[BOB]["name"] == peer_name(BOB) and contributions[BOB]["connected"]
+    board = view["leaderboard"]
+    assert board[0]["peer_id"] == ME and board[0]["rank"] == 1 and board[0]["rounds"] == 4
+    assert {row["peer_id"] for row in board} == {ME, ALICE, BOB}
+    train = {chart["key"]: chart["points"] for chart in view["train_series"]}
+    assert set(train) == {"loss", "kl", "grad_norm", "clip_fraction", "tokens_per_s"}
+    assert train["tokens_per_s"][0] == [1, 200.0]
+    feed = view["feed"]
+    assert [entry["verdict"] for entry in feed] == ["local", "verified", "rejected"]
+    assert feed[0]["task"] == "chain_sum" and feed[0]["name"] == peer_name(ME)
+    assert feed[1]["peer_id"] == BOB and len(feed[1]["completions"][0]["text"]) == 160
+    assert feed[2]["reason"] == "forged_reward"
+    json.dumps(view, allow_nan=False)
+
+
+def test_a_data_dir_gives_its_whole_rounds_log_and_no_countdown_when_stopped(tmp_path: Path) -> None:
+    with open(tmp_path / "rounds.jsonl", "w") as log:
+        for r in range(150):  # more than a node keeps in memory (100)
+            log.write(json.dumps(node_record(r)) + "\n")
+        log.write('{"round": 150, "torn')  # the line a running node is writing
+    (tmp_path / "swarm.json").write_text(json.dumps({"swarm_id": "s1", "genesis_ms": 1, "round_ms": 8000}))
+    status = normalize_status(status_of_path(tmp_path))
+    assert [row["round"] for row in status["history"]] == list(range(150))
+    assert status["peer_id"] == ME and status["round"] == 149 and status["phase"] == "stopped"
+    view = build_view(status)
+    assert view["swarm_id"] == "s1" and view["schedule"] is None and view["rounds_recorded"] == 150
+    # A running node's live status adds what the log lacks yet and keeps the countdown.
+    live = data_dir_status(tmp_path, live={"peer_id": ME, "round": 151, "history": [node_record(150)]})
+    assert [row["round"] for row in live["history"]][-2:] == [149, 150]
+    assert build_view(normalize_status(live))["schedule"]["round_ms"] == 8000
+
+
+def simulation_report(tmp_path: Path) -> Path:
+    from swarmp2p.cli import app
+
+    args = ["simulate", "--peers", "6", "--rounds", "4", "--seed", "7", "--scenario", "byzantine10"]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "sim"), "--no-plots"])
+    assert result.exit_code == 0, result.output
+    return tmp_path / "sim" / "report.json"
+
+
+def test_a_simulation_report_becomes_rounds_a_leaderboard_and_a_summary(tmp_path: Path) -> None:
+    report = json.loads(simulation_report(tmp_path).read_text())
+    status = normalize_status(status_of_path(tmp_path / "sim"))  # the directory works too
+    view = build_view(status)
+    assert status["round"] == 3 and status["phase"] == "finished" and status["peer_count"] == 6
+    assert [p[0] for p in view["reward_series"][0]["points"]] == [0, 1, 2, 3]
+    assert view["reward_series"][0]["band"], "min-max band of the honest peers"
+    assert {row["peer_id"] for row in view["leaderboard"]} == {p["peer_id"] for p in report["peers"]}
+    assert all(row["name"] == peer_name(row["peer_id"]) for row in view["leaderboard"])
+    assert view["rejections"] and all(count > 0 for _, count in view["rejections"])
+    assert dict(view["summary"])["learner"].startswith("simulated learner")
+    # Nothing shown raw: no Python or JSON dicts or lists in the summary.
+    assert not any(re.search(r"[{\[]'|\{\"", value) for _, value in view["summary"]), view["summary"]
+    assert view["contributions"] == [] and view["me"] is None
+
+
+def test_an_experiment_dir_gives_one_curve_per_arm(tmp_path: Path) -> None:
+    curves = {
+        arm: {
+            "reward": [{"round": r, "mean": 0.3 + 0.01 * r} for r in range(3)],
+            "accuracy": [{"rounds_trained": r, "mean": 0.1 + 0.02 * r} for r in (0, 5)],
+        }
+        for arm in ("8/0", "4/4")
+    }
+    (tmp_path / "table.json").write_text(json.dumps({"curves": curves, "settings": {"peers": 8}, "rows": []}))
+    jobs = [{"arm": "4/4", "seed": 1, "rejections": {"forged_reward": 3}, "peers": [
+        {"peer_id": ALICE, "rewards": [0.1, 0.2, 0.3]}, {"peer_id": BOB, "rewards": [0.4]}]}]  # fmt: skip
+    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
+    view = build_view(normalize_status(experiment_status(tmp_path)))
+    assert [s["label"] for s in view["reward_series"]] == ["4/4", "8/0"]
+    assert view["eval_series"][0]["points"] == [[0, 0.1], [5, 0.1 + 0.02 * 5]]
+    assert [row["peer_id"] for row in view["leaderboard"]] == [BOB, ALICE]
+    assert view["rejections"] == [["forged_reward", 3]]
+
+
+def test_the_static_report_inlines_the_status_safely(tmp_path: Path) -> None:
+    status = {"peer_id": "</script><script>alert(1)</script>", "round": 2, "history": [node_record(1)]}
+    page = write_html_report(status, tmp_path / "report.html").read_text()
+    inline = re.search(r'<script id="inline-status" type="application/json">(.*?)</script>', page, re.S)
+    assert inline, "the status is inlined"
+    data = json.loads(inline.group(1))
+    assert data["peer_id"] == status["peer_id"] and data["view"]["rounds"][0]["round"] == 1
+    assert "alert(1)</script>" not in page
+    assert "null</script>" in page_html()  # the served page polls instead
