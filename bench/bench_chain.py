@@ -34,10 +34,11 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from protocol.stage_schedule import StageSchedule
 from swarmp2p.chain.client import ContractClient
 from swarmp2p.chain.coordinator import ChainCoordinator
 from swarmp2p.chain.embedded import EmbeddedChain
-from swarmp2p.chain.schedule import StageSchedule
+from swarmp2p.clocks import RealClock
 
 REPO = Path(__file__).resolve().parents[1]
 V1_SOURCE = REPO / "bench/fixtures/SwarmCoordinator_v1.vy"
@@ -123,7 +124,7 @@ def bench_backend(
             ),
         ),
     ]
-    coordinator = ChainCoordinator(client, clock=WallClockMs())
+    coordinator = ChainCoordinator(client, clock=RealClock())
 
     async def through_trio() -> tuple[float, ...]:
         task = progress.add_task(f"{name}: trio register", total=n)
@@ -138,11 +139,6 @@ def bench_backend(
     coordinator._code_checked = True
     rows.append(Row(name, "register via ChainCoordinator (trio)", trio.run(through_trio)))
     return rows
-
-
-class WallClockMs:
-    def now_ms(self) -> int:
-        return int(time.time() * 1000)
 
 
 def find_anvil() -> str | None:

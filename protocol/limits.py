@@ -36,7 +36,9 @@ MAX_LISTEN_ADDR_BYTES = 256
 # ---- tuples ------------------------------------------------------------------------------
 MAX_GROUPS_PER_BATCH = 64
 MAX_COMPLETIONS_PER_GROUP = 64
-MAX_WINNERS = 64
+MAX_WINNERS = 32
+"""Winners one vote may name: the contract's own bound (MAX_WINNERS in
+swarmp2p/chain/contracts/SwarmCoordinator.vy; tests/test_contract_constants.py holds them equal)."""
 MAX_LISTEN_ADDRS = 16
 MAX_SCHEDULE_TASKS = 128
 """Tasks in a swarm's rules (`SwarmSchedule.tasks`, and as many `weights`)."""

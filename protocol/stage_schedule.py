@@ -1,13 +1,19 @@
-"""The stage schedule an embedded stage manager follows, as pure arithmetic.
+"""Where a swarm is in time: round and stage from a clock reading, as pure arithmetic.
 
 Stage k of the swarm (counting every stage of every round from 0) runs from
 `genesis_ms + k * stage_ms` to `genesis_ms + (k + 1) * stage_ms`; round r, stage s is
 stage k = r * stage_count + s. Pure functions: the clock is an argument.
+
+The one such calculation: the chain's embedded stage manager (swarmp2p/chain/embedded.py) and
+the chain-less round clock (swarmp2p/schedule.py) both use it, so they cannot disagree on where a
+round ends.
 """
 
 from __future__ import annotations
 
 import attrs
+
+from protocol import limits
 
 
 @attrs.frozen
@@ -23,8 +29,8 @@ class StageSchedule:
 
     @stage_count.validator
     def _valid_count(self, _attribute: object, value: int) -> None:
-        if not 1 <= value <= 16:
-            raise ValueError(f"stage_count must be in 1..16, got {value}")
+        if not 1 <= value <= limits.MAX_STAGES:
+            raise ValueError(f"stage_count must be in 1..{limits.MAX_STAGES}, got {value}")
 
     def position(self, now_ms: int) -> tuple[int, int]:
         """(round, stage) the schedule is in at `now_ms`; (0, 0) before genesis."""

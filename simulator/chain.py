@@ -22,10 +22,10 @@ from typing import Any, TypeVar
 
 import trio
 
+from protocol.stage_schedule import StageSchedule
 from swarmp2p.chain.coordinator import ChainCoordinator, fixed_to_reward, vote_digest
 from swarmp2p.chain.embedded import EmbeddedChain
 from swarmp2p.chain.errors import ChainError
-from swarmp2p.chain.schedule import StageSchedule
 from swarmp2p.ports import Clock, CoordinatorError
 
 T = TypeVar("T")

@@ -1,4 +1,7 @@
-"""`swarmp2p simulate`: many virtual peers running the real round loop on a virtual clock."""
+"""`swarmp2p simulate`: many virtual peers running the real round loop on a virtual clock.
+
+Registered by the CLI root (swarmp2p/cli.py) by name: the command lives with the simulator it
+runs, so that the runtime package never imports the simulator."""
 
 from __future__ import annotations
 

@@ -33,10 +33,11 @@ from simulator.policy import CheckpointStore, ForgingPolicy, SimPolicy, SimPolic
 from simulator.recording import RecordingCoordinator
 from simulator.registry import DEFAULT_TASKS, FORMAT_REWARD, SimTaskRegistry
 from simulator.scenario import Scenario
+from swarmp2p.clocks import TrioClock
 from swarmp2p.peer import Peer, RoundRecord, announce_topic, derive_seed
 from swarmp2p.peer_cache import VerifyCache
 from swarmp2p.rules import peer_settings_for
-from swarmp2p.schedule import ScheduleCoordinator, TrioClock
+from swarmp2p.schedule import ScheduleCoordinator
 
 EPOCH_MS = 1_700_000_000_000
 """Virtual time 0 as epoch milliseconds: a fixed date, so no wall-clock time leaks into a run."""

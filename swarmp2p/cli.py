@@ -24,12 +24,15 @@ def _root() -> None:
     """Keeps `swarmp2p` a command group even when only one subcommand module is present."""
 
 
-# Order is the order shown in --help.
+# Order is the order shown in --help. This module is the composition root: it alone names the
+# commands of every layer, by module name. The simulator's commands live in the simulator package
+# (it sits above the runtime and imports it), so no module of the runtime imports the simulator;
+# an install without the simulator still runs every other command (a missing module is skipped).
 _SUBCOMMAND_MODULES = (
     "swarmp2p.cli_node",
-    "swarmp2p.cli_simulate",
+    "simulator.cli_simulate",
     "swarmp2p.cli_train",
-    "swarmp2p.cli_experiment",
+    "simulator.cli_experiment",
     "swarmp2p.cli_chain",
     "swarmp2p.cli_dashboard",
     "swarmp2p.cli_keygen",

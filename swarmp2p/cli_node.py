@@ -10,7 +10,7 @@ import attrs
 import typer
 
 # Light modules (no torch, no libp2p): imported here so that --help can show the defaults.
-from swarmp2p.node import NODE_TRAINER_DEFAULTS, NodeConfig
+from swarmp2p.node_config import NODE_TRAINER_DEFAULTS, NodeConfig
 from trainer.config import TrainerConfig
 
 _EVAL_EVERY = NODE_TRAINER_DEFAULTS["eval_every"]

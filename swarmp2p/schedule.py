@@ -5,47 +5,16 @@ seed), fixed by its first peer and carried in hellos. Every peer then computes t
 from its own clock, so no peer has to stay up for the swarm to keep its rhythm. Rewards and
 winners are recorded locally here; the node may additionally publish them as DHT records.
 
-Also home of the two clocks: `RealClock` (wall time) and `TrioClock` (trio's clock, which is
-virtual under `trio.testing.MockClock` — the simulator's time).
+The clocks it reads live in swarmp2p/clocks.py.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from protocol.messages import SwarmSchedule
+from protocol.stage_schedule import StageSchedule
 from swarmp2p.ports import Clock, CoordinatorError, RoundInfo
-
-
-class RealClock:
-    """Wall-clock milliseconds since the Unix epoch."""
-
-    def now_ms(self) -> int:
-        return time.time_ns() // 1_000_000
-
-
-class TrioClock:
-    """Milliseconds on trio's clock, shifted to look like epoch time.
-
-    Under `MockClock` this is virtual time, so a simulated swarm and its schedule share one
-    deterministic timeline. Must be called from inside `trio.run`.
-    """
-
-    def __init__(self, epoch_ms: int = 0, clock: Any = None) -> None:
-        """`clock`: the trio Clock the run uses (e.g. the simulator's MockClock). Reading it
-        directly skips trio's run-context lookup; the simulator reads the time ~10k times per
-        virtual round. Without it, `trio.current_time()` is used."""
-        self.epoch_ms = epoch_ms
-        self._current_time: Callable[[], float] | None = clock.current_time if clock is not None else None
-
-    def now_ms(self) -> int:
-        if self._current_time is not None:
-            return self.epoch_ms + round(self._current_time() * 1000)
-        import trio  # local: schedule.py stays importable without a running trio loop
-
-        return self.epoch_ms + round(trio.current_time() * 1000)
 
 
 class ScheduleCoordinator:
@@ -61,6 +30,9 @@ class ScheduleCoordinator:
         if schedule.round_ms % schedule.stage_count:
             raise ValueError("round_ms must be a multiple of stage_count")
         self.schedule = schedule
+        self.stages = StageSchedule(
+            schedule.genesis_ms, schedule.round_ms // schedule.stage_count, schedule.stage_count
+        )
         self.clock = clock
         self.registered: list[str] = []
         self.rewards: dict[tuple[int, int], dict[str, float]] = {}
@@ -68,15 +40,14 @@ class ScheduleCoordinator:
 
     def info_at(self, now_ms: int) -> RoundInfo:
         """The round and stage at `now_ms`: a pure function of the schedule (used by tests too)."""
-        elapsed = now_ms - self.schedule.genesis_ms
-        if elapsed < 0:
+        if now_ms < self.schedule.genesis_ms:
             raise CoordinatorError("not_started")
-        stage_ms = self.schedule.round_ms // self.schedule.stage_count
-        round_number, into_round = divmod(elapsed, self.schedule.round_ms)
-        stage = into_round // stage_ms
-        stage_ends = self.schedule.genesis_ms + round_number * self.schedule.round_ms + (stage + 1) * stage_ms
+        round_number, stage = self.stages.position(now_ms)
         return RoundInfo(
-            round=round_number, stage=stage, stage_count=self.schedule.stage_count, stage_ends_ms=stage_ends
+            round=round_number,
+            stage=stage,
+            stage_count=self.schedule.stage_count,
+            stage_ends_ms=self.stages.stage_ends_ms(round_number, stage),
         )
 
     async def current(self) -> RoundInfo:

@@ -12,11 +12,11 @@ from typing import Any
 import attrs
 import pytest
 
+from protocol.stage_schedule import StageSchedule
 from swarmp2p.chain.client import GAS_LIMITS, ContractClient
 from swarmp2p.chain.coordinator import vote_digest
 from swarmp2p.chain.embedded import EmbeddedChain
 from swarmp2p.chain.errors import ChainRevert
-from swarmp2p.chain.schedule import StageSchedule
 
 STAGES = 3
 ZERO = "0x" + "00" * 20

@@ -17,6 +17,7 @@ from eth_tester.exceptions import TransactionFailed
 from web3 import EthereumTesterProvider, Web3
 from web3.exceptions import ContractCustomError, ContractLogicError, TimeExhausted, Web3RPCError
 
+from protocol.stage_schedule import StageSchedule
 from swarmp2p.chain.client import ContractClient, RetryPolicy, is_transient, revert_reason
 from swarmp2p.chain.coordinator import ChainCoordinator, open_coordinator, reward_to_fixed
 from swarmp2p.chain.embedded import EmbeddedChain, run_stage_manager
@@ -28,7 +29,6 @@ from swarmp2p.chain.errors import (
     ChainUnavailable,
 )
 from swarmp2p.chain.keys import load_key_file, write_key_file
-from swarmp2p.chain.schedule import StageSchedule
 from swarmp2p.ports import CoordinatorError, RoundInfo
 
 STAGE_MS = 10_000

@@ -19,10 +19,10 @@ from budget import examples
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from protocol.stage_schedule import StageSchedule
 from swarmp2p.chain.artifact import Artifact, compile_source, load_artifact
 from swarmp2p.chain.client import ContractClient
 from swarmp2p.chain.embedded import EmbeddedChain
-from swarmp2p.chain.schedule import StageSchedule
 
 V1_SOURCE = Path(__file__).resolve().parents[1] / "bench/fixtures/SwarmCoordinator_v1.vy"
 STAGES = 2

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import trio
 
+from protocol.stage_schedule import StageSchedule
 from swarmp2p.chain.artifact import load_artifact
 from swarmp2p.chain.client import ContractClient
 from swarmp2p.chain.coordinator import open_coordinator
 from swarmp2p.chain.embedded import EmbeddedChain
 from swarmp2p.chain.errors import ChainRevert
 from swarmp2p.chain.keys import load_key_file, write_key_file
-from swarmp2p.chain.schedule import StageSchedule
 from swarmp2p.chain.serve import EmbeddedRpc, EmbeddedRpcServer
 
 

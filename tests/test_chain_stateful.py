@@ -16,10 +16,10 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
 
+from protocol.stage_schedule import StageSchedule
 from swarmp2p.chain.client import ContractClient
 from swarmp2p.chain.embedded import EmbeddedChain
 from swarmp2p.chain.errors import ChainRevert
-from swarmp2p.chain.schedule import StageSchedule
 
 STAGES = 2
 SCALE = 10**6

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 import trio
 
+from protocol.stage_schedule import StageSchedule
 from swarmp2p.chain.coordinator import open_coordinator
 from swarmp2p.chain.embedded import EmbeddedChain
 from swarmp2p.chain.errors import ChainError, ChainRevert, ChainUnavailable
-from swarmp2p.chain.schedule import StageSchedule
 
 STAGE_MS = 10_000
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import swarmp2p.cli  # registers every command's config class
-import swarmp2p.node  # [node]: imported by `swarmp2p node` only when it runs
+import swarmp2p.node_config  # [node]: imported by `swarmp2p node` only when it runs
 from swarmp2p.config import REGISTRY, load_config
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"

@@ -22,9 +22,9 @@ from libp2p.utils.varint import encode_varint_prefixed
 
 from protocol.envelope import seal
 from protocol.messages import PROTOCOL_VERSION, Hello, RolloutAnnouncement, SwarmSchedule
+from swarmp2p.hello import open_hello
 from swarmp2p.net import NetworkSettings, open_libp2p_network
 from swarmp2p.net.checks import HelloGuard, announcement_check
-from swarmp2p.node import open_hello
 
 TOPIC = "swarmp2p/test/relay"
 FAST = NetworkSettings(handler_timeout_s=2.0, peer_exchange_interval_s=0.5, upkeep_interval_s=0.2)

@@ -17,9 +17,10 @@ from protocol.messages import RolloutAnnouncement, SwarmSchedule
 from simulator.network import LinkModel, SimWorld
 from simulator.policy import CheckpointStore, SimPolicy
 from simulator.registry import SimTaskRegistry
+from swarmp2p.clocks import TrioClock
 from swarmp2p.peer import Peer, PeerSettings, learn_stage_ms, too_late_to_start
 from swarmp2p.ports import NetworkError, RoundInfo
-from swarmp2p.schedule import ScheduleCoordinator, TrioClock
+from swarmp2p.schedule import ScheduleCoordinator
 
 ROUND_MS = 10_000
 SWARM = "t"

@@ -22,11 +22,14 @@ from protocol.questions import EVAL_INDEX_BASE
 from simulator.network import LinkModel, SimWorld
 from simulator.policy import CheckpointStore, SimPolicy, SimPolicyParams
 from simulator.registry import SimTaskRegistry
+from swarmp2p.clocks import TrioClock
 from swarmp2p.config import ConfigError, ConfigRegistry, load_config
 from swarmp2p.heldout import EvalSettings, HeldOutEvaluation
-from swarmp2p.node import NODE_TRAINER_DEFAULTS, RoundLog, eval_settings
+from swarmp2p.node_config import NODE_TRAINER_DEFAULTS
+from swarmp2p.node_policy import eval_settings
 from swarmp2p.peer import Peer, PeerSettings, RoundRecord
-from swarmp2p.schedule import ScheduleCoordinator, TrioClock
+from swarmp2p.round_log import RoundLog
+from swarmp2p.schedule import ScheduleCoordinator
 from trainer.config import TrainerConfig
 
 ROUND_MS = 10_000
@@ -522,7 +525,7 @@ def test_command_defaults_sit_between_class_defaults_and_the_file(tmp_path: Path
 
 
 def test_the_node_evaluates_before_joining_and_advises_when_evaluation_cannot_fit() -> None:
-    from swarmp2p.node import _evaluate_before_train, eval_fit_advice
+    from swarmp2p.node_policy import eval_fit_advice, evaluate_before_train
 
     lines: list[str] = []
 
@@ -535,7 +538,7 @@ def test_the_node_evaluates_before_joining_and_advises_when_evaluation_cannot_fi
             return {"step": 0, "accuracy": 0.25, "reward": 0.5, "questions": 8, "seconds": 0.0}
 
     async def before(settings: EvalSettings, policy: Policy) -> Any:
-        return await _evaluate_before_train(policy, settings, trio.Event(), lines.append)
+        return await evaluate_before_train(policy, settings, trio.Event(), lines.append)
 
     result = trio.run(before, EvalSettings(every=5, questions=8), Policy())
     assert result is not None and result[0]["accuracy"] == 0.25 and result[1] >= 0

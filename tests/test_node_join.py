@@ -23,7 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from swarmp2p.node import NodeConfig, join_command
+from swarmp2p.join_command import join_command
+from swarmp2p.node_config import NodeConfig
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 CONFIG = """

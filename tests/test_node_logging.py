@@ -12,8 +12,8 @@ def test_libp2p_warnings_are_silent_at_the_default_level() -> None:
     # bare by Python's last-resort handler: "Value not found for key ...", 40 lines in 5 minutes).
     code = (
         "import logging\n"
-        "from swarmp2p.node import _configure_logging\n"
-        "_configure_logging('info')\n"
+        "from swarmp2p.node_logging import configure_logging\n"
+        "configure_logging('info')\n"
         "import libp2p.kad_dht.kad_dht as k\n"
         "k.logger.warning('Value not found for key /swarmp2p/x')\n"
         "chatty = logging.getLogger('libp2p.network.auto_connector')\n"

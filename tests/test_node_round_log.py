@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from swarmp2p.node import RoundLog
 from swarmp2p.peer import RoundRecord
+from swarmp2p.round_log import RoundLog
 
 
 def _record(**changes: object) -> RoundRecord:

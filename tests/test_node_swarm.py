@@ -309,8 +309,8 @@ def test_node_counts_garbage_oversized_replayed_and_impersonated(tmp_path: Path,
 
     from protocol.envelope import seal
     from protocol.messages import RolloutAnnouncement
+    from swarmp2p.hello import open_hello
     from swarmp2p.net import FETCH_PROTOCOL, NetworkSettings, open_libp2p_network
-    from swarmp2p.node import open_hello
     from swarmp2p.peer import announce_topic
 
     with socket.socket() as probe:

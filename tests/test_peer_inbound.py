@@ -26,8 +26,9 @@ from simulator.adversary import forged_envelope
 from simulator.network import LinkModel, SimWorld
 from simulator.policy import CheckpointStore, SimPolicy
 from simulator.registry import SimTaskRegistry
+from swarmp2p.clocks import TrioClock
 from swarmp2p.peer import Peer, PeerSettings, announce_topic, assigned_questions, batch_dht_key
-from swarmp2p.schedule import ScheduleCoordinator, TrioClock
+from swarmp2p.schedule import ScheduleCoordinator
 
 ROUND_MS = 10_000
 SWARM = "t"

@@ -9,8 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.messages import SwarmSchedule
+from swarmp2p.clocks import RealClock, TrioClock
 from swarmp2p.ports import CoordinatorError
-from swarmp2p.schedule import RealClock, ScheduleCoordinator, TrioClock
+from swarmp2p.schedule import ScheduleCoordinator
 
 
 class FixedClock:

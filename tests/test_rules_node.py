@@ -21,18 +21,12 @@ import trio
 from protocol.envelope import peer_id_from_seed, seal
 from protocol.messages import PROTOCOL_VERSION, Completion, Hello, QuestionGroup, RolloutBatch
 from protocol.verification import verify_batch
-from swarmp2p.node import (
-    NodeConfig,
-    NodeError,
-    learn_schedule,
-    load_saved_schedule,
-    new_schedule,
-    open_hello,
-    save_schedule,
-    swarm_setup,
-)
+from swarmp2p.hello import learn_schedule, open_hello
+from swarmp2p.node_config import NodeConfig, NodeError
+from swarmp2p.node_setup import swarm_setup
 from swarmp2p.peer import PeerSettings, assigned_questions
 from swarmp2p.rules import rules_of_config
+from swarmp2p.swarm_file import load_saved_schedule, new_schedule, save_schedule
 from trainer.config import TrainerConfig
 from trainer.tasks import ReasoningGymRegistry
 
@@ -245,7 +239,7 @@ def test_cli_node_with_an_old_swarm_json_exits_with_one_line(tmp_path: Path):
 def test_a_peer_with_other_rules_is_reported_once_from_its_hellos():
     # On a chain every peer takes the rules from its own config; a hello tells us when another
     # peer's differ (all batches between us would be rejected as forged), once per peer.
-    from swarmp2p.node import _receive_hellos
+    from swarmp2p.hello import receive_hellos
     from swarmp2p.ports import InboundMessage
 
     ours = new_schedule(10.0, 0, rules_of_config(TRAINER_A, 2))
@@ -275,7 +269,7 @@ def test_a_peer_with_other_rules_is_reported_once_from_its_hellos():
             await send.send(hello_from(SEED_B, theirs))
             await send.send(hello_from(SEED_B, theirs))
             await send.send(hello_from(SEED_A, same))
-        await _receive_hellos(book, receive, stats, ours, lines.append)
+        await receive_hellos(book, receive, stats, ours, lines.append)
 
     trio.run(main)
     assert stats["hellos_accepted"] == 3 and book.known == [PEER_B, PEER_B, PEER_A]

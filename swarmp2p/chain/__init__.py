@@ -31,7 +31,7 @@ _LAZY = {
     "Standing": "swarmp2p.chain.coordinator",
     "EmbeddedChain": "swarmp2p.chain.embedded",
     "run_stage_manager": "swarmp2p.chain.embedded",
-    "StageSchedule": "swarmp2p.chain.schedule",
+    "StageSchedule": "protocol.stage_schedule",
     "ContractClient": "swarmp2p.chain.client",
     "RetryPolicy": "swarmp2p.chain.client",
 }

@@ -33,6 +33,8 @@ from typing import Any, TypeVar
 import attrs
 import trio
 
+from protocol.limits import MAX_WINNERS
+from swarmp2p.chain import REWARD_SCALE
 from swarmp2p.chain.client import ContractClient, FeePolicy, RetryPolicy
 from swarmp2p.chain.errors import (
     ChainConfigError,
@@ -41,20 +43,14 @@ from swarmp2p.chain.errors import (
     ChainRevert,
     ChainUnavailable,
 )
+from swarmp2p.clocks import RealClock
 from swarmp2p.ports import Clock, CoordinatorError, RoundInfo
 
 log = logging.getLogger(__name__)
 
-REWARD_SCALE = 10**6
 MAX_PEER_ID_BYTES = 128
-MAX_WINNERS = 32
 
 T = TypeVar("T")
-
-
-class WallClock:
-    def now_ms(self) -> int:
-        return int(time.time() * 1000)
 
 
 @attrs.frozen
@@ -378,10 +374,10 @@ def open_coordinator(
 
     Raises ChainConfigError (one-line reason) for bad configuration.
     """
-    clock = clock or WallClock()
+    clock = clock or RealClock()
     if rpc_url is None:
+        from protocol.stage_schedule import StageSchedule
         from swarmp2p.chain.embedded import EmbeddedChain
-        from swarmp2p.chain.schedule import StageSchedule
 
         if contract is not None:
             raise ChainConfigError("a contract address needs an RPC URL (--chain-rpc)")

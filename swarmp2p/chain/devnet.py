@@ -65,8 +65,8 @@ class EmbeddedBackend:
     def __init__(self, stage_seconds: float, stage_count: int, port: int) -> None:
         import time
 
+        from protocol.stage_schedule import StageSchedule
         from swarmp2p.chain.embedded import EmbeddedChain
-        from swarmp2p.chain.schedule import StageSchedule
         from swarmp2p.chain.serve import EmbeddedRpc, EmbeddedRpcServer
 
         schedule = StageSchedule(int(time.time() * 1000), int(stage_seconds * 1000), stage_count)

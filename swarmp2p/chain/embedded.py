@@ -19,10 +19,10 @@ from typing import Any
 
 import trio
 
+from protocol.stage_schedule import StageSchedule
 from swarmp2p.chain.artifact import Artifact, load_artifact
 from swarmp2p.chain.client import ContractClient, RetryPolicy
 from swarmp2p.chain.errors import ChainError
-from swarmp2p.chain.schedule import StageSchedule
 from swarmp2p.ports import Clock
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,90 @@
+"""Settings of `swarmp2p node` and the errors a node reports on start-up.
+
+Apart from node.py so that the CLI can build a NodeConfig (and `--help` show its defaults)
+without importing the node's runtime, and so that every module of the node names one NodeError.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from swarmp2p.config import register_config
+from trainer.config import user_model_cache
+
+
+def _positive(instance: object, attribute: attrs.Attribute, value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"must be > 0, got {value!r}")
+
+
+@register_config("node")
+@attrs.frozen
+class NodeConfig:
+    """Settings of `swarmp2p node` ([node] section of the config file, or flags)."""
+
+    data_dir: str = ".swarmp2p"
+    """Identity, checkpoints, rounds.jsonl, node.json and swarm.json live here."""
+    identity: str = ""
+    """Identity key file; empty = <data_dir>/identity.key (created on first run, mode 0600)."""
+    listen: tuple[str, ...] = ("/ip4/127.0.0.1/tcp/0",)
+    bootstrap: tuple[str, ...] = ()
+    """Multiaddrs (…/p2p/<peer id>) of peers to join; empty = start a new swarm."""
+    round_seconds: float = attrs.field(default=30.0, validator=_positive)
+    """Round length of a NEW swarm (joiners take the swarm's own from its hellos)."""
+    model: str = "tiny"
+    dashboard_port: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    """Port of the local dashboard (127.0.0.1); 0 = no dashboard."""
+    dashboard_host: str = "127.0.0.1"
+    chain_rpc: str = ""
+    contract: str = ""
+    eth_key: str = ""
+    chain_max_fee_gwei: float = attrs.field(default=500.0, validator=_positive)
+    """The most a chain transaction may pay per gas (maxFeePerGas, or a legacy gasPrice)."""
+    chain_tip_cap_gwei: float = attrs.field(default=2.0, validator=attrs.validators.ge(0.0))
+    """The most a chain transaction may tip per gas (maxPriorityFeePerGas)."""
+    questions_per_round: int = attrs.field(default=4, validator=attrs.validators.ge(1))
+    n_local: int = attrs.field(default=4, validator=attrs.validators.ge(0))
+    n_external: int = attrs.field(default=4, validator=attrs.validators.ge(0))
+    max_groups_per_peer: int = attrs.field(default=2, validator=attrs.validators.ge(1))
+    hello_interval_s: float = attrs.field(default=5.0, validator=_positive)
+    join_timeout_s: float = attrs.field(default=60.0, validator=_positive)
+    fetch_timeout_s: float = attrs.field(default=5.0, validator=_positive)
+    join_min_remaining: float = attrs.field(
+        default=0.5, validator=[attrs.validators.ge(0.0), attrs.validators.le(1.0)]
+    )
+    """A node never starts a round with less than this share of its time left (its first round
+    after a (re)join, or any later one it reaches late after a long step): it waits for the next
+    round instead, since its batch would arrive after everyone's collect deadline. 0: never skip."""
+    log_level: str = attrs.field(default="info", validator=attrs.validators.in_(("debug", "info", "warning")))
+    tensorboard: str = ""
+    """Folder for TensorBoard event files (one point per round: reward, loss, KL, grad norm,
+    held-out accuracy; swarmp2p/tblog.py); empty = none."""
+    warmup_steps: int = attrs.field(default=-1, validator=attrs.validators.ge(-1))
+    """Supervised format warm-up on first start (no checkpoint yet): -1 = 15 steps for the tiny
+    model and none otherwise. A fresh tiny model never writes an answer tag, so without it every
+    GRPO group has zero advantage and the node would never learn."""
+
+    def identity_path(self) -> Path:
+        return Path(self.identity) if self.identity else Path(self.data_dir) / "identity.key"
+
+
+class NodeError(Exception):
+    """A node cannot start (bad config, unreachable bootstrap, ...). `str()` is one line."""
+
+    exit_code = 1
+
+
+class DataDirBusy(NodeError):
+    """Another live process holds the data dir (swarmp2p/datadir.py): exit code 2."""
+
+    exit_code = 2
+
+
+NODE_TRAINER_DEFAULTS: dict[str, Any] = {"eval_every": 5, "model_cache": user_model_cache()}
+"""[trainer] defaults of `swarmp2p node` that differ from TrainerConfig's (below the config file,
+the environment and flags): a held-out evaluation every 5 rounds makes learning visible in the
+round lines and on the dashboard (the trainer's own default, 0, is for `swarmp2p train`); the tiny
+model is cached per user, so the nodes of one machine share one build."""

@@ -1,0 +1,37 @@
+"""How a node logs, and what it says about the threads it computes with."""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("swarmp2p").setLevel(level.upper())
+    # py-libp2p logs routine transport churn (refused dials, peers without our protocols, DHT
+    # misses) at WARNING/ERROR; the adapter counts what matters, so keep its voice for --log-level
+    # debug. Importing it first matters: its import resets the "libp2p" logger to WARNING with no
+    # handler, and Python's last-resort handler then prints every warning bare on stderr.
+    import libp2p  # noqa: F401
+
+    libp2p_logger = logging.getLogger("libp2p")
+    debug = level == "debug"
+    libp2p_logger.setLevel(logging.DEBUG if debug else logging.CRITICAL)
+    # Debug: through the node's own handler and format. Otherwise a handler that drops everything
+    # (some py-libp2p modules set their own INFO level, which the level above does not cover).
+    libp2p_logger.propagate = debug
+    if not debug and not any(isinstance(h, logging.NullHandler) for h in libp2p_logger.handlers):
+        libp2p_logger.addHandler(logging.NullHandler())
+
+
+def thread_counts() -> dict[str, Any]:
+    """What this process computes with: torch's intra-op threads and the OpenMP / MKL settings."""
+    import torch
+
+    return {
+        "torch": torch.get_num_threads(),
+        "omp": os.environ.get("OMP_NUM_THREADS"),
+        "mkl": os.environ.get("MKL_NUM_THREADS"),
+    }

@@ -1,0 +1,112 @@
+"""What a node writes about each round: one log line and one JSON line in <data_dir>/rounds.jsonl
+(plus a TensorBoard point), and the policy wrapper that times generate / train / save for it."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from swarmp2p.heldout import describe as describe_eval
+from swarmp2p.heldout import describe_deferral
+
+ROUNDS_FILE = "rounds.jsonl"
+
+
+class TimedPolicy:
+    """The policy as the Peer sees it, timing each call: the durations land in rounds.jsonl,
+    so a slow round can be told apart from a slow network when reading a node's log."""
+
+    def __init__(self, policy: Any) -> None:
+        self._policy = policy
+        self.seconds: dict[str, float] = {}
+
+    def _timed(self, name: str, *args: Any) -> Any:
+        started = time.monotonic()
+        try:
+            return getattr(self._policy, name)(*args)
+        finally:
+            self.seconds[name] = round(time.monotonic() - started, 3)
+
+    def generate(self, questions: Any) -> Any:
+        return self._timed("generate", questions)
+
+    def train(self, groups: Any) -> Any:
+        return self._timed("train", groups)
+
+    def save(self) -> None:
+        self._timed("save")
+
+    def load(self) -> bool:
+        return bool(self._timed("load"))
+
+    def evaluate(self) -> Any:
+        return self._timed("evaluate")
+
+    def take_timings(self) -> dict[str, float]:
+        taken, self.seconds = self.seconds, {}
+        return taken
+
+    def __getattr__(self, name: str) -> Any:  # registry, cancel, reset_cancel, model, ...
+        return getattr(self._policy, name)
+
+
+class RoundLog:
+    """Turns RoundRecords into a log line and a JSON line in rounds.jsonl."""
+
+    def __init__(
+        self,
+        path: Path,
+        peer_id: str,
+        peers: Callable[[], int],
+        echo: Callable[[str], None],
+        *,
+        timings: Callable[[], dict[str, float]] = dict,
+        network_drops: Callable[[], dict[str, int]] = dict,
+        board: Any = None,
+    ) -> None:
+        self.board = board  # a swarmp2p.tblog.TensorBoardLog, or None
+        self.path = path
+        self.peer_id = peer_id
+        self.peers = peers
+        self.echo = echo
+        self.timings = timings
+        self.network_drops = network_drops
+
+    def __call__(self, record: Any) -> None:
+        data = record.to_json()
+        data["peer_id"] = self.peer_id
+        data["peers"] = self.peers()
+        data["time_ms"] = int(time.time() * 1000)
+        data["seconds"] = self.timings()  # generate / train / save durations of this round
+        data["network_drops"] = self.network_drops()  # cumulative: failed dials, queue overflows, ...
+        with self.path.open("a") as handle:
+            handle.write(json.dumps(data, sort_keys=True) + "\n")
+        if self.board is not None:
+            self.board.round(data)
+        reward = "n/a" if record.reward is None else f"{record.reward:.3f}"
+        rejected = f"rejected {sum(record.rejected.values())}"
+        out_of_round = sum(record.rejected.get(reason, 0) for reason in OUT_OF_ROUND_REJECTIONS)
+        if out_of_round:
+            rejected += f" ({out_of_round} out of round)"
+        state = ""
+        if not record.completed:
+            state = " (skipped: too little time left)" if record.skipped else " (abandoned)"
+        evaluation = ""
+        if record.eval is not None:
+            evaluation = f" | eval {describe_eval(record.eval)}"
+        elif record.eval_deferred is not None:
+            evaluation = f" | {describe_deferral(record.eval_deferred)}"
+        self.echo(
+            f"round {record.round}{state} | reward {reward} | peers {data['peers']} | "
+            f"rollouts in {record.rollouts_in} out {record.rollouts_out} | "
+            f"trained on {len(record.external_peers_trained_on)} peers | {rejected}{evaluation}"
+        )
+
+
+OUT_OF_ROUND_REJECTIONS = ("stale_round", "future_round", "late")
+"""Rejections for timing, not misbehaviour (never blamed on the sender): a joiner hears the round
+it missed, a slow peer announces after the deadline. The round line says how many of its
+rejections these are, so that they do not read as an attack."""
