@@ -138,7 +138,7 @@ function render(body) {
   text("swarm_id", v.swarm_id);
   $("me_label").textContent = v.me ? "this peer" : "source";
   text("me_name", v.me ? v.me.name : body.peer_id);
-  text("peer_id", v.me ? v.me.peer_id : "");
+  $("peer_id").textContent = v.me ? v.me.peer_id : "";
   text("round", body.round); text("phase", body.phase);
   text("peer_count", body.peer_count);
   text("last_reward", fmt(v.last_reward, 3));
