@@ -37,7 +37,9 @@ def plot_rewards(
     if len(rewards) >= 2:
         top.plot(steps, _moving_mean(rewards, window), color="tab:blue", label=f"moving mean ({window})")
     top.set_ylabel("training reward")
-    top.set_ylim(-0.02, 1.02)
+    span = f" (steps {steps[0]}-{steps[-1]})" if steps else ""
+    top.set_title(f"GRPO training: reward per step{span}")
+    top.margins(y=0.08)  # fits the data: a fixed 0-1 axis flattened the curve
     top.grid(alpha=0.3)
     top.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     if evals:
