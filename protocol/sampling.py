@@ -118,10 +118,21 @@ class SamplingState:
     """filtered: per external peer (never mutated: every update builds a new mapping)."""
 
 
+REWARD_TOLERANCE = 1e-9
+"""Rewards closer than this count as equal. A group whose rewards differ by less has advantages
+of at most ~1e-5 after normalisation (trainer/grpo.py divides by std + 1e-4): float noise, not a
+signal worth a slot in the training batch."""
+
+
+def rewards_differ(rewards: Sequence[float]) -> bool:
+    """True when some completion of a group with these rewards has non-zero advantage."""
+    return len(rewards) >= 2 and max(rewards) - min(rewards) > REWARD_TOLERANCE
+
+
 def has_advantage(group: QuestionGroup) -> bool:
-    """True when the group's rewards are not all equal (some completion has non-zero advantage)."""
-    rewards = [completion.reward for completion in group.completions]
-    return len(rewards) >= 2 and min(rewards) != max(rewards)
+    """The one rule for "this group teaches something": the sampler keeps only such groups and
+    the trainer (trainer/policy.py) trains only on them, so the two can never disagree."""
+    return rewards_differ([completion.reward for completion in group.completions])
 
 
 def teaches(group: QuestionGroup, solved: float) -> bool:

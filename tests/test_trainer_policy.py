@@ -11,10 +11,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.messages import Completion, QuestionGroup, QuestionRef
+from protocol.sampling import rewards_differ
 from trainer import checkpoint
 from trainer.config import TrainerConfig
 from trainer.generation import Cancelled
-from trainer.grpo import group_advantages, is_informative
+from trainer.grpo import group_advantages
 from trainer.policy import TrainerPolicy
 
 TASKS = ("basic_arithmetic", "calendar_arithmetic")
@@ -46,7 +47,7 @@ def test_group_advantages_are_centered_and_zero_for_uniform_groups(rewards: list
     advantages = group_advantages(rewards)
     assert len(advantages) == len(rewards)
     assert abs(sum(advantages)) < 1e-6 * len(rewards) + 1e-9
-    if not is_informative(rewards):
+    if not rewards_differ(rewards):
         assert all(abs(a) < 1e-3 for a in advantages)
     else:
         best = max(range(len(rewards)), key=rewards.__getitem__)

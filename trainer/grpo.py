@@ -28,11 +28,6 @@ def group_advantages(rewards: Sequence[float]) -> list[float]:
     return (centered / (values.std() + ADVANTAGE_EPS)).tolist()
 
 
-def is_informative(rewards: Sequence[float]) -> bool:
-    """A group whose rewards are all equal has zero advantage everywhere: it teaches nothing."""
-    return len(rewards) >= 2 and max(rewards) - min(rewards) > 1e-9
-
-
 @attrs.frozen
 class PackedBatch:
     """Prompts left-padded and completions right-padded, so every completion starts at the same

@@ -19,12 +19,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from protocol.messages import Completion, QuestionGroup, QuestionRef
+from protocol.sampling import has_advantage
 from trainer import checkpoint
 from trainer.config import TrainerConfig
 from trainer.generation import Cancelled, sample
-from trainer.grpo import completion_logps, group_advantages, grpo_loss, is_informative, pack
+from trainer.grpo import completion_logps, group_advantages, grpo_loss, pack
 from trainer.model import configure_threads, load_model_and_tokenizer, resolve_device
 from trainer.tasks import ReasoningGymRegistry
+from trainer.warmup import supervised_warmup
 
 __all__ = ["Cancelled", "TrainerPolicy"]
 
@@ -174,7 +176,9 @@ class TrainerPolicy:
         # Held-out questions are never trained on, whoever asked them (trainer/tasks.py).
         trainable = [g for g in groups if not self.registry.is_heldout(g.question)]
         metrics["groups_heldout"] = float(len(groups) - len(trainable))
-        used = [g for g in trainable if is_informative([c.reward for c in g.completions])]
+        # The sampler's own rule (protocol.sampling): a group it kept is never dropped here, and a
+        # caller that did not sample (swarmp2p train) gets the same filter.
+        used = [g for g in trainable if has_advantage(g)]
         metrics["groups_used"] = float(len(used))
         if not used:
             metrics.update(updated=0.0, step=float(self.step), seconds=time.perf_counter() - started)
@@ -347,9 +351,19 @@ class TrainerPolicy:
 
     # --- supervised warm-up (teaches a fresh tiny model the answer format) ---
     def warmup(self, steps: int, questions_per_step: int = 8, lr: float = 1e-3) -> list[float]:
-        from trainer.warmup import supervised_warmup
-
-        return supervised_warmup(self, steps, questions_per_step, lr)
+        return supervised_warmup(
+            model=self.model,
+            tokenizer=self.tokenizer,
+            registry=self.registry,
+            prompt_ids=self.prompt_ids,
+            device=self.device,
+            seed=self.config.seed,
+            max_new_tokens=self.config.max_new_tokens,
+            check_cancel=self._check_cancel,
+            steps=steps,
+            questions_per_step=questions_per_step,
+            lr=lr,
+        )
 
 
 def learning_rate(config: TrainerConfig, step: int) -> float:
