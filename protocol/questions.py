@@ -9,8 +9,12 @@ questions the sender picked because it already knows the answers.
 A question is `QuestionRef(task, dataset_seed, index)`:
 - `dataset_seed` depends only on (swarm seed, task), so one dataset per task per swarm;
 - training indices lie in [0, TRAIN_INDEX_LIMIT); evaluation indices lie in
-  [EVAL_INDEX_BASE, EVAL_INDEX_BASE + EVAL_INDEX_LIMIT), disjoint from training, so a
-  model is never evaluated on an item it could have trained on.
+  [EVAL_INDEX_BASE, EVAL_INDEX_BASE + EVAL_INDEX_LIMIT), disjoint from training.
+- Disjoint indices are not enough (two indices, or two seeds, can generate the same text), so
+  held-out-ness is also a function of the question's TEXT (`heldout_text`): one text in
+  HELDOUT_SHARE is held out, every peer computes the same split, and no training step uses a
+  held-out text. `evaluation_questions` is the one builder of the held-out set: the trainer
+  (trainer/tasks.py) hands it the texts of its reasoning-gym items.
 
 Draws use the full 256-bit digest modulo the range, so the modulo bias is below 2**-200.
 """
@@ -19,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import msgpack
 
@@ -30,9 +34,16 @@ TRAIN_INDEX_LIMIT = 1_000_000
 EVAL_INDEX_BASE = 10_000_000
 EVAL_INDEX_LIMIT = 1_000_000
 
+HELDOUT_SHARE = 8
+"""One question text in HELDOUT_SHARE (by hash) is held out for evaluation, never trained on."""
+EVAL_SCAN_LIMIT = 20_000
+"""Evaluation items scanned per task to find the held-out questions."""
+EVAL_SCAN_PATIENCE = 3_000
+"""...and the scan of a task stops once this many items in a row brought no new held-out text
+(a task with a small question space has no more to give)."""
+
 _DATASET_SEED_DOMAIN = "swarmp2p/dataset-seed/v1"
 _QUESTION_DOMAIN = "swarmp2p/questions/v1"
-_EVAL_DOMAIN = "swarmp2p/eval/v1"
 
 
 def _digest_int(*parts: object) -> int:
@@ -108,28 +119,38 @@ def questions_for(
     return tuple(chosen)
 
 
-def evaluation_questions(seed: int, tasks: Sequence[str], count_per_task: int) -> tuple[QuestionRef, ...]:
-    """A fixed held-out set: `count_per_task` distinct evaluation questions per task."""
-    _check_uint("seed", seed)
-    _check_tasks(tasks)
-    if isinstance(count_per_task, bool) or not isinstance(count_per_task, int) or count_per_task < 0:
-        raise ValueError("count_per_task must be a non-negative int")
-    if count_per_task > EVAL_INDEX_LIMIT:
-        raise ValueError(f"count_per_task must be at most {EVAL_INDEX_LIMIT}")
-    result: list[QuestionRef] = []
+def heldout_text(task: str, prompt: str) -> bool:
+    """Whether the question `prompt` of `task` is held out (sha256, never Python's hash)."""
+    digest = hashlib.sha256(f"{task}\0{prompt}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % HELDOUT_SHARE == 0
+
+
+def evaluation_questions(
+    tasks: Sequence[str], dataset_seed: int, per_task: int, text_of: Callable[[QuestionRef], str]
+) -> tuple[QuestionRef, ...]:
+    """The held-out set: per task, the first `per_task` evaluation items (indices from
+    EVAL_INDEX_BASE) whose text (`text_of(ref)`) is held out, each text once. A task whose
+    question space holds fewer distinct held-out texts within EVAL_SCAN_LIMIT items (or that
+    brings none new for EVAL_SCAN_PATIENCE items in a row) gets fewer."""
+    if isinstance(per_task, bool) or not isinstance(per_task, int) or per_task < 0:
+        raise ValueError(f"per_task must be a non-negative int, got {per_task!r}")
+    refs: list[QuestionRef] = []
     for task in tasks:
-        dataset_seed = dataset_seed_for(seed, task)
-        indices: list[int] = []
-        seen: set[int] = set()
-        draw = 0
-        while len(indices) < count_per_task:
-            index = EVAL_INDEX_BASE + _digest_int(_EVAL_DOMAIN, seed, task, draw) % EVAL_INDEX_LIMIT
-            draw += 1
-            if index not in seen:
-                seen.add(index)
-                indices.append(index)
-        result.extend(QuestionRef(task=task, dataset_seed=dataset_seed, index=i) for i in indices)
-    return tuple(result)
+        texts: set[str] = set()
+        last_new = 0
+        for offset in range(EVAL_SCAN_LIMIT):
+            if offset - last_new >= EVAL_SCAN_PATIENCE:
+                break
+            ref = QuestionRef(task, dataset_seed, EVAL_INDEX_BASE + offset)
+            prompt = text_of(ref)
+            if prompt in texts or not heldout_text(task, prompt):
+                continue
+            last_new = offset
+            texts.add(prompt)
+            refs.append(ref)
+            if len(texts) == per_task:
+                break
+    return tuple(refs)
 
 
 def _cumulative_weights(

@@ -5,7 +5,8 @@ simulator/policy.py has a simulated one with the same result shape). This module
 Peer (swarmp2p/peer.py) WHEN to call it, so that `swarmp2p node` and the simulator share one path:
 
 - Due: once before the first round (`before_train`) and then every `every` rounds this peer has
-  finished (`every = 0`: never). Counting as `trainer.evaluation.eval_due` does.
+  finished (`every = 0`: never): `trainer.evaluation.evaluation_due`, the rule `swarmp2p train`
+  follows in steps.
 - Fits: it runs in the worker thread after the round's train step and report, and only when the
   estimated duration fits before the next round starts: `margin * estimate + slack_s <= left`.
   The estimate is the last evaluation's duration; before any, this round's generation time per
@@ -39,6 +40,8 @@ from typing import Any
 
 import attrs
 import trio
+
+from trainer.evaluation import evaluation_due
 
 log = logging.getLogger("swarmp2p.peer")
 
@@ -100,11 +103,12 @@ class HeldOutEvaluation:
         return self.enabled and self.settings.before_train and not self.tried_before_train
 
     def due(self) -> bool:
-        if not self.enabled:
-            return False
-        if self.last_at is None:
-            return self.settings.before_train or self.rounds_done >= self.settings.every
-        return self.rounds_done - self.last_at >= self.settings.every
+        return evaluation_due(
+            every=self.settings.every,
+            before_train=self.settings.before_train,
+            updates=self.rounds_done,
+            last_at=self.last_at,
+        )
 
     def needed_s(self, generate_s: float | None, generated_questions: int) -> float | None:
         """Seconds to keep free for an evaluation now (None: no estimate yet)."""

@@ -18,6 +18,7 @@ from protocol.questions import (
     TRAIN_INDEX_LIMIT,
     dataset_seed_for,
     evaluation_questions,
+    heldout_text,
     questions_for,
 )
 
@@ -87,13 +88,30 @@ def test_duplicate_draws_are_redrawn(monkeypatch):
         questions_for(1, 0, 0, "p", ["a"], 4)
 
 
-def test_evaluation_questions_are_disjoint_from_training():
-    evaluation = evaluation_questions(5, ["a", "b"], 50)
-    assert len(evaluation) == len(set(evaluation)) == 100
+def test_evaluation_questions_are_disjoint_from_training_and_held_out_by_text():
+    def text_of(ref):  # a question space of 400 texts per task: indices repeat texts
+        return f"{ref.task} question {ref.index % 400}"
+
+    evaluation = evaluation_questions(["a", "b"], 5, 20, text_of)
+    assert len(evaluation) == len(set(evaluation)) == 40
     assert all(EVAL_INDEX_BASE <= q.index < EVAL_INDEX_BASE + EVAL_INDEX_LIMIT for q in evaluation)
     assert EVAL_INDEX_BASE >= TRAIN_INDEX_LIMIT
-    assert evaluation == evaluation_questions(5, ["a", "b"], 50)
-    assert {q.dataset_seed for q in evaluation} == {dataset_seed_for(5, "a"), dataset_seed_for(5, "b")}
+    assert all(heldout_text(q.task, text_of(q)) for q in evaluation)
+    assert {q.dataset_seed for q in evaluation} == {5}
+    assert evaluation == evaluation_questions(["a", "b"], 5, 20, text_of)
+    # The first held-out texts, each once, in index order.
+    for task in ("a", "b"):
+        indices = [q.index for q in evaluation if q.task == task]
+        assert indices == sorted(indices)
+        expected = [i for i in range(400) if heldout_text(task, f"{task} question {i}")][:20]
+        assert indices == [EVAL_INDEX_BASE + i for i in expected]
+
+
+def test_a_small_question_space_gives_what_it_has():
+    # 40 distinct texts hold about 5 held-out ones: asking for 20 gives those, once each.
+    evaluation = evaluation_questions(["a"], 1, 20, lambda ref: f"t{ref.index % 40}")
+    texts = [f"t{q.index % 40}" for q in evaluation]
+    assert len(texts) == len(set(texts)) == sum(heldout_text("a", f"t{i}") for i in range(40)) < 20
 
 
 @pytest.mark.parametrize(

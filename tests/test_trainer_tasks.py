@@ -9,9 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.messages import QuestionRef
+from protocol.questions import EVAL_INDEX_BASE
 from trainer.config import DEFAULT_TASKS, TrainerConfig
 from trainer.rewards import extract_answer, format_score, safe_score
-from trainer.tasks import EVAL_INDEX_START, ReasoningGymRegistry, TaskError
+from trainer.tasks import ReasoningGymRegistry, TaskError
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +24,7 @@ def registry() -> ReasoningGymRegistry:
 def test_every_default_task_generates_offline_and_its_reference_scores_one(
     registry: ReasoningGymRegistry, task: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    for index in (0, 17, EVAL_INDEX_START + 3):
+    for index in (0, 17, EVAL_INDEX_BASE + 3):
         prompt, answer = registry.question(QuestionRef(task, 5, index))
         assert "<answer>" in prompt and len(prompt) > 40
         if answer is not None:
@@ -38,7 +39,7 @@ def test_regeneration_is_deterministic_across_registries_and_dataset_sizes() -> 
     first = ReasoningGymRegistry(DEFAULT_TASKS)
     second = ReasoningGymRegistry(tuple(reversed(DEFAULT_TASKS)))
     for task in DEFAULT_TASKS:
-        for index in (3, 999_999, EVAL_INDEX_START + 12_345):
+        for index in (3, 999_999, EVAL_INDEX_BASE + 12_345):
             ref = QuestionRef(task, 11, index)
             assert first.question(ref) == second.question(ref)
         # item i of a small dataset equals item i of a dataset big enough to contain it

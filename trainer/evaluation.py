@@ -32,13 +32,21 @@ def eval_questions(registry: ReasoningGymRegistry, config: TrainerConfig) -> lis
 
 
 def eval_due(config: TrainerConfig, updates: int, last_eval_at: int | None) -> bool:
+    """`evaluation_due` with the [trainer] settings (`swarmp2p train` counts steps)."""
+    return evaluation_due(
+        every=config.eval_every, before_train=config.eval_before_train, updates=updates, last_at=last_eval_at
+    )
+
+
+def evaluation_due(*, every: int, before_train: bool, updates: int, last_at: int | None) -> bool:
     """Whether an evaluation is due after `updates` updates (steps or rounds), the previous one
-    having run after `last_eval_at` updates (None: never)."""
-    if config.eval_every <= 0:
+    having run after `last_at` updates (None: never). `every` = 0: never. The one schedule rule:
+    `swarmp2p train` (steps) and the node's round loop (swarmp2p/heldout.py, rounds) both use it."""
+    if every <= 0:
         return False
-    if last_eval_at is None:
-        return config.eval_before_train or updates >= config.eval_every
-    return updates - last_eval_at >= config.eval_every
+    if last_at is None:
+        return before_train or updates >= every
+    return updates - last_at >= every
 
 
 def summarize(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import decimal
-import hashlib
 import random
 import threading
 from collections import OrderedDict
@@ -18,13 +17,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from protocol.messages import QuestionRef
-from protocol.questions import EVAL_INDEX_BASE, TRAIN_INDEX_LIMIT
+from protocol.questions import TRAIN_INDEX_LIMIT, evaluation_questions, heldout_text
 from trainer.quiet_stdout import silenced_stdout
 from trainer.rewards import combine, extract_answer, format_score, safe_score
-
-# Training questions use indices below TRAIN_INDEX_LIMIT; held-out evaluation questions start at
-# EVAL_INDEX_START. Both come from protocol.questions so that every peer agrees on the split.
-EVAL_INDEX_START = EVAL_INDEX_BASE
 
 
 @contextlib.contextmanager
@@ -52,20 +47,6 @@ PROMPT_TEMPLATE = (
 )
 
 _ITEM_CACHE_SIZE = 4096
-
-HELDOUT_SHARE = 8
-"""One question text in HELDOUT_SHARE (by hash) is held out for evaluation, never trained on."""
-EVAL_SCAN_LIMIT = 20_000
-"""Evaluation items scanned per task to find the held-out questions."""
-EVAL_SCAN_PATIENCE = 3_000
-"""...and the scan of a task stops once this many items in a row brought no new held-out text
-(a task with a small question space has no more to give)."""
-
-
-def heldout_text(task: str, prompt: str) -> bool:
-    """The content split behind `ReasoningGymRegistry.is_heldout` (sha256, never Python's hash)."""
-    digest = hashlib.sha256(f"{task}\0{prompt}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") % HELDOUT_SHARE == 0
 
 
 class TaskError(ValueError):
@@ -170,32 +151,14 @@ class ReasoningGymRegistry:
         return heldout_text(ref.task, prompt)
 
     def eval_questions(self, per_task: int, dataset_seed: int) -> list[QuestionRef]:
-        """The held-out set: per task, the first `per_task` evaluation items (indices from
-        EVAL_INDEX_START) whose text is held out, each text once. A task whose question space
-        holds fewer distinct held-out texts within EVAL_SCAN_LIMIT items gets fewer. Memoized."""
+        """The held-out set of protocol.questions.evaluation_questions over this registry's tasks
+        and question texts (per task, the first `per_task` held-out texts). Memoized."""
         key = (per_task, dataset_seed)
         if key not in self._eval_sets:
-            self._eval_sets[key] = self._scan_eval_questions(per_task, dataset_seed)
+            self._eval_sets[key] = evaluation_questions(
+                self._names, dataset_seed, per_task, lambda ref: self.question(ref)[0]
+            )
         return list(self._eval_sets[key])
-
-    def _scan_eval_questions(self, per_task: int, dataset_seed: int) -> tuple[QuestionRef, ...]:
-        refs: list[QuestionRef] = []
-        for task in self._names:
-            texts: set[str] = set()
-            last_new = 0
-            for offset in range(EVAL_SCAN_LIMIT):
-                if offset - last_new >= EVAL_SCAN_PATIENCE:
-                    break
-                ref = QuestionRef(task, dataset_seed, EVAL_INDEX_START + offset)
-                prompt, _answer = self.question(ref)
-                if prompt in texts or not heldout_text(task, prompt):
-                    continue
-                last_new = offset
-                texts.add(prompt)
-                refs.append(ref)
-                if len(texts) == per_task:
-                    break
-        return tuple(refs)
 
     # --- internals ---
     def _dataset(self, task: str, dataset_seed: int) -> Any:
