@@ -276,7 +276,11 @@ class Node:
                 from swarmp2p.dashboard import serve_dashboard
 
                 serve = functools.partial(
-                    serve_dashboard, status, host=config.dashboard_host, port=config.dashboard_port
+                    serve_dashboard,
+                    status,
+                    host=config.dashboard_host,
+                    port=config.dashboard_port,
+                    history_file=self.data_dir / ROUNDS_FILE,  # every round, not only since this start
                 )
                 info["dashboard_port"] = await nursery.start(serve)
                 info["dashboard_url"] = dashboard_url(config.dashboard_host, info["dashboard_port"])

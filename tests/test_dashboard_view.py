@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.request
 from pathlib import Path
 
 from hypothesis import given
@@ -178,3 +179,24 @@ def test_the_static_report_inlines_the_status_safely(tmp_path: Path) -> None:
     assert data["peer_id"] == status["peer_id"] and data["view"]["rounds"][0]["round"] == 1
     assert "alert(1)</script>" not in page
     assert "null</script>" in page_html()  # the served page polls instead
+
+
+def test_a_node_dashboard_with_its_rounds_log_shows_rounds_from_before_a_restart(tmp_path: Path) -> None:
+    import trio
+
+    from swarmp2p.dashboard import serve_dashboard
+
+    log = tmp_path / "rounds.jsonl"
+    log.write_text("".join(json.dumps(node_record(r)) + "\n" for r in range(120)))
+    live = {"peer_id": ME, "round": 121, "history": [node_record(119), node_record(120)]}  # since the restart
+
+    async def main() -> list[int]:
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(lambda task_status: serve_dashboard(
+                lambda: live, history_file=log, task_status=task_status))  # fmt: skip
+            url = f"http://127.0.0.1:{port}/api/status"
+            body = await trio.to_thread.run_sync(lambda: urllib.request.urlopen(url, timeout=10).read())
+            nursery.cancel_scope.cancel()
+        return [row["round"] for row in json.loads(body)["history"]]
+
+    assert trio.run(main) == list(range(121))
