@@ -46,8 +46,20 @@ emit(event="done", wall_s=time.perf_counter() - start_wall, cpu_s=time.process_t
 """
 
 
-def run_size(peers: int, rounds: int, sample: int, cap_s: float) -> dict:
-    """Run one size; returns its measurements (complete, or up to the cap)."""
+def _rss_mib(pid: int) -> float:
+    """Current resident memory of `pid` (Linux /proc; 0 where unavailable)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def run_size(peers: int, rounds: int, sample: int, cap_s: float, max_rss_mib: float = float("inf")) -> dict:
+    """Run one size; returns its measurements (complete, or up to the cap). A run whose
+    resident memory passes `max_rss_mib` is stopped too (and marked `over_memory`)."""
     with tempfile.TemporaryFile(mode="w+") as out:
         child = subprocess.Popen(
             [sys.executable, "-c", CHILD, str(peers), str(rounds), str(sample)],
@@ -55,13 +67,19 @@ def run_size(peers: int, rounds: int, sample: int, cap_s: float) -> dict:
             stderr=subprocess.DEVNULL,
             cwd=Path(__file__).resolve().parent.parent,
         )
-        capped = False
-        try:
-            child.wait(timeout=cap_s)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-            capped = True
+        capped = over_memory = False
+        deadline = time.monotonic() + cap_s
+        peak_seen = 0.0
+        while child.poll() is None:
+            peak_seen = max(peak_seen, _rss_mib(child.pid))
+            if peak_seen > max_rss_mib:
+                over_memory = True
+            if over_memory or time.monotonic() > deadline:
+                child.kill()
+                child.wait()
+                capped = True
+                break
+            time.sleep(0.25)
         out.seek(0)
         events = [json.loads(line) for line in out if line.strip()]
     rounds_done = [e for e in events if e["event"] == "round"]
@@ -74,7 +92,8 @@ def run_size(peers: int, rounds: int, sample: int, cap_s: float) -> dict:
         "rounds_done": len(rounds_done),
         "wall_s": last["wall_s"] if last else float("nan"),
         "cpu_s": last["cpu_s"] if last else float("nan"),
-        "peak_mib": max((e["rss_mib"] for e in events), default=float("nan")),
+        "peak_mib": max([e["rss_mib"] for e in events] + [peak_seen]),
+        "over_memory": over_memory,
     }
     # Per-round cost from the rounds after the first (the first also builds every peer).
     if len(rounds_done) >= 3:
@@ -101,6 +120,10 @@ def main() -> None:
         "--fetch-sample", type=int, default=8, help="batches verified per peer-round (0 = all)"
     )
     parser.add_argument("--cap-s", type=float, default=300.0, help="stop a size after this many seconds")
+    parser.add_argument(
+        "--max-rss-mib", type=float, default=float("inf"), help="stop a size whose memory passes this"
+    )
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
     args = parser.parse_args()
     console = Console(width=None if sys.stdout.isatty() else 150)
     rows = []
@@ -108,7 +131,7 @@ def main() -> None:
         peers, rounds = (int(part) for part in size.lower().split("x"))
         console.print(f"running {peers} peers x {rounds} rounds (cap {args.cap_s:.0f} s) ...")
         started = time.perf_counter()
-        measured = run_size(peers, rounds, args.fetch_sample, args.cap_s)
+        measured = run_size(peers, rounds, args.fetch_sample, args.cap_s, args.max_rss_mib)
         measured["process_s"] = time.perf_counter() - started
         rows.append(measured)
         console.print(f"  {json.dumps(measured)}")
@@ -131,7 +154,8 @@ def main() -> None:
     base_work = base["peers"] * base["rounds"]
     for row in rows:
         if row["capped"]:
-            status = f"capped {row['rounds_done']}/{row['rounds']}"
+            why = "over memory" if row.get("over_memory") else "capped"
+            status = f"{why} {row['rounds_done']}/{row['rounds']}"
             wall = f"{row['wall_s']:.1f} (est. {row.get('est_wall_s', float('nan')):.0f})"
             cpu = f"{row['cpu_s']:.1f} (est. {row.get('est_cpu_s', float('nan')):.0f})"
             total_wall = row.get("est_wall_s", float("nan"))
@@ -152,6 +176,8 @@ def main() -> None:
             f"{row['peers'] * row['rounds'] / base_work:.1f}",
         )
     console.print(table)
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=1))
     console.print(
         "wall s: the simulation itself (imports excluded); est.: extrapolated from the measured "
         "per-round cost of the rounds finished before the cap. Target: 100 x 100 under 30 s."
