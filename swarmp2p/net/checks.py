@@ -59,7 +59,7 @@ def announcement_check(
 class HelloGuard:
     """The hello topic's gossip check: opens the hello and holds it to freshness.
 
-    `open_hello(data, origin)` returns the Hello or raises ValueError (swarmp2p.node's).
+    `open_hello(data, origin)` returns the Hello or raises ValueError (swarmp2p.hello's).
     Outcomes are counted into `stats` (the node's hello counters, shown in /api/status):
     `hellos_rejected` for every rejection, plus `hellos_invalid`, `hellos_stale` or
     `hellos_replayed` for why."""
