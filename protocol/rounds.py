@@ -2,9 +2,10 @@
 
 Sans-IO in the style of h11's `_state.py`: the machine never reads a clock and never
 does IO. The runtime feeds it events together with the current time in integer
-milliseconds and carries out the actions it returns. Transitions are data
-(`TRANSITIONS`); a (phase, event) pair that is not in the table raises
-`IllegalTransition`, because it means the runtime itself is confused.
+milliseconds and carries out the actions it returns. Transitions are data: the next
+phase for any (phase, event type) is read from `TRANSITIONS`; a pair that is not in the
+table raises `IllegalTransition`, because it means the runtime itself is confused.
+Entering a phase emits that phase's action (`ON_ENTER`).
 
     RoundOpened(r)           RolloutsReady(r)           Tick, now >= collect_until_ms
   IDLE ─────────────► GENERATING ────────────► COLLECTING ─────────────────────────► TRAINING
@@ -19,20 +20,34 @@ milliseconds and carries out the actions it returns. Transitions are data
   (catch-up never replays skipped rounds) and, when the old round was still in progress
   (neither IDLE nor DONE), first emits AbandonRound(old).
 
+Decisions the machine makes before the table (`CoordinatorSaid`, the answer of one poll of
+the coordinator): it learns the stage length from successive answers, and a newer round
+either opens (a RoundOpened with the deadlines the machine computes from `RoundTiming`:
+collect, DHT sweep, round end) or, when too little of its stage is left to be worth
+starting, is skipped once (`SkipRound`; the phase is left alone, so work in hand finishes
+and the next round opens on time).
+
 Round-number rules, applied before the table so they are uniform:
 - RoundOpened(r) with r <= round is stale or a duplicate: no actions, never goes back.
 - RolloutsReady / TrainingFinished / ReportFinished for r < round come from work started
   for a round that was since abandoned: no actions.
 - The same events for r > round name a round that was never opened: IllegalTransition.
-- Tick carries no round; it only matters in COLLECTING (the collect deadline). If
+- Tick carries no round; it only matters in COLLECTING (the collect deadline, `GUARDS`). If
   RolloutsReady arrives after the deadline, it publishes and the NEXT Tick trains, so
   there is still exactly one Train per round.
+- Idle (the runtime ran out of work and is about to sleep) changes no phase; in GENERATING
+  or COLLECTING past the sweep deadline it emits SweepDht(r), once per round.
+
+Stages: every round carries a `stage` (0 for the single-stage game). A multi-stage game
+(protocol/game.py) opens one (round, stage) after another through the same table: the
+machine orders rounds, the game says how many stages a round has and which of them train.
 """
 
 from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 
@@ -61,6 +76,20 @@ class RoundOpened:
     round: int = attrs.field(validator=_non_negative)
     collect_until_ms: int = attrs.field(validator=_non_negative)
     round_ends_ms: int = attrs.field(validator=_non_negative)
+    stage: int = attrs.field(default=0, validator=_non_negative)
+    sweep_at_ms: int = attrs.field(default=0, validator=_non_negative)
+
+
+@attrs.frozen
+class CoordinatorSaid:
+    """One answer of the coordinator: round `round`, stage `stage` of `stage_count`, ending at
+    `stage_ends_ms`. Not validated: whatever a coordinator says must never crash a peer; a
+    round that is not newer is simply not opened."""
+
+    round: int
+    stage: int
+    stage_count: int
+    stage_ends_ms: int
 
 
 @attrs.frozen
@@ -76,6 +105,11 @@ class Tick:
 
 
 @attrs.frozen
+class Idle:
+    """The runtime carried out every action it had and is about to sleep."""
+
+
+@attrs.frozen
 class TrainingFinished:
     round: int = attrs.field(validator=_non_negative)
 
@@ -85,7 +119,7 @@ class ReportFinished:
     round: int = attrs.field(validator=_non_negative)
 
 
-Event = RoundOpened | RolloutsReady | Tick | TrainingFinished | ReportFinished
+Event = RoundOpened | CoordinatorSaid | RolloutsReady | Tick | Idle | TrainingFinished | ReportFinished
 
 # ---- actions ----------------------------------------------------------------------------
 
@@ -125,66 +159,111 @@ class AbandonRound:
     round: int
 
 
-Action = Generate | Publish | Train | Report | AbandonRound
+@attrs.frozen
+class SkipRound:
+    """`round` is left out: only `left_ms` of its stage remained when the peer got to it."""
+
+    round: int
+    stage: int
+    left_ms: int
+
+
+@attrs.frozen
+class SweepDht:
+    """Look up in the DHT the batches of known peers that announced nothing this round."""
+
+    round: int
+
+
+Action = Generate | Publish | Train | Report | AbandonRound | SkipRound | SweepDht
 
 
 class IllegalTransition(Exception):
     """An event arrived that the current phase cannot accept; the caller is out of step."""
 
 
-# ---- the machine ------------------------------------------------------------------------
+# ---- the table --------------------------------------------------------------------------
 
-_Handler = Callable[["RoundMachine", int, Event], tuple[Action, ...]]
-
-
-def _open_round(machine: RoundMachine, now_ms: int, event: Event) -> tuple[Action, ...]:
-    assert isinstance(event, RoundOpened)
-    actions: list[Action] = []
-    if machine.phase not in (Phase.IDLE, Phase.DONE):
-        actions.append(AbandonRound(machine.round))
-    machine.round = event.round
-    machine.collect_until_ms = event.collect_until_ms
-    machine.round_ends_ms = event.round_ends_ms
-    machine.phase = Phase.GENERATING
-    actions.append(Generate(event.round))
-    return tuple(actions)
-
-
-def _publish(machine: RoundMachine, now_ms: int, event: Event) -> tuple[Action, ...]:
-    machine.phase = Phase.COLLECTING
-    return (Publish(machine.round),)
-
-
-def _collect_deadline(machine: RoundMachine, now_ms: int, event: Event) -> tuple[Action, ...]:
-    if now_ms < machine.collect_until_ms:
-        return ()
-    machine.phase = Phase.TRAINING
-    return (Train(machine.round),)
-
-
-def _report(machine: RoundMachine, now_ms: int, event: Event) -> tuple[Action, ...]:
-    machine.phase = Phase.REPORTING
-    return (Report(machine.round),)
-
-
-def _done(machine: RoundMachine, now_ms: int, event: Event) -> tuple[Action, ...]:
-    machine.phase = Phase.DONE
-    return ()
-
-
-def _nothing(machine: RoundMachine, now_ms: int, event: Event) -> tuple[Action, ...]:
-    return ()
-
-
-TRANSITIONS: dict[tuple[Phase, type], _Handler] = {
-    **{(phase, RoundOpened): _open_round for phase in Phase},
-    **{(phase, Tick): _nothing for phase in Phase if phase is not Phase.COLLECTING},
-    (Phase.COLLECTING, Tick): _collect_deadline,
-    (Phase.GENERATING, RolloutsReady): _publish,
-    (Phase.TRAINING, TrainingFinished): _report,
-    (Phase.REPORTING, ReportFinished): _done,
+TRANSITIONS: dict[tuple[Phase, type], Phase] = {
+    **{(phase, RoundOpened): Phase.GENERATING for phase in Phase},
+    **{(phase, Tick): phase for phase in Phase if phase is not Phase.COLLECTING},
+    (Phase.COLLECTING, Tick): Phase.TRAINING,
+    **{(phase, Idle): phase for phase in Phase},
+    (Phase.GENERATING, RolloutsReady): Phase.COLLECTING,
+    (Phase.TRAINING, TrainingFinished): Phase.REPORTING,
+    (Phase.REPORTING, ReportFinished): Phase.DONE,
 }
-"""(phase, event type) -> handler. Anything absent is an IllegalTransition."""
+"""(phase, event type) -> next phase. Anything absent is an IllegalTransition."""
+
+_Guard = Callable[["RoundMachine", int], bool]
+
+GUARDS: dict[tuple[Phase, type], _Guard] = {
+    (Phase.COLLECTING, Tick): lambda machine, now_ms: now_ms >= machine.collect_until_ms,
+}
+"""A transition whose guard is false is taken as a self-loop with no actions (not illegal):
+a Tick before the collect deadline is simply early."""
+
+ON_ENTER: dict[Phase, Callable[[int], Action]] = {
+    Phase.GENERATING: Generate,
+    Phase.COLLECTING: Publish,
+    Phase.TRAINING: Train,
+    Phase.REPORTING: Report,
+}
+"""The action emitted on entering a phase (from another phase, or a newly opened round)."""
+
+IN_PROGRESS = frozenset({Phase.GENERATING, Phase.COLLECTING, Phase.TRAINING, Phase.REPORTING})
+"""Phases a newer round abandons (emitting AbandonRound for the old one)."""
+
+COLLECTING_PHASES = frozenset({Phase.GENERATING, Phase.COLLECTING})
+"""Phases in which peers' batches for the round are still taken in."""
+
+
+# ---- timing rules -----------------------------------------------------------------------
+
+
+def _fraction(instance: object, attribute: attrs.Attribute, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"{attribute.name} must be in [0, 1], got {value!r}")
+
+
+@attrs.frozen
+class RoundTiming:
+    """How the machine turns a stage end into deadlines (shares of what is left of the stage
+    when the round opens here)."""
+
+    collect_fraction: float = attrs.field(default=0.6, validator=_fraction)
+    sweep_fraction: float = attrs.field(default=0.5, validator=_fraction)
+    """At this share of the collect window, sweep the DHT for batches we heard nothing of."""
+    min_round_remaining: float = attrs.field(default=0.5, validator=_fraction)
+    """Skip a round with less than this share of its stage left (0: never skip)."""
+    dht_sweep: bool = True
+
+
+def learn_stage_ms(known_ms: int | None, earlier: Any, later: Any) -> int | None:
+    """The stage length implied by two coordinator answers (anything with round, stage,
+    stage_count, stage_ends_ms), combined with what was known.
+
+    k stages apart, the stage ends are k stage lengths apart. The minimum over observations is
+    kept: a chain coordinator's stage can outlast its duration (nobody advanced it yet), never
+    undercut it, so the smallest estimate is the closest."""
+    stages_apart = (later.round - earlier.round) * later.stage_count + (later.stage - earlier.stage)
+    if stages_apart <= 0 or later.stage_count != earlier.stage_count:
+        return known_ms
+    estimate = (later.stage_ends_ms - earlier.stage_ends_ms) // stages_apart
+    if estimate <= 0:
+        return known_ms
+    return estimate if known_ms is None else min(known_ms, estimate)
+
+
+def too_late_to_start(now_ms: int, stage_ends_ms: int, stage_ms: int | None, min_remaining: float) -> bool:
+    """Whether a round whose stage ends at `stage_ends_ms` has less than `min_remaining` of a
+    `stage_ms`-long stage left at `now_ms` (never, while the stage length is unknown)."""
+    if stage_ms is None or min_remaining <= 0:
+        return False
+    return stage_ends_ms - now_ms < min_remaining * stage_ms
+
+
+# ---- the machine ------------------------------------------------------------------------
 
 
 @attrs.define
@@ -195,9 +274,20 @@ class RoundMachine:
     phase: Phase = Phase.IDLE
     collect_until_ms: int = 0
     round_ends_ms: int = 0
+    stage: int = 0
+    sweep_at_ms: int = 0
+    swept: bool = False
+    timing: RoundTiming = attrs.field(factory=RoundTiming)
+    stage_ms: int | None = None
+    """The stage length learned from the coordinator's stage ends (`learn_stage_ms`)."""
+    last_said: CoordinatorSaid | None = None
+    skipped_round: int = -1
+    """The newest round skipped for lack of time."""
 
     def handle(self, now_ms: int, event: Event) -> tuple[Action, ...]:
         """Apply `event` at time `now_ms`; returns the actions the runtime must carry out."""
+        if isinstance(event, CoordinatorSaid):
+            return self._coordinator_said(now_ms, event)
         if isinstance(event, RoundOpened):
             if event.round <= self.round:
                 return ()  # stale or duplicate: the machine never goes back
@@ -208,9 +298,93 @@ class RoundMachine:
                 raise IllegalTransition(
                     f"{type(event).__name__}({event.round}) for a round never opened (current {self.round})"
                 )
-        handler = TRANSITIONS.get((self.phase, type(event)))
-        if handler is None:
+        key = (self.phase, type(event))
+        after = TRANSITIONS.get(key)
+        if after is None:
             raise IllegalTransition(
                 f"{type(event).__name__} is not allowed in phase {self.phase.name} (round {self.round})"
             )
-        return handler(self, now_ms, event)
+        guard = GUARDS.get(key)
+        if guard is not None and not guard(self, now_ms):
+            return ()
+        actions: list[Action] = []
+        if isinstance(event, RoundOpened):
+            if self.phase in IN_PROGRESS:
+                actions.append(AbandonRound(self.round))
+            self.round = event.round
+            self.stage = event.stage
+            self.collect_until_ms = event.collect_until_ms
+            self.round_ends_ms = event.round_ends_ms
+            self.sweep_at_ms = event.sweep_at_ms
+            self.swept = False
+        elif isinstance(event, Idle):
+            if self._sweep_due(now_ms):
+                self.swept = True
+                actions.append(SweepDht(self.round))
+            return tuple(actions)
+        entering = after is not self.phase or isinstance(event, RoundOpened)
+        self.phase = after
+        if entering and after in ON_ENTER:
+            actions.append(ON_ENTER[after](self.round))
+        return tuple(actions)
+
+    def _coordinator_said(self, now_ms: int, said: CoordinatorSaid) -> tuple[Action, ...]:
+        previous, self.last_said = self.last_said, said
+        if previous is not None:
+            self.stage_ms = learn_stage_ms(self.stage_ms, previous, said)
+        if said.round <= self.round:
+            return ()
+        timing = self.timing
+        if too_late_to_start(now_ms, said.stage_ends_ms, self.stage_ms, timing.min_round_remaining):
+            if said.round <= self.skipped_round:
+                return ()  # polls see it again until it ends: skipped once
+            self.skipped_round = said.round
+            return (SkipRound(said.round, said.stage, said.stage_ends_ms - now_ms),)
+        remaining = max(0, said.stage_ends_ms - now_ms)
+        collect_until = now_ms + int(timing.collect_fraction * remaining)
+        opened = RoundOpened(
+            said.round,
+            collect_until,
+            max(said.stage_ends_ms, collect_until),
+            stage=said.stage,
+            sweep_at_ms=now_ms + int(timing.sweep_fraction * (collect_until - now_ms)),
+        )
+        return self.handle(now_ms, opened)
+
+    def _sweep_due(self, now_ms: int) -> bool:
+        return (
+            self.timing.dht_sweep
+            and self.round >= 0
+            and not self.swept
+            and now_ms >= self.sweep_at_ms
+            and self.phase in COLLECTING_PHASES
+        )
+
+    # ---- queries the runtime asks (pure) ------------------------------------------------
+
+    def collecting(self, round_number: int) -> bool:
+        """Whether batches for `round_number` are still taken in."""
+        return self.round == round_number and self.phase in COLLECTING_PHASES
+
+    def current_round(self) -> int:
+        """The round inbound messages are judged against: a skipped round counts as current
+        (the round after it is the next one this peer will open)."""
+        return max(self.round, self.skipped_round)
+
+    def round_over(self, now_ms: int) -> bool:
+        """Our work outlasted the round in progress: a newer round should abandon it now."""
+        ends = self.round_ends_ms
+        return self.phase is not Phase.IDLE and ends > 0 and now_ms >= ends
+
+    def wake_at_ms(self, now_ms: int, poll_interval_ms: int) -> int:
+        """When the runtime should next poll: the poll interval, cut short by the collect
+        deadline, the end of the coordinator's stage and the pending DHT sweep."""
+        wake_at = now_ms + poll_interval_ms
+        if self.phase is Phase.COLLECTING:
+            wake_at = min(wake_at, self.collect_until_ms)
+        said = self.last_said
+        if said is not None and said.stage_ends_ms >= now_ms:
+            wake_at = min(wake_at, said.stage_ends_ms)
+        if self.timing.dht_sweep and self.round >= 0 and not self.swept and self.sweep_at_ms > now_ms:
+            wake_at = min(wake_at, self.sweep_at_ms)
+        return max(now_ms + 1, wake_at)

@@ -28,7 +28,7 @@ from protocol.envelope import peer_id_from_seed
 from protocol.messages import QuestionGroup, QuestionRef, SwarmSchedule
 from protocol.verification import VerificationLimits
 from simulator.adversary import Adversary
-from simulator.network import LinkModel, Partition, SimWorld
+from simulator.network import LinkModel, Partition, SimClock, SimWorld
 from simulator.policy import CheckpointStore, ForgingPolicy, SimPolicy, SimPolicyParams
 from simulator.recording import RecordingCoordinator
 from simulator.registry import DEFAULT_TASKS, FORMAT_REWARD, SimTaskRegistry
@@ -443,7 +443,7 @@ async def _simulate(
                 make_coordinator(plan),
                 audited,
                 registry,
-                clock,
+                SimClock(world, clock),
                 offload=make_offload(policy),
                 on_round_complete=records[plan.peer_id].append,
                 verify_cache=cache,

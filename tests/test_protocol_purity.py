@@ -24,7 +24,15 @@ FORBIDDEN = (
 
 def test_protocol_imports_no_runtime_stack():
     modules = sorted(f"protocol.{info.name}" for info in pkgutil.iter_modules(protocol.__path__))
-    assert {"protocol.codec", "protocol.envelope", "protocol.rounds", "protocol.verification"} <= set(modules)
+    assert {
+        "protocol.admission",
+        "protocol.codec",
+        "protocol.envelope",
+        "protocol.game",
+        "protocol.rounds",
+        "protocol.seeds",
+        "protocol.verification",
+    } <= set(modules)
     code = (
         "import importlib, json, sys\n"
         f"for name in {modules!r}: importlib.import_module(name)\n"
@@ -34,3 +42,25 @@ def test_protocol_imports_no_runtime_stack():
     loaded = json.loads(result.stdout)
     leaked = [name for name in loaded if name.split(".")[0] in FORBIDDEN]
     assert leaked == []
+
+
+def test_the_core_reads_no_clock_and_does_no_io() -> None:
+    """The round machine, the admission inbox and the game take time and bytes as arguments:
+    no clock, randomness, file, socket or thread module is imported by them."""
+    import ast
+    from pathlib import Path
+
+    banned = {"time", "datetime", "random", "socket", "os", "threading", "asyncio", "subprocess", "io"}
+    for name in ("rounds", "admission", "game", "seeds"):
+        tree = ast.parse((Path(protocol.__file__).parent / f"{name}.py").read_text())
+        imported = {
+            alias.name.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        } | {
+            node.module.split(".")[0]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module
+        }
+        assert not imported & banned, (name, imported & banned)

@@ -101,6 +101,10 @@ def _parse_peer_id(text: Any) -> ID | None:
 class LibP2PNetwork:
     """NetworkPort over one running py-libp2p host. Build it with `open_libp2p_network`."""
 
+    bounds_waits = False
+    """NetworkPort.bounds_waits: a libp2p stream or DHT query can hang past its timeout, so the
+    caller keeps its own deadline around them."""
+
     def __init__(
         self,
         host: IHost,
@@ -185,6 +189,11 @@ class LibP2PNetwork:
             self._nursery.start_soon(self._pump_topic, topic, subscription)
         receivers.append(send)
         return receive
+
+    def subscribe_inline(self, topic: str, handler: Callable[[InboundMessage], None]) -> bool:
+        """NetworkPort.subscribe_inline: not offered (messages arrive in pubsub's own tasks and
+        are read through `subscribe`)."""
+        return False
 
     async def _pump_topic(self, topic: str, subscription: Any) -> None:
         """Move messages from libp2p's bounded subscription queue to every receiver, counting overflow."""

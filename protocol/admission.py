@@ -1,0 +1,417 @@
+"""The admission inbox: which peers' batches a peer fetches, accepts, defers or rejects.
+
+Sans-IO: the runtime reports what happened (an announcement was heard, a fetch returned
+bytes or nothing, the sweep is due, a round opened) and gets a decision back:
+
+    Fetch(job)             queue this fetch (then call `queued`, or reject "fetch_queue_full")
+    Defer(sender, prio)    sampled out: kept for a top-up if a chosen fetch fails
+    Hold(round)            an announcement for the next round, kept until it opens
+                           (the swarm has moved on: poll the coordinator now)
+    Reject(reason, blame)  counted in `rejections` and the round's record; `blame` gets a
+                           strike in `scores` (banned at the threshold, or at once on signed
+                           proof of lying when `ban_on_proof`)
+    Accept(sender, groups) the batch verified: it joins the round's training pool
+    None                   nothing to do (our own publish echoed back)
+
+The rules, in the order they are applied, are the methods `heard`, `consider`, `sweep`,
+`top_up` and `fetched`. Nothing here does IO or reads a clock: the round's timing comes from
+the `RoundMachine` the inbox is given, cryptography and caching from an `Opener` (the
+runtime passes its VerifyCache; `PlainOpener` is the uncached reference).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
+
+import attrs
+
+from protocol.envelope import Opened, open_envelope
+from protocol.errors import ProtocolError
+from protocol.game import Game, mean_reward
+from protocol.messages import QuestionGroup, RolloutAnnouncement, RolloutBatch
+from protocol.rounds import COLLECTING_PHASES, RoundMachine
+from protocol.scoring import PeerScores
+from protocol.verification import Verdict
+
+PROOF_OF_LYING = frozenset({"forged_reward", "equivocation"})
+"""Rejection reasons backed by the sender's own signature: a batch whose claimed rewards the
+deterministic re-scoring contradicts, or two different batches signed for one round."""
+
+
+class Opener(Protocol):
+    """Envelope opening, hashing and verdict memoizing (swarmp2p.peer_cache.VerifyCache)."""
+
+    def open(self, data: bytes, *, max_size: int | None = None) -> Opened: ...
+
+    def digest(self, data: bytes) -> bytes: ...
+
+    def verdict(self, digest: bytes, compute: Callable[[], Any]) -> Any: ...
+
+
+class PlainOpener:
+    """The uncached Opener: every call does the work."""
+
+    def open(self, data: bytes, *, max_size: int | None = None) -> Opened:
+        return open_envelope(data, max_size=max_size)
+
+    def digest(self, data: bytes) -> bytes:
+        return hashlib.sha256(data).digest()
+
+    def verdict(self, digest: bytes, compute: Callable[[], Any]) -> Any:
+        return compute()
+
+
+@attrs.frozen
+class AdmissionRules:
+    swarm_id: str
+    me: str
+    seed: int
+    max_announce_bytes: int = 1024 + 256
+    max_batch_bytes: int = 4 * 1024 * 1024 + 256
+    max_duplicates_per_round: int = 4
+    max_fetch_per_round: int = 256
+    fetch_sample: int = 0
+    """0: fetch every announced batch; N: about N per round (see `fetch_probability`)."""
+    ban_on_proof: bool = True
+    known_peer_rounds: int = 10
+
+
+@attrs.frozen
+class FetchJob:
+    round: int
+    stage: int
+    sender: str
+    digest: bytes  # b"": unknown (a DHT sweep job: no announcement was seen)
+    group_count: int  # -1: unknown
+    dht_only: bool = False
+
+
+def job_for(announcement: RolloutAnnouncement) -> FetchJob:
+    return FetchJob(
+        round=announcement.round,
+        stage=announcement.stage,
+        sender=announcement.peer_id,
+        digest=announcement.batch_digest,
+        group_count=announcement.group_count,
+    )
+
+
+# ---- decisions --------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Fetch:
+    job: FetchJob
+
+
+@attrs.frozen
+class Defer:
+    sender: str
+    priority: float
+
+
+@attrs.frozen
+class Hold:
+    round: int
+
+
+@attrs.frozen
+class Reject:
+    reason: str
+    blame: str | None
+
+
+@attrs.frozen
+class Accept:
+    sender: str
+    groups: tuple[QuestionGroup, ...]
+
+
+Decision = Fetch | Defer | Hold | Reject | Accept | None
+
+
+@attrs.define
+class RoundInbox:
+    """What one round collected: announcements, fetches, accepted batches, rejections."""
+
+    round: int
+    stage: int
+    fetch_probability: float = 1.0
+    announced: dict[str, bytes] = attrs.Factory(dict)  # sender -> announced digest
+    duplicates: Counter[str] = attrs.Factory(Counter)
+    fetches: int = 0
+    fetch_hash_prefix: Any = None  # sha256 state over (seed, round, me), see `fetch_priority`
+    # sampled out, kept for top-ups: sender -> (priority, announcement)
+    deferred: dict[str, tuple[float, RolloutAnnouncement]] = attrs.Factory(dict)
+    rejected: Counter[str] = attrs.Factory(Counter)
+    external: dict[str, tuple[QuestionGroup, ...]] = attrs.Factory(dict)
+    external_reward: dict[str, float] = attrs.Factory(dict)
+
+
+def fetch_probability(fetch_sample: int, connected: int) -> float:
+    """The share of announced batches to fetch so that about `fetch_sample` are fetched."""
+    if not fetch_sample:
+        return 1.0
+    return min(1.0, fetch_sample / max(1, connected))
+
+
+def fetch_priority(seed: int, round_number: int, me: str, sender: str) -> float:
+    """derive_seed(seed, round, me, sender, "fetch") / 2**63: an unbiased per-(round, peer,
+    sender) draw; fetched when below the round's fetch probability."""
+    text = f"{seed}\x1f{round_number}\x1f{me}\x1f{sender}\x1ffetch".encode()
+    return (int.from_bytes(hashlib.sha256(text).digest()[:8], "big") >> 1) / 2**63
+
+
+class Inbox:
+    """One peer's admission state across rounds. `scores`, `rejections` and `counters` are
+    read by the runtime for its status and records."""
+
+    def __init__(
+        self,
+        rules: AdmissionRules,
+        machine: RoundMachine,
+        game: Game,
+        *,
+        opener: Opener | None = None,
+        scores: PeerScores | None = None,
+        counters: Counter[str] | None = None,
+    ) -> None:
+        self.rules = rules
+        self.machine = machine
+        self.game = game
+        self.opener: Opener = opener if opener is not None else PlainOpener()
+        self.scores = scores if scores is not None else PeerScores()
+        self.counters: Counter[str] = counters if counters is not None else Counter()
+        self.rejections: Counter[str] = Counter()
+        self.current: RoundInbox | None = None
+        # Peers heard from (announced or served a verified batch) -> last round: swept for in
+        # the DHT when a round brings no announcement from them.
+        self.known: dict[str, int] = {}
+        # Announcements for the NEXT round that arrived before our own poll saw it open.
+        self.early: dict[int, dict[str, tuple[RolloutAnnouncement, bytes]]] = {}
+
+    # ---- bookkeeping --------------------------------------------------------------------
+
+    def reject(self, reason: str, *, blame: str | None) -> Reject:
+        self.rejections[reason] += 1
+        if self.current is not None:
+            self.current.rejected[reason] += 1
+        if blame is not None and blame != self.rules.me:
+            self.scores.record_invalid(blame, reason)
+            if self.rules.ban_on_proof and reason in PROOF_OF_LYING:
+                self.scores.ban(blame, reason)
+        return Reject(reason, blame)
+
+    def open_round(self, round_number: int, stage: int, connected: int) -> RoundInbox:
+        """A new round opened: a fresh inbox for it (the old one stays with its record)."""
+        self.current = RoundInbox(
+            round=round_number,
+            stage=stage,
+            fetch_probability=fetch_probability(self.rules.fetch_sample, connected),
+        )
+        return self.current
+
+    def queued(self, job: FetchJob) -> None:
+        """The runtime queued the fetch of a `Fetch` decision."""
+        current = self.current
+        if current is not None and current.round == job.round:
+            current.fetches += 1
+
+    def training_pool(self, inbox: RoundInbox) -> dict[str, tuple[QuestionGroup, ...]]:
+        """The round's accepted batches minus those of peers banned since they were accepted."""
+        return {peer: groups for peer, groups in inbox.external.items() if not self.scores.is_banned(peer)}
+
+    # ---- announcements ------------------------------------------------------------------
+
+    def heard(self, sender: str, data: bytes) -> Decision:
+        """An announcement arrived on the topic; `sender` is who the transport says sent it."""
+        rules = self.rules
+        if sender == rules.me:
+            return None  # our own publish echoed back
+        if sender in self.scores.banned:  # scores.is_banned, inlined: this runs per delivery
+            return self.reject("banned", blame=None)
+        max_bytes = rules.max_announce_bytes
+        if len(data) > max_bytes:
+            return self.reject("oversized", blame=sender)
+        try:
+            opened = self.opener.open(data, max_size=max_bytes)
+        except ProtocolError as error:
+            return self.reject(error.reason, blame=sender)
+        announcement = opened.message
+        if not isinstance(announcement, RolloutAnnouncement):
+            return self.reject("wrong_kind", blame=sender)
+        if opened.signer != sender:
+            # Someone relays (or replays) a message signed by another peer as its own.
+            return self.reject("sender_mismatch", blame=sender)
+        if announcement.swarm_id != rules.swarm_id:
+            return self.reject("wrong_swarm", blame=sender)
+        current = self.machine.current_round()
+        if announcement.round < current:
+            return self.reject("stale_round", blame=None)  # a replay, or a lagging peer: not blamed
+        if announcement.round == current:
+            return self.consider(announcement, opened.digest)
+        if announcement.round == current + 1:
+            early = self.early.setdefault(announcement.round, {})
+            if len(early) < rules.max_fetch_per_round and announcement.peer_id not in early:
+                early[announcement.peer_id] = (announcement, opened.digest)
+                return Hold(announcement.round)
+        return self.reject("future_round", blame=None)
+
+    def release_early(self, round_number: int) -> list[Decision]:
+        """The round opened and its questions are known: consider the announcements that came
+        before it did (in sender order), and forget older ones."""
+        for stale in [r for r in self.early if r < round_number]:
+            del self.early[stale]
+        early = self.early.pop(round_number, {})
+        return [self.consider(*early[sender]) for sender in sorted(early)]
+
+    def consider(self, announcement: RolloutAnnouncement, digest: bytes) -> Decision:
+        """An announcement for the current round: fetch unless it is a repeat or too late."""
+        state = self.current
+        sender = announcement.peer_id
+        if state is None or state.round != announcement.round:
+            return self.reject("stale_round", blame=None)
+        if self.machine.phase not in COLLECTING_PHASES:
+            return self.reject("late", blame=None)
+        if announcement.stage != state.stage:
+            return self.reject("wrong_stage", blame=None)
+        previous = state.announced.get(sender)
+        if previous is not None:
+            if previous != announcement.batch_digest:
+                return self.reject("equivocation", blame=sender)  # two different batches, one round
+            state.duplicates[sender] += 1
+            over = state.duplicates[sender] == self.rules.max_duplicates_per_round + 1
+            return self.reject("flood" if over else "duplicate", blame=sender if over else None)
+        if announcement.size_bytes > self.rules.max_batch_bytes:
+            return self.reject("oversized", blame=sender)
+        if state.fetches >= self.rules.max_fetch_per_round:
+            return self.reject("fetch_limit", blame=None)
+        state.announced[sender] = announcement.batch_digest
+        self.known[sender] = state.round
+        if state.fetch_probability < 1.0:
+            priority = self._priority(state, sender)
+            if priority >= state.fetch_probability:
+                state.deferred[sender] = (priority, announcement)
+                self.counters["fetch_deferred"] += 1
+                return Defer(sender, priority)
+        return Fetch(job_for(announcement))
+
+    def _priority(self, state: RoundInbox, sender: str) -> float:
+        """`fetch_priority`, from a per-round hash prefix: it runs for every announcement of
+        every round, and hashing the shared prefix once per round halves its cost."""
+        prefix = state.fetch_hash_prefix
+        if prefix is None:
+            prefix = state.fetch_hash_prefix = hashlib.sha256(
+                f"{self.rules.seed}\x1f{state.round}\x1f{self.rules.me}\x1f".encode()
+            )
+        hasher = prefix.copy()
+        hasher.update(f"{sender}\x1ffetch".encode())
+        return (int.from_bytes(hasher.digest()[:8], "big") >> 1) / 2**63
+
+    # ---- the DHT sweep and top-ups ------------------------------------------------------
+
+    def sweep(self, connected: Iterable[str]) -> Iterator[FetchJob]:
+        """The sweep is due (the machine said SweepDht): DHT lookups for known or connected
+        peers that announced nothing this round. Lazy: the runtime queues each job (and calls
+        `queued`) before the next one is decided, so the per-round fetch limit holds."""
+        state = self.current
+        if state is None:
+            return
+        oldest = state.round - self.rules.known_peer_rounds
+        for peer in [p for p, last in self.known.items() if last < oldest]:
+            del self.known[peer]
+        candidates = set(self.known)
+        candidates.update(connected)  # now, not at round open: peers join
+        for peer in sorted(candidates):
+            if peer == self.rules.me or peer in state.announced or self.scores.is_banned(peer):
+                continue
+            if state.fetch_probability < 1.0 and self._priority(state, peer) >= state.fetch_probability:
+                continue  # sampled out: we would not have fetched its batch had we heard of it
+            if state.fetches >= self.rules.max_fetch_per_round:
+                break
+            self.counters["sweep_lookups"] += 1
+            yield FetchJob(state.round, state.stage, peer, b"", -1, dht_only=True)
+
+    def top_up(self, round_number: int) -> Fetch | None:
+        """A sampled fetch failed: fetch the next deferred batch instead (lowest priority first)."""
+        state = self.current
+        while (
+            state is not None
+            and state.round == round_number
+            and state.deferred
+            and self.machine.collecting(round_number)
+        ):
+            sender = min(state.deferred, key=lambda peer: (state.deferred[peer][0], peer))
+            _, announcement = state.deferred.pop(sender)
+            if not self.scores.is_banned(sender):
+                return Fetch(job_for(announcement))
+        return None
+
+    # ---- fetched batches ----------------------------------------------------------------
+
+    def may_fetch(self, job: FetchJob) -> bool:
+        """Before the fetch: still worth doing (the round still collects)?"""
+        if not self.machine.collecting(job.round):
+            self.reject("late", blame=None)
+            return False
+        return True
+
+    def fetched(self, job: FetchJob, envelope: bytes | None, direct: bool) -> Decision:
+        """The fetch of `job` returned `envelope` (None: nothing, from anywhere), `direct`ly from
+        the announcer or from the DHT. Accept only a batch signed by the sender, for the round,
+        stage and size announced, that the game verifies, while the round still collects."""
+        rules = self.rules
+        if envelope is None:
+            if job.dht_only:
+                self.counters["sweep_missing"] += 1  # nothing published, or not reachable: no fault
+                return None
+            return self.reject("fetch_failed", blame=None)
+        opener = self.opener
+        digest = opener.digest(envelope)
+        if job.digest and digest != job.digest:
+            # From the announcer itself this is a lie; from the DHT it may be someone else's record.
+            return self.reject("digest_mismatch", blame=job.sender if direct else None)
+        try:
+            opened = opener.open(envelope, max_size=rules.max_batch_bytes)
+        except ProtocolError as error:
+            return self.reject(error.reason, blame=job.sender)
+        batch = opened.message
+        if not isinstance(batch, RolloutBatch):
+            return self.reject("wrong_kind", blame=job.sender)
+        if opened.signer != job.sender:
+            return self.reject("sender_mismatch", blame=job.sender)
+        if (
+            batch.swarm_id != rules.swarm_id
+            or batch.round != job.round
+            or batch.stage != job.stage
+            or (job.group_count >= 0 and len(batch.groups) != job.group_count)
+        ):
+            return self.reject("batch_mismatch", blame=job.sender)
+        game = self.game
+        verdict: Verdict = opener.verdict(digest, lambda: game.verify(batch))
+        if not verdict.ok:
+            return self.reject(verdict.reason or "invalid_batch", blame=job.sender)
+        if not self.machine.collecting(job.round):
+            return self.reject("late", blame=None)
+        state = self.current
+        assert state is not None
+        if self.scores.is_banned(job.sender):
+            return self.reject("banned", blame=None)
+        if job.dht_only:
+            announced = state.announced.setdefault(job.sender, digest)
+            if announced != digest:
+                # Meanwhile the sender announced a different batch for this round. Not blamed
+                # here: the DHT record may predate a restart of the sender within the round.
+                return self.reject("sweep_conflict", blame=None)
+            self.counters["sweep_recovered"] += 1
+        self.scores.record_valid(job.sender)
+        self.known[job.sender] = job.round
+        state.external[job.sender] = batch.groups
+        reward = mean_reward(batch.groups)
+        if reward is not None:
+            state.external_reward[job.sender] = reward
+        self.counters["accepted_batches"] += 1
+        return Accept(job.sender, batch.groups)

@@ -1,0 +1,169 @@
+"""Inbound batches: announcements heard (from a receive loop, or inline from the transport),
+the DHT sweep, a bounded queue of fetch jobs, `fetch_concurrency` workers, and the IO of one
+fetch (a direct request to the announcer, else the DHT record). Which jobs to run and what to
+make of the bytes that come back is the admission inbox's call (protocol/admission.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from protocol.admission import Accept, Fetch, FetchJob, Hold, Inbox
+from protocol.errors import ProtocolError
+from protocol.messages import FetchRequest, FetchResponse
+from swarmp2p.peer_cache import VerifyCache
+from swarmp2p.peer_settings import PeerSettings, batch_dht_key
+from swarmp2p.ports import InboundMessage, NetworkError, NetworkPort
+
+log = logging.getLogger("swarmp2p.peer")
+
+Fetched = tuple[bytes, bool] | None
+"""(envelope, came directly from the announcer) or None: found nowhere."""
+
+
+class Fetcher:
+    def __init__(
+        self,
+        settings: PeerSettings,
+        peer_id: str,
+        network: NetworkPort,
+        inbox: Inbox,
+        cache: VerifyCache,
+        *,
+        on_hold: Callable[[], None],
+    ) -> None:
+        self.settings = settings
+        self.peer_id = peer_id
+        self.network = network
+        self.inbox = inbox
+        self.cache = cache
+        self.counters = inbox.counters
+        self._on_hold = on_hold  # an announcement for the next round: the swarm has moved on
+        self._send: trio.MemorySendChannel[FetchJob] | None = None
+        # True when `request` and `dht_get` always return within their own timeout (the
+        # simulator's network does). Then our own deadline around them would never fire, and a
+        # cancel scope per fetch is a visible cost at 100 peers.
+        self._waits_bounded = network.bounds_waits is True
+
+    def start(self, nursery: trio.Nursery) -> None:
+        send, receive = trio.open_memory_channel[FetchJob](self.settings.max_fetch_per_round)
+        self._send = send
+        for _ in range(self.settings.fetch_concurrency):
+            nursery.start_soon(self._worker, receive.clone())
+
+    def enqueue(self, job: FetchJob) -> None:
+        assert self._send is not None
+        try:
+            self._send.send_nowait(job)
+            self.inbox.queued(job)
+        except trio.WouldBlock:
+            self.inbox.reject("fetch_queue_full", blame=None)
+
+    def take(self, decision: object) -> None:
+        """Carry out an inbox decision: queue a Fetch; a Hold wakes the round loop."""
+        if isinstance(decision, Fetch):
+            self.enqueue(decision.job)
+        elif isinstance(decision, Hold):
+            self._on_hold()
+
+    async def receive_loop(self, channel: Any) -> None:
+        async for first in channel:
+            # Drain whatever else is already queued without yielding per message: a burst of
+            # announcements then costs one scheduler round trip, not one each.
+            message = first
+            while True:
+                self.handle_announcement(message)
+                try:
+                    message = channel.receive_nowait()
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+
+    def handle_announcement(self, message: InboundMessage) -> None:
+        """One inbound announcement, from the receive loop or a transport's inline delivery
+        (`subscribe_inline`). Never raises."""
+        try:
+            self.on_announcement(message)
+        except Exception:
+            log.exception("%s: handling an announcement failed", self.peer_id)
+            self.inbox.reject("internal_error", blame=None)
+
+    def on_announcement(self, message: InboundMessage) -> None:
+        self.take(self.inbox.heard(message.transport_sender, message.data))
+
+    def sweep(self) -> None:
+        """The sweep is due: queue DHT lookups for the batches of known peers that announced
+        nothing this round (lost gossip, or we joined after they announced)."""
+        for job in self.inbox.sweep(self.network.connected_peers()):
+            self.enqueue(job)
+
+    async def _worker(self, receive: trio.MemoryReceiveChannel[FetchJob]) -> None:
+        async with receive:
+            async for job in receive:
+                try:
+                    accepted = await self._fetch_and_verify(job)
+                except Exception:
+                    log.exception("%s: fetching from %s failed unexpectedly", self.peer_id, job.sender)
+                    self.inbox.reject("internal_error", blame=None)
+                    accepted = False
+                if not accepted and not job.dht_only:
+                    top_up = self.inbox.top_up(job.round)
+                    if top_up is not None:
+                        self.enqueue(top_up.job)
+
+    async def _fetch_and_verify(self, job: FetchJob) -> bool:
+        if not self.inbox.may_fetch(job):
+            return False
+        fetched = await (self._from_dht(job) if job.dht_only else self._fetch(job))
+        envelope, direct = fetched if fetched is not None else (None, False)
+        return isinstance(self.inbox.fetched(job, envelope, direct), Accept)
+
+    async def _fetch(self, job: FetchJob) -> Fetched:
+        """The batch envelope from its announcer (direct stream), else from the DHT."""
+        request = self.cache.encode(
+            FetchRequest(
+                swarm_id=self.settings.swarm_id, round=job.round, stage=job.stage, peer_id=job.sender
+            )
+        )
+        self.counters["fetches"] += 1
+        if self._waits_bounded:
+            fetched = await self._request_batch(job, request)
+        else:
+            # Belt and braces over the port's own timeout.
+            with trio.move_on_after(self.settings.fetch_timeout_s * 2):
+                fetched = await self._request_batch(job, request)
+        if fetched is not None:
+            return fetched
+        self.counters["dht_fallbacks"] += 1
+        return await self._from_dht(job)
+
+    async def _request_batch(self, job: FetchJob, request: bytes) -> Fetched:
+        try:
+            raw = await self.network.request(job.sender, request, self.settings.fetch_timeout_s)
+            response = self.cache.decode(raw)
+        except (NetworkError, ProtocolError):
+            return None
+        if isinstance(response, FetchResponse) and response.found:
+            return response.envelope, True
+        return None
+
+    async def _from_dht(self, job: FetchJob) -> Fetched:
+        if self._waits_bounded:
+            return await self._dht_lookup(job)
+        with trio.move_on_after(self.settings.fetch_timeout_s):
+            return await self._dht_lookup(job)
+        return None  # timed out
+
+    async def _dht_lookup(self, job: FetchJob) -> Fetched:
+        try:
+            value = await self.network.dht_get(
+                batch_dht_key(self.settings.swarm_id, job.round, job.stage, job.sender)
+            )
+        except NetworkError:
+            return None
+        if value is not None and len(value) <= self.settings.max_batch_bytes:
+            return value, False
+        return None

@@ -1,0 +1,160 @@
+"""A peer's settings, and how they turn into the sans-IO core's rules (protocol/).
+
+`PeerSettings` holds what every peer of one swarm must agree on (swarm_id, seed, tasks,
+questions_per_round, verification limits) plus local knobs (sampling split, timeouts, caps).
+The functions below cut it into what each part of the core needs: the round machine's
+`RoundTiming`, the admission inbox's `AdmissionRules`, and the `Game`.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from protocol.admission import AdmissionRules
+from protocol.game import SingleStageGame
+from protocol.messages import QuestionRef
+from protocol.rounds import RoundTiming
+from protocol.sampling import SamplingRule
+from protocol.tasks import TaskRegistry
+from protocol.verification import VerificationLimits
+from swarmp2p.heldout import EvalSettings
+
+
+def announce_topic(swarm_id: str) -> str:
+    return f"swarmp2p/{swarm_id}/announce"
+
+
+def batch_dht_key(swarm_id: str, round_number: int, stage: int, peer_id: str) -> str:
+    return f"/swarmp2p/{swarm_id}/{round_number}/{stage}/{peer_id}"
+
+
+def _positive(instance: object, attribute: attrs.Attribute, value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{attribute.name} must be > 0, got {value!r}")
+
+
+@attrs.frozen
+class PeerSettings:
+    """What every peer of one swarm must agree on (swarm_id, seed, tasks, questions_per_round,
+    verification limits) plus local knobs (sampling split, timeouts, caps)."""
+
+    swarm_id: str
+    seed: int
+    tasks: tuple[str, ...]
+    questions_per_round: int = attrs.field(default=4, validator=attrs.validators.ge(1))
+    weights: tuple[float, ...] = ()
+    """Task weights for question derivation (empty: uniform); a swarm rule like `tasks`."""
+    n_local: int = attrs.field(default=4, validator=attrs.validators.ge(0))
+    n_external: int = attrs.field(default=4, validator=attrs.validators.ge(0))
+    max_groups_per_peer: int = attrs.field(default=2, validator=attrs.validators.ge(1))
+    sampling: SamplingRule = attrs.field(factory=SamplingRule)
+    """How the n_local + n_external training groups are picked (protocol.sampling: fixed,
+    adaptive split, filtered peers; optional top-up of a short side)."""
+    verify_rewards: bool = True
+    """Re-score every fetched batch before accepting it. False takes claimed rewards on trust:
+    only for the experiment that measures what verification is worth, never for a real peer."""
+    ban_threshold: int = attrs.field(default=3, validator=attrs.validators.ge(1))
+    collect_fraction: float = attrs.field(
+        default=0.6, validator=[attrs.validators.gt(0.0), attrs.validators.le(1.0)]
+    )
+    """Share of the time from opening a round to its end spent collecting peers' batches."""
+    fetch_timeout_s: float = attrs.field(default=5.0, validator=_positive)
+    max_fetch_per_round: int = attrs.field(default=256, validator=attrs.validators.ge(1))
+    fetch_sample: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    """0: fetch and verify EVERY announced batch. N > 0: fetch about N per round, chosen by a
+    per-(round, peer, sender) hash (unbiased, different for every peer), plus one more for each
+    fetch or verification that fails. Bandwidth and CPU per round then stay O(N), not O(swarm)."""
+    ban_on_proof: bool = True
+    """Ban at once on signed proof of lying (a forged reward, two batches for one round), instead
+    of waiting for `ban_threshold` strikes: honest peers cannot produce such proof by accident."""
+    fetch_concurrency: int = attrs.field(default=8, validator=attrs.validators.ge(1))
+    poll_interval_s: float = attrs.field(default=1.0, validator=_positive)
+    max_announce_bytes: int = attrs.field(default=1024 + 256, validator=attrs.validators.ge(1))
+    max_batch_bytes: int = attrs.field(default=4 * 1024 * 1024 + 256, validator=attrs.validators.ge(1))
+    max_duplicates_per_round: int = attrs.field(default=4, validator=attrs.validators.ge(0))
+    """Identical re-announcements tolerated per sender and round (gossip echoes) before it is a flood."""
+    verification_limits: VerificationLimits = attrs.field(factory=VerificationLimits)
+    reward_tolerance: float = 1e-6
+    keep_published_rounds: int = attrs.field(default=3, validator=attrs.validators.ge(1))
+    winners_count: int = attrs.field(default=3, validator=attrs.validators.ge(1))
+    history_limit: int = attrs.field(default=10_000, validator=attrs.validators.ge(1))
+    dht_sweep: bool = True
+    """At `sweep_fraction` of the collect window, look up in the DHT the batches of peers we know
+    (from earlier rounds or the transport) but heard no announcement from this round: gossip
+    loss and late joining must not cost a peer its rollouts."""
+    sweep_fraction: float = attrs.field(
+        default=0.5, validator=[attrs.validators.ge(0.0), attrs.validators.le(1.0)]
+    )
+    known_peer_rounds: int = attrs.field(default=10, validator=attrs.validators.ge(1))
+    """A peer last seen this many rounds ago is no longer swept for."""
+    min_round_remaining: float = attrs.field(
+        default=0.5, validator=[attrs.validators.ge(0.0), attrs.validators.le(1.0)]
+    )
+    """A round that has less than this share of its stage left when this peer gets to start it
+    (its previous round's work overran, e.g. a long training step) is skipped: its batch would
+    arrive after every on-time peer's collect deadline, and it would train alone and start the
+    next round late too. 0 disables. Needs the stage length, learned from the coordinator's
+    stage ends, so it applies from the second round a Peer sees; `swarmp2p node` guards the
+    first one itself (`join_min_remaining`)."""
+    evaluation: EvalSettings = attrs.field(factory=EvalSettings)
+    """Held-out evaluation (swarmp2p/heldout.py): before the first round and every N rounds,
+    after the train step and only when it fits before the next round starts. Off by default."""
+
+
+def round_timing(settings: PeerSettings) -> RoundTiming:
+    return RoundTiming(
+        collect_fraction=settings.collect_fraction,
+        sweep_fraction=settings.sweep_fraction,
+        min_round_remaining=settings.min_round_remaining,
+        dht_sweep=settings.dht_sweep,
+    )
+
+
+def admission_rules(settings: PeerSettings, me: str) -> AdmissionRules:
+    return AdmissionRules(
+        swarm_id=settings.swarm_id,
+        me=me,
+        seed=settings.seed,
+        max_announce_bytes=settings.max_announce_bytes,
+        max_batch_bytes=settings.max_batch_bytes,
+        max_duplicates_per_round=settings.max_duplicates_per_round,
+        max_fetch_per_round=settings.max_fetch_per_round,
+        fetch_sample=settings.fetch_sample,
+        ban_on_proof=settings.ban_on_proof,
+        known_peer_rounds=settings.known_peer_rounds,
+    )
+
+
+def game_of(settings: PeerSettings, registry: TaskRegistry) -> SingleStageGame:
+    """The swarm's game (today always the single-stage reasoning-gym game)."""
+    return SingleStageGame(
+        seed=settings.seed,
+        tasks=tuple(settings.tasks),
+        questions_per_round=settings.questions_per_round,
+        registry=registry,
+        weights=tuple(settings.weights),
+        limits=settings.verification_limits,
+        tolerance=settings.reward_tolerance,
+        rescore=settings.verify_rewards,
+    )
+
+
+def assigned_questions(
+    settings: PeerSettings, round_number: int, stage: int, peer_id: str
+) -> tuple[QuestionRef, ...]:
+    """The questions `peer_id` must answer in (round, stage) under the swarm's rules: what a peer
+    generates for itself and what it re-derives to verify another peer's batch."""
+    return game_of(settings, _NO_REGISTRY).questions(round_number, stage, peer_id)
+
+
+class _NoRegistry:
+    """Question derivation needs no registry (only verification re-scores)."""
+
+    def task_names(self) -> tuple[str, ...]:
+        return ()
+
+    def score(self, question: QuestionRef, completion_text: str) -> float:
+        raise NotImplementedError
+
+
+_NO_REGISTRY = _NoRegistry()

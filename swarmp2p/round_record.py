@@ -1,0 +1,133 @@
+"""What a peer keeps about a round: its working state while it runs (`RoundWork`) and the
+record it leaves (`RoundRecord`, for the history, the round log, the dashboard and the
+simulator's report)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import attrs
+
+from protocol.admission import RoundInbox
+from protocol.game import mean_reward
+from protocol.messages import QuestionGroup, QuestionRef
+
+log = logging.getLogger("swarmp2p.peer")
+
+
+@attrs.frozen
+class RoundRecord:
+    """What happened to one peer in one round (a completed round, or one abandoned midway)."""
+
+    round: int
+    stage: int
+    completed: bool
+    reward: float | None  # mean reward of the local completions (None if generation failed)
+    rollouts_in: int  # external groups accepted (verified) this round
+    rollouts_out: int  # groups this peer published
+    external_peers_trained_on: tuple[str, ...]
+    accepted_peers: tuple[str, ...]  # peers whose batches verified this round
+    rejected: Mapping[str, int]
+    opened_ms: int
+    finished_ms: int
+    train_metrics: Mapping[str, float] = attrs.field(factory=dict)
+    skipped: bool = False  # never started: too little of it was left (PeerSettings.min_round_remaining)
+    trained_local: int = 0  # local groups passed to train() this round
+    trained_external: int = 0  # external groups passed to train() this round
+    eval: Mapping[str, Any] | None = None  # the held-out evaluation run after this round (heldout.py)
+    eval_deferred: Mapping[str, Any] | None = None  # {needed_s, left_s}: due, but did not fit
+
+    def to_json(self) -> dict[str, Any]:
+        data = attrs.asdict(self)
+        data["rejected"] = dict(sorted(self.rejected.items()))
+        data["train_metrics"] = dict(sorted(self.train_metrics.items()))
+        data["external_peers_trained_on"] = list(self.external_peers_trained_on)
+        data["accepted_peers"] = list(self.accepted_peers)
+        return data
+
+
+@attrs.define
+class RoundWork:
+    """The runtime's working state of the round in progress; what it collected from peers
+    lives in the admission inbox's `RoundInbox` (`inbox`)."""
+
+    round: int
+    stage: int
+    opened_ms: int
+    inbox: RoundInbox
+    sweep_at_ms: int = 0
+    questions: tuple[QuestionRef, ...] = ()
+    local: list[QuestionGroup] = attrs.Factory(list)
+    rollouts_out: int = 0
+    batch_digest: bytes = b""
+    envelope: bytes = b""
+    trained_on: tuple[str, ...] = ()
+    trained_local: int = 0
+    trained_external: int = 0
+    train_metrics: dict[str, float] = attrs.Factory(dict)
+    generate_s: float | None = None
+    eval: dict[str, Any] | None = None
+    eval_deferred: dict[str, Any] | None = None
+
+
+def record_of(work: RoundWork, *, completed: bool, finished_ms: int) -> RoundRecord:
+    inbox = work.inbox
+    return RoundRecord(
+        round=work.round,
+        stage=work.stage,
+        completed=completed,
+        reward=mean_reward(work.local),
+        rollouts_in=sum(len(groups) for groups in inbox.external.values()),
+        rollouts_out=work.rollouts_out,
+        external_peers_trained_on=work.trained_on,
+        accepted_peers=tuple(sorted(inbox.external)),
+        rejected=dict(sorted(inbox.rejected.items())),
+        opened_ms=work.opened_ms,
+        finished_ms=finished_ms,
+        train_metrics=work.train_metrics,
+        trained_local=work.trained_local,
+        trained_external=work.trained_external,
+        eval=work.eval,
+        eval_deferred=work.eval_deferred,
+    )
+
+
+def skipped_record(round_number: int, stage: int, now_ms: int) -> RoundRecord:
+    return RoundRecord(
+        round=round_number,
+        stage=stage,
+        completed=False,
+        reward=None,
+        rollouts_in=0,
+        rollouts_out=0,
+        external_peers_trained_on=(),
+        accepted_peers=(),
+        rejected={},
+        opened_ms=now_ms,
+        finished_ms=now_ms,
+        skipped=True,
+    )
+
+
+class RoundHistory:
+    """The newest `limit` records of one peer, each also handed to `on_record` (the node's
+    round log, the simulator's report); a failing callback is logged, never raised."""
+
+    def __init__(self, peer_id: str, limit: int, on_record: Callable[[RoundRecord], None] | None) -> None:
+        self.peer_id = peer_id
+        self.limit = limit
+        self.records: list[RoundRecord] = []
+        self._on_record = on_record
+
+    def add(self, record: RoundRecord) -> None:
+        records = self.records
+        records.append(record)
+        if len(records) > self.limit:
+            del records[: len(records) - self.limit]
+        if self._on_record is not None:
+            try:
+                self._on_record(record)
+            except Exception:
+                log.exception("%s: on_round_complete callback failed", self.peer_id)

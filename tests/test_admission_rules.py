@@ -1,0 +1,276 @@
+"""The admission inbox's rules (protocol/admission.py), one test per rule, each written to fail
+when its rule is removed (scripts/mutants.py applies those removals one at a time).
+
+Pure: a RoundMachine, an Inbox, a tiny task registry and real signed envelopes; no trio, no
+network, no clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import msgpack
+import pytest
+
+from protocol import codec
+from protocol.admission import Accept, AdmissionRules, Defer, Fetch, FetchJob, Hold, Inbox, Reject, job_for
+from protocol.envelope import peer_id_from_seed, seal
+from protocol.errors import ProtocolError
+from protocol.game import SingleStageGame
+from protocol.messages import Completion, QuestionGroup, QuestionRef, RolloutAnnouncement, RolloutBatch
+from protocol.rounds import Phase, RoundMachine, RoundOpened
+from protocol.sampling import sample_training_groups
+from protocol.scoring import PeerScores
+from protocol.seeds import derive_seed
+
+SWARM = "adm"
+SEED = 11
+ROUND = 5
+
+
+class EchoRegistry:
+    """One task: the right answer to question i is the text str(i)."""
+
+    def task_names(self) -> tuple[str, ...]:
+        return ("echo",)
+
+    def score(self, question: QuestionRef, completion_text: str) -> float:
+        return 1.0 if completion_text == str(question.index) else 0.0
+
+
+def key(name: str) -> bytes:
+    return hashlib.sha256(name.encode()).digest()
+
+
+ME, ALICE, BOB = key("me"), key("alice"), key("bob")
+GAME = SingleStageGame(seed=SEED, tasks=("echo",), questions_per_round=2, registry=EchoRegistry())
+
+
+def pid(seed: bytes) -> str:
+    return peer_id_from_seed(seed)
+
+
+def make_inbox(**rules: object) -> Inbox:
+    machine = RoundMachine()
+    machine.handle(0, RoundOpened(ROUND, collect_until_ms=1000, round_ends_ms=2000))
+    inbox = Inbox(
+        AdmissionRules(swarm_id=SWARM, me=pid(ME), seed=SEED, **rules),  # type: ignore[arg-type]
+        machine,
+        GAME,
+        scores=PeerScores(ban_threshold=3),
+    )
+    inbox.open_round(ROUND, 0, connected=0)
+    return inbox
+
+
+def groups_for(
+    peer: str, round_number: int = ROUND, *, forge: bool = False, stage: int = 0
+) -> tuple[QuestionGroup, ...]:
+    return tuple(
+        QuestionGroup(q, (Completion(str(q.index), 0.0 if forge else 1.0), Completion("no", 0.0)))
+        for q in GAME.questions(round_number, stage, peer)
+    )
+
+
+def batch_envelope(
+    signer: bytes,
+    round_number: int = ROUND,
+    groups: tuple[QuestionGroup, ...] | None = None,
+    *,
+    stage: int = 0,
+    swarm: str = SWARM,
+) -> bytes:
+    peer = pid(signer)
+    groups = groups if groups is not None else groups_for(peer, round_number, stage=stage)
+    return seal(RolloutBatch(swarm, round_number, stage, peer, groups), signer)
+
+
+def announce(signer: bytes, envelope: bytes, *, round_number: int = ROUND, group_count: int = 2) -> bytes:
+    announcement = RolloutAnnouncement(
+        SWARM, round_number, 0, pid(signer), hashlib.sha256(envelope).digest(), group_count, len(envelope)
+    )
+    return seal(announcement, signer)
+
+
+def fetch_announced(inbox: Inbox, signer: bytes, envelope: bytes, served: bytes | None = None, **kw: object):
+    """Hear `signer` announce `envelope`, then have the fetch return `served` (default: it)."""
+    decision = inbox.heard(pid(signer), announce(signer, envelope, **kw))  # type: ignore[arg-type]
+    assert isinstance(decision, Fetch), decision
+    inbox.queued(decision.job)
+    return inbox.fetched(decision.job, envelope if served is None else served, direct=True)
+
+
+def test_an_honest_batch_is_fetched_accepted_and_trained_on() -> None:
+    inbox = make_inbox()
+    decision = fetch_announced(inbox, ALICE, batch_envelope(ALICE))
+    assert isinstance(decision, Accept) and decision.sender == pid(ALICE)
+    assert set(inbox.training_pool(inbox.current)) == {pid(ALICE)}  # type: ignore[arg-type]
+    assert inbox.scores.valid[pid(ALICE)] == 1
+
+
+def test_a_batch_signed_by_someone_else_than_the_announcer_is_rejected() -> None:
+    inbox = make_inbox()
+    bobs = batch_envelope(BOB)  # valid, Bob's, but announced (its digest) by Alice as hers
+    assert fetch_announced(inbox, ALICE, bobs) == Reject("sender_mismatch", pid(ALICE))
+    assert inbox.current is not None and inbox.current.external == {}
+
+
+def test_an_old_rounds_batch_replayed_as_this_rounds_is_rejected() -> None:
+    inbox = make_inbox()
+    old = batch_envelope(ALICE, round_number=ROUND - 1)  # honest for round 4
+    assert fetch_announced(inbox, ALICE, old) == Reject("batch_mismatch", pid(ALICE))
+    assert inbox.current is not None and inbox.current.external == {}
+
+
+def test_a_batch_for_another_stage_or_swarm_than_announced_is_rejected() -> None:
+    inbox = make_inbox()
+    other_stage = batch_envelope(ALICE, stage=1)  # honest for stage 1, announced for stage 0
+    assert fetch_announced(inbox, ALICE, other_stage) == Reject("batch_mismatch", pid(ALICE))
+    other_swarm = batch_envelope(BOB, swarm="elsewhere")  # honest in another swarm
+    assert fetch_announced(inbox, BOB, other_swarm) == Reject("batch_mismatch", pid(BOB))
+    assert inbox.current is not None and inbox.current.external == {}
+
+
+def test_a_batch_with_another_group_count_than_announced_is_rejected() -> None:
+    inbox = make_inbox()
+    assert fetch_announced(inbox, ALICE, batch_envelope(ALICE), group_count=1) == Reject(
+        "batch_mismatch", pid(ALICE)
+    )
+
+
+def test_a_forged_reward_is_refused_and_bans_at_once() -> None:
+    inbox = make_inbox()
+    forged = batch_envelope(ALICE, groups=groups_for(pid(ALICE), forge=True))
+    assert fetch_announced(inbox, ALICE, forged) == Reject("forged_reward", pid(ALICE))
+    assert inbox.current is not None and inbox.current.external == {}
+    assert inbox.scores.is_banned(pid(ALICE))  # one proof is enough (threshold 3)
+
+
+def test_without_ban_on_proof_a_forgery_is_one_strike() -> None:
+    inbox = make_inbox(ban_on_proof=False)
+    forged = batch_envelope(ALICE, groups=groups_for(pid(ALICE), forge=True))
+    fetch_announced(inbox, ALICE, forged)
+    assert not inbox.scores.is_banned(pid(ALICE)) and inbox.scores.invalid[pid(ALICE)] == 1
+
+
+def test_equivocation_bans_at_once() -> None:
+    inbox = make_inbox()
+    first, second = batch_envelope(ALICE), batch_envelope(ALICE, groups=groups_for(pid(ALICE))[:1])
+    assert isinstance(inbox.heard(pid(ALICE), announce(ALICE, first)), Fetch)
+    assert inbox.heard(pid(ALICE), announce(ALICE, second, group_count=1)) == Reject(
+        "equivocation", pid(ALICE)
+    )
+    assert inbox.scores.is_banned(pid(ALICE))
+
+
+def test_a_batch_answering_another_peers_questions_is_rejected() -> None:
+    inbox = make_inbox()
+    bobs_questions = groups_for(pid(BOB))  # correctly answered, but assigned to Bob
+    assert set(bobs_questions) != set(groups_for(pid(ALICE)))
+    envelope = batch_envelope(ALICE, groups=bobs_questions)
+    assert fetch_announced(inbox, ALICE, envelope) == Reject("unassigned_question", pid(ALICE))
+
+
+def test_a_peer_banned_after_its_batch_was_accepted_is_not_trained_on() -> None:
+    inbox = make_inbox()
+    assert isinstance(fetch_announced(inbox, ALICE, batch_envelope(ALICE)), Accept)
+    assert isinstance(fetch_announced(inbox, BOB, batch_envelope(BOB)), Accept)
+    inbox.scores.ban(pid(ALICE), "equivocation")  # e.g. caught lying later in the round
+    assert set(inbox.training_pool(inbox.current)) == {pid(BOB)}  # type: ignore[arg-type]
+
+
+def test_the_verdict_decides() -> None:
+    class Refuses(SingleStageGame):
+        def verify(self, batch: RolloutBatch):  # type: ignore[no-untyped-def]
+            from protocol.verification import Verdict
+
+            return Verdict(ok=False, reason="too_few_groups", groups_checked=0)
+
+    inbox = make_inbox()
+    inbox.game = Refuses(seed=SEED, tasks=("echo",), questions_per_round=2, registry=EchoRegistry())
+    assert fetch_announced(inbox, ALICE, batch_envelope(ALICE)) == Reject("too_few_groups", pid(ALICE))
+
+
+def test_announcements_are_judged_against_the_round() -> None:
+    inbox = make_inbox()
+    envelope = batch_envelope(ALICE, round_number=ROUND + 1)
+    assert inbox.heard(pid(ALICE), announce(ALICE, envelope, round_number=ROUND + 1)) == Hold(ROUND + 1)
+    stale = batch_envelope(BOB, round_number=ROUND - 1)
+    assert inbox.heard(pid(BOB), announce(BOB, stale, round_number=ROUND - 1)) == Reject("stale_round", None)
+    far = batch_envelope(BOB, round_number=ROUND + 2)
+    assert inbox.heard(pid(BOB), announce(BOB, far, round_number=ROUND + 2)) == Reject("future_round", None)
+    assert inbox.heard(pid(ME), b"anything") is None  # our own echo
+    relayed = announce(ALICE, batch_envelope(ALICE))
+    assert inbox.heard(pid(BOB), relayed) == Reject("sender_mismatch", pid(BOB))
+
+
+def test_a_sweep_job_is_accepted_from_the_dht_and_a_late_fetch_is_not() -> None:
+    inbox = make_inbox()
+    inbox.known[pid(ALICE)] = ROUND - 1
+    (job,) = list(inbox.sweep([pid(ME)]))
+    assert job == FetchJob(ROUND, 0, pid(ALICE), b"", -1, dht_only=True)
+    inbox.queued(job)
+    assert isinstance(inbox.fetched(job, batch_envelope(ALICE), direct=False), Accept)
+    assert inbox.counters["sweep_recovered"] == 1
+    late = make_inbox()
+    job = job_for(RolloutAnnouncement(SWARM, ROUND, 0, pid(BOB), b"\0" * 32, 2, 10))
+    late.machine.phase = Phase.TRAINING
+    assert not late.may_fetch(job)
+    assert late.rejections["late"] == 1
+
+
+def test_fetch_sampling_defers_by_a_per_peer_hash_and_tops_up() -> None:
+    inbox = make_inbox(fetch_sample=1)
+    inbox.open_round(ROUND, 0, connected=1000)  # fetch probability 0.001: almost all deferred
+    decisions = [inbox.heard(pid(k), announce(k, batch_envelope(k))) for k in (ALICE, BOB)]
+    deferred = [d for d in decisions if isinstance(d, Defer)]
+    assert deferred, decisions
+    top_up = inbox.top_up(ROUND)
+    assert isinstance(top_up, Fetch)
+    assert top_up.job.sender == min(deferred, key=lambda d: (d.priority, d.sender)).sender
+
+
+# ---- the codec's rules that admission relies on ----------------------------------------------
+
+
+def _tamper(message: object, **body: object) -> bytes:
+    top = msgpack.unpackb(codec.encode(message))  # type: ignore[arg-type]
+    top["b"].update(body)
+    return msgpack.packb(top, use_bin_type=True)
+
+
+@pytest.mark.parametrize("field", ["group_count", "size_bytes", "round"])
+def test_true_is_not_a_count(field: str) -> None:
+    message = RolloutAnnouncement(SWARM, 1, 0, pid(ALICE), b"\1" * 32, 1, 100)
+    assert codec.decode(_tamper(message, **{field: 1})) is not None  # 1 itself is fine
+    with pytest.raises(ProtocolError) as error:
+        codec.decode(_tamper(message, **{field: True}))
+    assert error.value.reason == "bad_type"
+
+
+def test_a_hello_round_below_minus_one_is_refused() -> None:
+    from tests.vectors.golden_fixtures import MESSAGES
+
+    hello = MESSAGES["hello"]
+    assert codec.decode(_tamper(hello, current_round=-1)).current_round == -1  # type: ignore[union-attr]
+    with pytest.raises(ProtocolError) as error:
+        codec.decode(_tamper(hello, current_round=-2))
+    assert error.value.reason == "out_of_range"
+
+
+# ---- the choice of external groups --------------------------------------------------------------
+
+
+def test_the_choice_of_external_groups_follows_the_seed_not_the_peer_names() -> None:
+    peers = [f"peer-{i:02d}" for i in range(12)]
+    external = {p: groups_for(p) for p in peers}
+    chosen: list[frozenset[str]] = []
+    for s in range(12):
+        sampled = sample_training_groups(
+            [], external, n_local=0, n_external=4, max_per_peer=1, seed=derive_seed(s, "sample")
+        )
+        chosen.append(frozenset(p for p, _ in sampled.external))
+    assert all(len(c) == 4 for c in chosen)
+    assert len(set(chosen)) > 6  # different seeds, different peers
+    assert any(peers[-1] in c for c in chosen)  # the alphabetically last peer gets its turn
+    assert not all(peers[0] in c for c in chosen)

@@ -1,0 +1,153 @@
+"""The round driver (swarmp2p/peer.py) carries out what the core decides: it trains only on the
+inbox's training pool, releases announcements heard early, wakes on a Hold and records a
+skipped round. Each test fails when the driver drops that duty (scripts/mutants.py).
+
+A Peer on stub ports; events are fed by hand, so no round loop and no network run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import trio
+
+from protocol.admission import Accept, Fetch
+from protocol.messages import Completion, QuestionGroup, QuestionRef
+from protocol.rounds import CoordinatorSaid, Phase, RolloutsReady, Tick
+from swarmp2p.peer import Peer, PeerSettings
+from swarmp2p.ports import InboundMessage, RoundInfo
+from tests.test_admission_rules import (
+    ALICE,
+    BOB,
+    ME,
+    SEED,
+    SWARM,
+    EchoRegistry,
+    announce,
+    batch_envelope,
+    groups_for,
+    pid,
+)
+
+
+class StubNetwork:
+    bounds_waits = True
+
+    def __init__(self, peer_id: str) -> None:
+        self.local_peer_id = peer_id
+
+    def connected_peers(self) -> Sequence[str]:
+        return ()
+
+    def subscribe_inline(self, topic: str, handler: Callable[[InboundMessage], None]) -> bool:
+        return True
+
+
+class StubClock:
+    def __init__(self) -> None:
+        self.now = 0
+
+    def now_ms(self) -> int:
+        return self.now
+
+    async def sleep_wakeable(self, seconds: float, set_waker: Callable[[Callable[[], None]], None]) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+class RecordingPolicy:
+    def __init__(self) -> None:
+        self.trained: list[QuestionGroup] = []
+
+    def generate(self, questions: Sequence[QuestionRef]) -> list[QuestionGroup]:
+        return [QuestionGroup(q, (Completion(str(q.index), 1.0), Completion("no", 0.0))) for q in questions]
+
+    def train(self, groups: Sequence[QuestionGroup]) -> dict[str, float]:
+        self.trained.extend(groups)
+        return {}
+
+    def save(self) -> None:
+        pass
+
+    def load(self) -> bool:
+        return False
+
+
+async def inline(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)
+
+
+def make_peer(**settings: Any) -> tuple[Peer, RecordingPolicy, StubClock]:
+    policy, clock = RecordingPolicy(), StubClock()
+    peer = Peer(
+        PeerSettings(
+            swarm_id=SWARM,
+            seed=SEED,
+            tasks=("echo",),
+            questions_per_round=2,
+            n_local=0,
+            n_external=8,
+            max_groups_per_peer=2,
+            **settings,
+        ),
+        ME,
+        StubNetwork(pid(ME)),  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]  # never polled here
+        policy,
+        EchoRegistry(),
+        clock,  # type: ignore[arg-type]
+        offload=inline,
+    )
+    return peer, policy, clock
+
+
+def open_round(peer: Peer, clock: StubClock, round_number: int) -> None:
+    clock.now = round_number * 10_000 + 100
+    info = RoundInfo(round_number, 0, 1, (round_number + 1) * 10_000)
+    peer._feed(CoordinatorSaid(info.round, info.stage, info.stage_count, info.stage_ends_ms))
+
+
+def accept(peer: Peer, signer: bytes, round_number: int) -> None:
+    envelope = batch_envelope(signer, round_number)
+    decision = peer.inbox.heard(pid(signer), announce(signer, envelope, round_number=round_number))
+    assert isinstance(decision, Fetch)
+    peer.inbox.queued(decision.job)
+    assert isinstance(peer.inbox.fetched(decision.job, envelope, direct=True), Accept)
+
+
+def test_the_driver_trains_only_on_the_pool_without_peers_banned_since() -> None:
+    peer, policy, clock = make_peer()
+    open_round(peer, clock, 5)
+    accept(peer, ALICE, 5)
+    accept(peer, BOB, 5)
+    peer.scores.ban(pid(ALICE), "equivocation")
+    peer.machine.handle(clock.now, RolloutsReady(5))
+    peer.machine.handle(clock.now + 10_000, Tick())
+    assert peer.machine.phase is Phase.TRAINING
+    trio.run(peer._train, 5)
+    assert set(policy.trained) == set(groups_for(pid(BOB), 5))
+
+
+def test_announcements_heard_before_the_round_opened_are_fetched_when_it_does() -> None:
+    peer, _, clock = make_peer()
+    jobs: list[Any] = []
+    peer.fetcher.enqueue = jobs.append  # type: ignore[method-assign]
+    open_round(peer, clock, 5)
+    envelope = batch_envelope(ALICE, 6)
+    peer._on_announcement(InboundMessage("t", pid(ALICE), announce(ALICE, envelope, round_number=6)))
+    assert peer.idle._woken  # the swarm moved on: the idle wait ends at once
+    assert jobs == []
+    open_round(peer, clock, 6)
+    trio.run(peer._generate, 6)
+    assert [job.sender for job in jobs] == [pid(ALICE)]
+
+
+def test_a_skipped_round_is_recorded_once() -> None:
+    peer, _, clock = make_peer(min_round_remaining=0.5)
+    open_round(peer, clock, 0)
+    open_round(peer, clock, 1)  # learns the stage length
+    clock.now = 2 * 10_000 + 8_000  # 2 s of round 2 left
+    for _ in range(2):
+        peer._feed(CoordinatorSaid(2, 0, 1, 3 * 10_000))
+    assert [(r.round, r.skipped) for r in peer.history if r.skipped] == [(2, True)]
+    assert peer.counters["rounds_skipped"] == 1
