@@ -239,8 +239,13 @@ class Node:
             max_announce_bytes=setup.peer_settings.max_announce_bytes,
         )
 
+        from swarmp2p.dashboard.feed import RolloutFeed
+
+        feed = RolloutFeed()
+
         def status() -> dict[str, Any]:
             snapshot = peer.status()
+            snapshot["rollouts"] = feed.observe(getattr(peer, "_state", None), identity.peer_id)
             # The ids, not just their count: the dashboard's "Connected peers" lists them.
             snapshot["peers"] = sorted(network.connected_peers())
             snapshot["network"] = network.status()

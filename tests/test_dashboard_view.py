@@ -85,7 +85,7 @@ def test_view_of_a_node_status_has_every_section() -> None:
     assert view["schedule"] == {"genesis_ms": 1000, "round_ms": 8000, "stage_count": 1}
     # The reward series is the data, not a 0-1 frame; the before-training eval sits a round early.
     assert view["reward_series"][0]["points"] == [[r, 0.05 + 0.01 * r] for r in range(1, 5)]
-    assert view["eval_series"][0]["points"] == [[0, 0.1], [4, 0.3]]
+    assert view["eval_series"][0]["points"] == [[0, 0.1], [4, 0.3]] and view["eval_start"] == 0
     # The rejected column shows the real count (a record's rejections are per reason).
     row3 = next(row for row in view["rounds"] if row["round"] == 3)
     assert row3["rejected"] == 27 and "out_of_round 20" in row3["reasons"]
@@ -168,6 +168,11 @@ def test_an_experiment_dir_gives_one_curve_per_arm(tmp_path: Path) -> None:
     assert view["eval_series"][0]["points"] == [[0, 0.1], [5, 0.1 + 0.02 * 5]]
     assert [row["peer_id"] for row in view["leaderboard"]] == [BOB, ALICE]
     assert view["rejections"] == [["forged_reward", 3]]
+    # A big experiment (8 arms x 3 seeds x 8 peers) shows its top rows, and says so.
+    jobs[0]["peers"] = [{"peer_id": f"12D3KooW{i}", "rewards": [i / 100]} for i in range(40)]
+    (tmp_path / "jobs.json").write_text(json.dumps(jobs))
+    view = build_view(normalize_status(experiment_status(tmp_path)))
+    assert len(view["leaderboard"]) == 25 and "top 25 of 40" in view["leaderboard_note"]
 
 
 def test_the_static_report_inlines_the_status_safely(tmp_path: Path) -> None:
@@ -200,3 +205,31 @@ def test_a_node_dashboard_with_its_rounds_log_shows_rounds_from_before_a_restart
         return [row["round"] for row in json.loads(body)["history"]]
 
     assert trio.run(main) == list(range(121))
+
+
+def test_the_live_rollout_feed_keeps_the_newest_rounds_and_never_raises() -> None:
+    from types import SimpleNamespace
+
+    from swarmp2p.dashboard.feed import RolloutFeed
+
+    def work(round_number: int) -> SimpleNamespace:
+        local = [
+            QuestionGroup(QuestionRef("chain_sum", 1, round_number), (Completion("<answer>3</answer>", 1.0),))
+        ]
+        external = {BOB: (QuestionGroup(QuestionRef("leg_counting", 1, 2), (Completion("4", 0.5),)),)}
+        return SimpleNamespace(round=round_number, local=local, inbox=SimpleNamespace(external=external))
+
+    feed = RolloutFeed(limit=4)
+    assert feed.observe(None, ME) == []  # before the first round
+    assert feed.observe(object(), ME) == []  # a work object of another shape
+    for round_number in range(5):
+        entries = feed.observe(work(round_number), ME)
+        entries = feed.observe(work(round_number), ME)  # asked twice in a round: no duplicates
+    assert [(e["round"], e["verdict"]) for e in entries] == [
+        (4, "local"),
+        (4, "verified"),
+        (3, "local"),
+        (3, "verified"),
+    ]
+    view = build_view(normalize_status({"peer_id": ME, "rollouts": entries}))
+    assert view["feed"][1]["name"] == peer_name(BOB) and view["feed"][1]["completions"][0]["reward"] == 0.5

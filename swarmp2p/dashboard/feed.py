@@ -59,3 +59,30 @@ def round_rollouts(
         entry = {"peer_id": peer, "task": None, "index": None, "completions": [], "verdict": "rejected"}
         entries.append({**entry, "reason": reason})
     return entries[:max_entries]
+
+
+class RolloutFeed:
+    """The node's live rollout feed: `observe(work, me)` reads the round in progress (the peer's
+    `RoundWork`: its local groups, the batches its inbox verified) each time the dashboard asks
+    for a status, and keeps the newest `limit` entries across rounds. Reading is defensive: a
+    work object of another shape gives no new entries, never an error."""
+
+    def __init__(self, limit: int = 24) -> None:
+        self.limit = limit
+        self._entries: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+    def observe(self, work: Any, me: str) -> list[dict[str, Any]]:
+        try:
+            round_number = int(work.round)
+            inbox = getattr(work, "inbox", None)
+            external = dict(getattr(inbox, "external", None) or {})
+            for entry in round_rollouts(me, list(getattr(work, "local", None) or ()), external):
+                entry["round"] = round_number
+                key = (round_number, entry["peer_id"], entry["task"], entry["index"])
+                self._entries.setdefault(key, entry)
+        except Exception:  # no round yet (None), or a RoundWork of another shape
+            pass
+        if len(self._entries) > self.limit:
+            for key in sorted(self._entries, key=lambda k: k[0])[: len(self._entries) - self.limit]:
+                del self._entries[key]
+        return sorted(self._entries.values(), key=lambda e: -e["round"])

@@ -70,10 +70,16 @@ function drawChart(chart, series, opts) {
       fill: "#5b6473"}, fmtTick(y, step)));
   }
   const xstep = Math.max(1, niceStep(x1 - x0, 6));
-  for (let x = Math.ceil(x0 / xstep) * xstep, i = 0; x <= x1 && i < 20; x += xstep, i++) {
+  const ticks = [];
+  for (let x = Math.ceil(x0 / xstep) * xstep, i = 0; x <= x1 && i < 20; x += xstep, i++) ticks.push(x);
+  // A named first point (the evaluation before training): its name, and no number beside it.
+  const start = isNum(opts.startX) && opts.startX === x0 ? opts.startX : null;
+  const labels = ticks.filter(x => start === null || sx(x) - sx(start) > 40).map(x => [x, String(Math.round(x * 100) / 100)]);
+  if (start !== null) labels.unshift([start, opts.startLabel]);
+  for (const [x, label] of labels) {
     chart.appendChild(svg("line", {x1: sx(x), x2: sx(x), y1: H - B, y2: H - B + 4, stroke: "#98a2b3"}));
     chart.appendChild(svg("text", {x: sx(x), y: H - B + 16, "text-anchor": "middle", "font-size": 11,
-      fill: "#5b6473"}, (opts.xname && x === x0) ? opts.xname(x) : String(Math.round(x * 100) / 100)));
+      fill: "#5b6473"}, label));
   }
   chart.appendChild(svg("line", {x1: L, x2: W - R, y1: H - B, y2: H - B, stroke: "#98a2b3"}));
   chart.appendChild(svg("text", {x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle", "font-size": 11,
@@ -151,7 +157,7 @@ function render(body) {
   drawChart($("chart"), v.reward_series || [], {empty: "no rounds yet", ylabel: "reward"});
   const evalX = body.eval_x || "round";
   drawChart($("evalchart"), v.eval_series || [], {empty: "no held-out evaluation yet", xlabel: evalX,
-    ylabel: "accuracy / reward", legend: true});
+    ylabel: "accuracy / reward", legend: true, startX: v.eval_start, startLabel: "start"});
   let note = last && last.simulated ? "simulated learner: accuracy is its simulated skill" : "";
   if (last && isNum(last.questions)) note += (note ? " · " : "") + last.questions + " questions" +
     (isNum(last.seconds) ? " in " + last.seconds.toFixed(1) + " s" : "");

@@ -27,6 +27,7 @@ TRAIN_METRICS = (
 )
 _ROUNDS_SHOWN = 30
 _FEED_SHOWN = 24
+_LEADERBOARD_SHOWN = 25
 _RECENT = 10  # rounds a leaderboard's recent mean reward covers
 
 
@@ -77,6 +78,15 @@ def _eval_series(status: Mapping[str, Any], history: list[dict[str, Any]]) -> li
     if reward:
         series.append(_series("held-out reward", reward, dash=True))
     return series
+
+
+def _eval_start(status: Mapping[str, Any], history: list[dict[str, Any]]) -> int | None:
+    """Where the before-training evaluation (round null) sits on the x axis, if there is one."""
+    evals = status.get("eval_history") or []
+    if isinstance(status.get("eval_series"), list) or not any(row.get("round") is None for row in evals):
+        return None
+    rounds = [row["round"] for row in [*history, *evals] if is_number(row.get("round"))]
+    return min(rounds) - 1 if rounds else 0
 
 
 def _train_series(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -236,6 +246,9 @@ def _leaderboard(
     )
     for rank, row in enumerate(rows, 1):
         row["rank"] = rank
+    if len(rows) > _LEADERBOARD_SHOWN:
+        note = f"{note} · top {_LEADERBOARD_SHOWN} of {len(rows)}".lstrip(" ·")
+        rows = rows[:_LEADERBOARD_SHOWN]
     return rows, note
 
 
@@ -308,6 +321,7 @@ def build_view(status: Mapping[str, Any]) -> dict[str, Any]:
         "rounds_recorded": len(history),
         "reward_series": _reward_series(status, history),
         "eval_series": _eval_series(status, history),
+        "eval_start": _eval_start(status, history),
         "train_series": _train_series(history),
         "rounds": _rounds_table(history),
         "rejections": _rejections(status, history),
