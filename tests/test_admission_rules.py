@@ -274,3 +274,189 @@ def test_the_choice_of_external_groups_follows_the_seed_not_the_peer_names() -> 
     assert len(set(chosen)) > 6  # different seeds, different peers
     assert any(peers[-1] in c for c in chosen)  # the alphabetically last peer gets its turn
     assert not all(peers[0] in c for c in chosen)
+
+
+# ---- every other rule of a fetched batch --------------------------------------------------------
+
+
+def test_bytes_that_are_not_the_announced_batch_are_refused_and_blamed_only_from_the_announcer() -> None:
+    inbox = make_inbox()
+    announced, other = batch_envelope(ALICE), batch_envelope(ALICE, groups=groups_for(pid(ALICE))[:1])
+    assert fetch_announced(inbox, ALICE, announced, served=other) == Reject("digest_mismatch", pid(ALICE))
+    inbox = make_inbox()
+    decision = inbox.heard(pid(ALICE), announce(ALICE, announced))
+    assert isinstance(decision, Fetch)
+    # From the DHT the record may be someone else's doing: not blamed.
+    assert inbox.fetched(decision.job, other, direct=False) == Reject("digest_mismatch", None)
+
+
+def test_a_fetched_message_of_another_kind_is_refused() -> None:
+    inbox = make_inbox()
+    not_a_batch = announce(ALICE, batch_envelope(ALICE))  # a signed announcement, not a batch
+    assert fetch_announced(inbox, ALICE, not_a_batch) == Reject("wrong_kind", pid(ALICE))
+
+
+def test_a_batch_verified_after_the_collect_deadline_is_late() -> None:
+    inbox = make_inbox()
+    envelope = batch_envelope(ALICE)
+    decision = inbox.heard(pid(ALICE), announce(ALICE, envelope))
+    assert isinstance(decision, Fetch)
+    inbox.machine.phase = Phase.TRAINING  # the deadline passed while the fetch ran
+    assert inbox.fetched(decision.job, envelope, direct=True) == Reject("late", None)
+    assert inbox.current is not None and inbox.current.external == {}
+
+
+def test_a_peer_banned_while_its_batch_was_fetched_is_not_accepted() -> None:
+    inbox = make_inbox()
+    envelope = batch_envelope(ALICE)
+    decision = inbox.heard(pid(ALICE), announce(ALICE, envelope))
+    assert isinstance(decision, Fetch)
+    inbox.scores.ban(pid(ALICE), "equivocation")
+    assert inbox.fetched(decision.job, envelope, direct=True) == Reject("banned", None)
+    assert inbox.current is not None and inbox.current.external == {}
+
+
+def test_a_swept_batch_that_conflicts_with_a_later_announcement_is_not_accepted() -> None:
+    inbox = make_inbox()
+    inbox.known[pid(ALICE)] = ROUND - 1
+    (job,) = list(inbox.sweep([]))
+    announced = batch_envelope(ALICE, groups=groups_for(pid(ALICE))[:1])
+    assert isinstance(inbox.heard(pid(ALICE), announce(ALICE, announced, group_count=1)), Fetch)
+    assert inbox.fetched(job, batch_envelope(ALICE), direct=False) == Reject("sweep_conflict", None)
+    assert not inbox.scores.invalid  # not blamed: the record may predate a restart
+
+
+def test_nothing_found_is_a_failed_fetch_or_a_missing_sweep_record_never_a_strike() -> None:
+    inbox = make_inbox()
+    decision = inbox.heard(pid(ALICE), announce(ALICE, batch_envelope(ALICE)))
+    assert isinstance(decision, Fetch)
+    assert inbox.fetched(decision.job, None, direct=False) == Reject("fetch_failed", None)
+    sweep_job = FetchJob(ROUND, 0, pid(BOB), b"", -1, dht_only=True)
+    assert inbox.fetched(sweep_job, None, direct=False) is None
+    assert inbox.counters["sweep_missing"] == 1 and not inbox.scores.invalid
+
+
+def test_we_never_strike_ourselves() -> None:
+    inbox = make_inbox()
+    inbox.reject("forged_reward", blame=pid(ME))
+    assert not inbox.scores.invalid and not inbox.scores.banned
+    assert inbox.rejections["forged_reward"] == 1
+
+
+# ---- every other rule of an announcement --------------------------------------------------------
+
+
+def test_a_banned_peer_is_dropped_before_its_announcement_is_opened() -> None:
+    inbox = make_inbox()
+    inbox.scores.ban(pid(ALICE), "equivocation")
+    assert inbox.heard(pid(ALICE), b"\xc1 not even msgpack") == Reject("banned", None)
+
+
+def test_an_oversized_announcement_is_blamed_before_it_is_opened() -> None:
+    inbox = make_inbox(max_announce_bytes=100)
+    data = announce(ALICE, batch_envelope(ALICE))
+    assert len(data) > 100
+    assert inbox.heard(pid(ALICE), data) == Reject("oversized", pid(ALICE))
+
+
+def test_a_message_of_another_kind_or_swarm_on_the_topic_is_refused() -> None:
+    inbox = make_inbox()
+    assert inbox.heard(pid(ALICE), batch_envelope(ALICE)) == Reject("wrong_kind", pid(ALICE))
+    elsewhere = seal(RolloutAnnouncement("elsewhere", ROUND, 0, pid(BOB), b"\1" * 32, 2, 100), BOB)
+    assert inbox.heard(pid(BOB), elsewhere) == Reject("wrong_swarm", pid(BOB))
+
+
+def test_an_announcement_for_the_previous_round_is_stale() -> None:
+    inbox = make_inbox()
+    old = batch_envelope(ALICE, round_number=ROUND - 1)
+    assert inbox.heard(pid(ALICE), announce(ALICE, old, round_number=ROUND - 1)) == Reject(
+        "stale_round", None
+    )
+
+
+def test_early_announcements_are_kept_once_per_peer_and_bounded() -> None:
+    inbox = make_inbox(max_fetch_per_round=1)
+    first = announce(ALICE, batch_envelope(ALICE, ROUND + 1), round_number=ROUND + 1)
+    assert inbox.heard(pid(ALICE), first) == Hold(ROUND + 1)
+    assert inbox.heard(pid(ALICE), first) == Reject("future_round", None)  # once per peer
+    second = announce(BOB, batch_envelope(BOB, ROUND + 1), round_number=ROUND + 1)
+    assert inbox.heard(pid(BOB), second) == Reject("future_round", None)  # bounded
+    assert set(inbox.early[ROUND + 1]) == {pid(ALICE)}
+
+
+def test_an_announcement_after_the_collect_deadline_is_late() -> None:
+    inbox = make_inbox()
+    inbox.machine.phase = Phase.TRAINING
+    assert inbox.heard(pid(ALICE), announce(ALICE, batch_envelope(ALICE))) == Reject("late", None)
+
+
+def test_an_announcement_for_another_stage_is_refused() -> None:
+    inbox = make_inbox()
+    envelope = batch_envelope(ALICE, stage=1)
+    announcement = RolloutAnnouncement(
+        SWARM, ROUND, 1, pid(ALICE), hashlib.sha256(envelope).digest(), 2, len(envelope)
+    )
+    assert inbox.heard(pid(ALICE), seal(announcement, ALICE)) == Reject("wrong_stage", None)
+
+
+def test_repeats_are_duplicates_until_the_flood_threshold_strikes_once() -> None:
+    inbox = make_inbox(max_duplicates_per_round=2)
+    data = announce(ALICE, batch_envelope(ALICE))
+    assert isinstance(inbox.heard(pid(ALICE), data), Fetch)
+    assert [inbox.heard(pid(ALICE), data) for _ in range(4)] == [
+        Reject("duplicate", None),
+        Reject("duplicate", None),
+        Reject("flood", pid(ALICE)),
+        Reject("duplicate", None),
+    ]
+    assert inbox.scores.invalid[pid(ALICE)] == 1
+
+
+def test_an_announced_batch_over_the_size_cap_is_not_fetched() -> None:
+    inbox = make_inbox(max_batch_bytes=100)
+    assert inbox.heard(pid(ALICE), announce(ALICE, batch_envelope(ALICE))) == Reject("oversized", pid(ALICE))
+
+
+def test_the_fetch_limit_holds_per_round() -> None:
+    inbox = make_inbox(max_fetch_per_round=1)
+    first = inbox.heard(pid(ALICE), announce(ALICE, batch_envelope(ALICE)))
+    assert isinstance(first, Fetch)
+    inbox.queued(first.job)
+    assert inbox.heard(pid(BOB), announce(BOB, batch_envelope(BOB))) == Reject("fetch_limit", None)
+
+
+def test_fetch_sampling_fetches_about_the_sample() -> None:
+    peers = [key(f"p{i}") for i in range(40)]
+    inbox = make_inbox(fetch_sample=8, max_fetch_per_round=1000)
+    inbox.open_round(ROUND, 0, connected=len(peers))
+    decisions = [inbox.heard(pid(k), announce(k, batch_envelope(k))) for k in peers]
+    fetched = sum(isinstance(d, Fetch) for d in decisions)
+    assert 2 <= fetched <= 20, fetched  # about 8 of 40, chosen by hash
+    assert fetched + sum(isinstance(d, Defer) for d in decisions) == len(peers)
+    plain = make_inbox(max_fetch_per_round=1000)  # fetch_sample 0: every one
+    assert all(isinstance(plain.heard(pid(k), announce(k, batch_envelope(k))), Fetch) for k in peers)
+
+
+def test_a_top_up_skips_peers_banned_since_they_were_deferred() -> None:
+    inbox = make_inbox(fetch_sample=1)
+    inbox.open_round(ROUND, 0, connected=10_000)
+    for k in (ALICE, BOB):
+        assert isinstance(inbox.heard(pid(k), announce(k, batch_envelope(k))), Defer)
+    first = min(inbox.current.deferred.items(), key=lambda item: (item[1][0], item[0]))[0]  # type: ignore[union-attr]
+    inbox.scores.ban(first, "equivocation")
+    top_up = inbox.top_up(ROUND)
+    assert isinstance(top_up, Fetch) and top_up.job.sender != first
+    assert inbox.top_up(ROUND) is None
+
+
+def test_the_sweep_skips_us_peers_that_announced_and_banned_peers() -> None:
+    inbox = make_inbox()
+    carol = key("carol")
+    for k in (ALICE, BOB, carol):
+        inbox.known[pid(k)] = ROUND - 1
+    assert isinstance(inbox.heard(pid(ALICE), announce(ALICE, batch_envelope(ALICE))), Fetch)
+    inbox.scores.ban(pid(BOB), "equivocation")
+    assert [job.sender for job in inbox.sweep([pid(ME)])] == [pid(carol)]
+    inbox.known = {pid(ALICE): ROUND - 20}  # too long ago: forgotten
+    inbox.open_round(ROUND, 0, connected=0)
+    assert list(inbox.sweep([])) == []

@@ -223,3 +223,32 @@ class ScheduledRounds(RuleBasedStateMachine):
 
 ScheduledRounds.TestCase.settings = settings(stateful_step_count=40)
 TestScheduledRounds = ScheduledRounds.TestCase
+
+
+def test_the_stage_length_is_the_smallest_estimate_seen() -> None:
+    from protocol.rounds import learn_stage_ms
+
+    assert learn_stage_ms(None, said(0), said(1)) == STAGE_MS
+    # A chain stage that nobody advanced lasts longer than its duration: never undercut.
+    assert learn_stage_ms(STAGE_MS, said(1), said(2, ends_ms=3 * STAGE_MS + 2_000)) == STAGE_MS
+    assert learn_stage_ms(STAGE_MS, said(1), said(3, ends_ms=2 * STAGE_MS + 16_000)) == 8_000
+    assert learn_stage_ms(STAGE_MS, said(2), said(1)) == STAGE_MS  # not later: nothing learned
+
+
+def test_the_idle_wait_ends_at_the_collect_deadline_and_at_the_stage_end() -> None:
+    machine = RoundMachine(timing=RoundTiming(dht_sweep=False))
+    machine.handle(0, said(0))
+    machine.handle(1, RolloutsReady(0))
+    assert machine.phase is Phase.COLLECTING
+    assert machine.wake_at_ms(100, 60_000) == machine.collect_until_ms == 6_000
+    machine.handle(6_000, Tick())
+    assert machine.wake_at_ms(7_000, 60_000) == STAGE_MS  # the stage end: poll for the next round
+    assert machine.wake_at_ms(7_000, 500) == 7_500
+
+
+def test_a_round_is_over_at_its_end_and_only_while_in_progress() -> None:
+    machine = RoundMachine()
+    assert not machine.round_over(10**9)  # IDLE
+    machine.handle(0, said(0))
+    assert not machine.round_over(STAGE_MS - 1)
+    assert machine.round_over(STAGE_MS)
