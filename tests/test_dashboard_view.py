@@ -120,6 +120,10 @@ def test_a_data_dir_gives_its_whole_rounds_log_and_no_countdown_when_stopped(tmp
     assert status["peer_id"] == ME and status["round"] == 149 and status["phase"] == "stopped"
     view = build_view(status)
     assert view["swarm_id"] == "s1" and view["schedule"] is None and view["rounds_recorded"] == 150
+    # A node running on the dir without a dashboard of its own: the files, and the countdown.
+    (tmp_path / "node.json").write_text(json.dumps({"peer_id": ME, "pid": 1}))
+    running = normalize_status(status_of_path(tmp_path))
+    assert running["phase"] == "running" and build_view(running)["schedule"]["round_ms"] == 8000
     # A running node's live status adds what the log lacks yet and keeps the countdown.
     live = data_dir_status(tmp_path, live={"peer_id": ME, "round": 151, "history": [node_record(150)]})
     assert [row["round"] for row in live["history"]][-2:] == [149, 150]

@@ -232,7 +232,9 @@ def is_data_dir(path: Path) -> bool:
     return (path / "rounds.jsonl").is_file() or (path / "swarm.json").is_file()
 
 
-def data_dir_status(directory: Path, *, live: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def data_dir_status(
+    directory: Path, *, live: Mapping[str, Any] | None = None, running: bool = False
+) -> dict[str, Any]:
     """A node's data dir in the dashboard's schema: the whole rounds.jsonl as history (not only
     the rounds since the node last started), the held-out evaluations, the swarm's schedule;
     `live` (the running node's own status) supplies what only the running node knows."""
@@ -242,7 +244,7 @@ def data_dir_status(directory: Path, *, live: Mapping[str, Any] | None = None) -
     status.setdefault("source", "node")
     status.setdefault("peer_id", last.get("peer_id"))
     status.setdefault("round", last.get("round"))
-    status.setdefault("phase", "running" if live else "stopped")
+    status.setdefault("phase", "running" if live or running else "stopped")
     if "peers" not in status:
         status["peers"] = list(last.get("accepted_peers") or [])
     schedule_path = directory / "swarm.json"
@@ -260,7 +262,7 @@ def data_dir_status(directory: Path, *, live: Mapping[str, Any] | None = None) -
         status.setdefault(
             "eval", next((row["eval"] for row in history[::-1] if isinstance(row.get("eval"), dict)), None)
         )
-    if not live:
+    if not live and not running:
         status["stopped"] = True  # no countdown: the round clock runs on, this node does not
     return status
 
@@ -319,7 +321,8 @@ def status_of_path(path: Path) -> dict[str, Any]:
                     live = fetch_json(url.rstrip("/") + "/api/status", timeout_s=2.0)
                 except StatusUnavailable:
                     live = None  # a stale node.json, or a node that is stopping: the files still tell
-            return data_dir_status(path, live=live)
+            # node.json exists while a node runs on the dir (it is removed at exit).
+            return data_dir_status(path, live=live, running=(path / "node.json").exists())
         raise StatusUnavailable(
             f"{path} holds no rounds.jsonl, report.json or table.json "
             "(not a data dir, simulation or experiment)"
