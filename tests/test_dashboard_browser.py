@@ -198,6 +198,12 @@ def test_dashboard_of_a_running_two_node_swarm(browser: Any, tmp_path: Path) -> 
             return status if accepted and len(status["history"]) >= 2 else None
 
         wait_for(swarmed, 150, "a round in which the first node verified the second's batch")
+
+        def fed() -> bool:
+            rollouts = get_json(url + "api/status").get("rollouts", [])
+            return any(e["peer_id"] == second_id and e["verdict"] == "verified" for e in rollouts)
+
+        wait_for(fed, 60, "a verified rollout of the second node in the feed")
         send_garbage_request(addr, first_id)
         status = wait_for(
             lambda: (s := get_json(url + "api/status"))["rejections"].get("request_malformed") and s,
@@ -223,6 +229,9 @@ def test_dashboard_of_a_running_two_node_swarm(browser: Any, tmp_path: Path) -> 
         contributions = table_texts(page, "contributions")
         assert any(peer_name(second_id) in row and "connected" in row for row in contributions), contributions
         assert any("request_malformed" in row for row in table_texts(page, "rejections"))
+        feed = [entry.inner_text() for entry in page.query_selector_all("#feed .entry")]
+        assert any("verified" in entry and peer_name(second_id) in entry for entry in feed), feed
+        assert any("local" in entry and peer_name(first_id) in entry for entry in feed), feed
         assert page.query_selector_all("#chart circle"), "reward points drawn"
         assert "no rounds yet" not in body
         assert page.inner_text("#swarm_id") == status["schedule"]["swarm_id"]
