@@ -246,6 +246,7 @@ class Node:
         def status() -> dict[str, Any]:
             snapshot = peer.status()
             snapshot["rollouts"] = feed.observe(getattr(peer, "_state", None), identity.peer_id)
+            snapshot["peer_rewards"] = feed.peer_rewards()  # the leaderboard's rewards of others
             # The ids, not just their count: the dashboard's "Connected peers" lists them.
             snapshot["peers"] = sorted(network.connected_peers())
             snapshot["network"] = network.status()

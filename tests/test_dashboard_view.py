@@ -9,6 +9,7 @@ import re
 import urllib.request
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -221,7 +222,8 @@ def test_the_live_rollout_feed_keeps_the_newest_rounds_and_never_raises() -> Non
             QuestionGroup(QuestionRef("chain_sum", 1, round_number), (Completion("<answer>3</answer>", 1.0),))
         ]
         external = {BOB: (QuestionGroup(QuestionRef("leg_counting", 1, 2), (Completion("4", 0.5),)),)}
-        return SimpleNamespace(round=round_number, local=local, inbox=SimpleNamespace(external=external))
+        inbox = SimpleNamespace(external=external, external_reward={BOB: 0.1 * round_number})
+        return SimpleNamespace(round=round_number, local=local, inbox=inbox)
 
     feed = RolloutFeed(limit=4)
     assert feed.observe(None, ME) == []  # before the first round
@@ -235,5 +237,16 @@ def test_the_live_rollout_feed_keeps_the_newest_rounds_and_never_raises() -> Non
         (3, "local"),
         (3, "verified"),
     ]
-    view = build_view(normalize_status({"peer_id": ME, "rollouts": entries}))
+    # Others' rewards as verified here (what winners are ranked by): the leaderboard's.
+    assert feed.peer_rewards() == {BOB: pytest.approx(0.2)}  # rounds 0-4
+    status = {
+        "peer_id": ME,
+        "rollouts": entries,
+        "peer_rewards": feed.peer_rewards(),
+        "history": [node_record(1)],
+    }
+    view = build_view(normalize_status(status))
     assert view["feed"][1]["name"] == peer_name(BOB) and view["feed"][1]["completions"][0]["reward"] == 0.5
+    board = {row["peer_id"]: row for row in view["leaderboard"]}
+    assert board[BOB]["reward"] == pytest.approx(0.2) and board[BOB]["name"] == peer_name(BOB)
+    assert [row["peer_id"] for row in view["leaderboard"]] == [BOB, ME, ALICE]  # 0.2 > 0.06 > unknown

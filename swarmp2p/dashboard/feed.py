@@ -67,15 +67,33 @@ class RolloutFeed:
     for a status, and keeps the newest `limit` entries across rounds. Reading is defensive: a
     work object of another shape gives no new entries, never an error."""
 
-    def __init__(self, limit: int = 24) -> None:
+    def __init__(self, limit: int = 24, reward_rounds: int = 10, max_peers: int = 1000) -> None:
         self.limit = limit
+        self.reward_rounds = reward_rounds
+        self.max_peers = max_peers
         self._entries: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._rewards: dict[str, dict[int, float]] = {}  # peer -> round -> verified batch reward
+
+    def peer_rewards(self) -> dict[str, float]:
+        """Each other peer's mean verified batch reward over the last rounds seen: what this node
+        ranks winners by (round_steps.report), for the leaderboard."""
+        return {peer: sum(rounds.values()) / len(rounds) for peer, rounds in self._rewards.items() if rounds}
+
+    def _note_rewards(self, round_number: int, rewards: dict[str, float]) -> None:
+        for peer, reward in rewards.items():
+            if peer not in self._rewards and len(self._rewards) >= self.max_peers:
+                continue
+            rounds = self._rewards.setdefault(str(peer), {})
+            rounds[round_number] = float(reward)
+            for old in sorted(rounds)[: max(0, len(rounds) - self.reward_rounds)]:
+                del rounds[old]
 
     def observe(self, work: Any, me: str) -> list[dict[str, Any]]:
         try:
             round_number = int(work.round)
             inbox = getattr(work, "inbox", None)
             external = dict(getattr(inbox, "external", None) or {})
+            self._note_rewards(round_number, dict(getattr(inbox, "external_reward", None) or {}))
             for entry in round_rollouts(me, list(getattr(work, "local", None) or ()), external):
                 entry["round"] = round_number
                 key = (round_number, entry["peer_id"], entry["task"], entry["index"])

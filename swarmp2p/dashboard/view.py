@@ -172,7 +172,8 @@ def _contributions(
     )
     banned = set(map(str, status.get("banned") or []))
     connected = set(status.get("peers") or [])
-    ids = (set(accepted) | set(sampled) | set(rejected) | banned | connected) - {me}
+    rewarded = status.get("peer_rewards") if isinstance(status.get("peer_rewards"), Mapping) else {}
+    ids = (set(accepted) | set(sampled) | set(rejected) | set(rewarded) | banned | connected) - {me}
     rows = [
         {
             "peer_id": peer,
@@ -220,13 +221,15 @@ def _leaderboard(
                     "note": "this node",
                 }
             )
+        seen = status.get("peer_rewards") if isinstance(status.get("peer_rewards"), Mapping) else {}
         for row in contributions:
-            if row["accepted"] or row["sampled"]:
+            if row["accepted"] or row["sampled"] or row["peer_id"] in seen:
+                reward = seen.get(row["peer_id"])
                 rows.append(
                     {
                         "peer_id": row["peer_id"],
                         "name": row["name"],
-                        "reward": None,
+                        "reward": reward if is_number(reward) else None,
                         "rounds": row["accepted"],
                         "accepted": row["accepted"],
                         "sampled": row["sampled"],
@@ -234,7 +237,8 @@ def _leaderboard(
                     }
                 )
         note = (
-            f"as this node saw it: own reward = mean of its last {_RECENT} rounds; rounds = rounds "
+            f"as this node saw it: reward = mean of the last {_RECENT} rounds (own completions; "
+            "others: their batches verified here, what winners are ranked by); rounds = rounds "
             "completed (own) or rounds whose batch verified here (others)"
         )
     rows.sort(
