@@ -239,7 +239,7 @@ class Node:
             max_announce_bytes=setup.peer_settings.max_announce_bytes,
         )
 
-        from swarmp2p.dashboard.feed import RolloutFeed
+        from swarmp2p.dashboard.feed import RolloutFeed, peer_faults
 
         feed = RolloutFeed()
 
@@ -247,6 +247,7 @@ class Node:
             snapshot = peer.status()
             snapshot["rollouts"] = feed.observe(getattr(peer, "_state", None), identity.peer_id)
             snapshot["peer_rewards"] = feed.peer_rewards()  # the leaderboard's rewards of others
+            snapshot["peer_rejections"] = peer_faults(peer)  # per peer: messages blamed on it
             # The ids, not just their count: the dashboard's "Connected peers" lists them.
             snapshot["peers"] = sorted(network.connected_peers())
             snapshot["network"] = network.status()

@@ -77,6 +77,7 @@ def test_view_of_a_node_status_has_every_section() -> None:
             "peers": [ALICE, BOB],
             "history": history,
             "rejections": {"out_of_round": 20, "forged_reward": 9, "malformed": 1},
+            "peer_rejections": {BOB: 3},
             "schedule": {"swarm_id": "abc", "genesis_ms": 1000, "round_ms": 8000, "stage_count": 1},
             "eval_history": [{"round": None, "accuracy": 0.1, "reward": 0.2}, {"round": 4, "accuracy": 0.3}],
         }
@@ -96,6 +97,7 @@ def test_view_of_a_node_status_has_every_section() -> None:
     assert contributions[ALICE]["accepted"] == 4 and contributions[ALICE]["sampled"] == 4
     assert contributions[BOB]["accepted"] == 2 and contributions[BOB]["sampled"] == 0
     assert contributions[BOB]["name"] == peer_name(BOB) and contributions[BOB]["connected"]
+    assert contributions[BOB]["rejected"] == 3 and contributions[ALICE]["rejected"] == 0
     board = view["leaderboard"]
     assert board[0]["peer_id"] == ME and board[0]["rank"] == 1 and board[0]["rounds"] == 4
     assert {row["peer_id"] for row in board} == {ME, ALICE, BOB}
@@ -250,3 +252,17 @@ def test_the_live_rollout_feed_keeps_the_newest_rounds_and_never_raises() -> Non
     board = {row["peer_id"]: row for row in view["leaderboard"]}
     assert board[BOB]["reward"] == pytest.approx(0.2) and board[BOB]["name"] == peer_name(BOB)
     assert [row["peer_id"] for row in view["leaderboard"]] == [BOB, ME, ALICE]  # 0.2 > 0.06 > unknown
+
+
+def test_peer_faults_are_the_messages_blamed_on_each_peer() -> None:
+    from types import SimpleNamespace
+
+    from protocol.scoring import PeerScores
+    from swarmp2p.dashboard.feed import peer_faults
+
+    scores = PeerScores()
+    scores.record_invalid(BOB, "forged_reward")
+    scores.record_invalid(BOB, "malformed")
+    scores.record_valid(ALICE)
+    assert peer_faults(SimpleNamespace(scores=scores)) == {BOB: 2}
+    assert peer_faults(object()) == {}

@@ -104,3 +104,14 @@ class RolloutFeed:
             for key in sorted(self._entries, key=lambda k: k[0])[: len(self._entries) - self.limit]:
                 del self._entries[key]
         return sorted(self._entries.values(), key=lambda e: -e["round"])
+
+
+def peer_faults(peer: Any) -> dict[str, int]:
+    """Messages blamed on each other peer (the peer's `PeerScores.invalid`: forged rewards,
+    malformed or oversized batches, ...), the contribution table's "rejected"; {} when the peer
+    keeps no scores."""
+    invalid = getattr(getattr(peer, "scores", None), "invalid", None)
+    try:
+        return {str(sender): int(count) for sender, count in dict(invalid or {}).items()}
+    except (TypeError, ValueError):
+        return {}

@@ -179,7 +179,7 @@ def _contributions(
             "peer_id": peer,
             "name": peer_name(peer),
             "accepted": accepted[peer],
-            "rejected": rejected.get(peer) if rejected else None,
+            "rejected": rejected.get(peer, 0) if isinstance(given, Mapping) else None,
             "sampled": sampled[peer],
             "last_round": last_seen.get(peer),
             "connected": peer in connected,
