@@ -460,3 +460,20 @@ def test_the_sweep_skips_us_peers_that_announced_and_banned_peers() -> None:
     inbox.known = {pid(ALICE): ROUND - 20}  # too long ago: forgotten
     inbox.open_round(ROUND, 0, connected=0)
     assert list(inbox.sweep([])) == []
+
+
+def test_oversized_announcements_are_never_opened() -> None:
+    """Opening costs a signature check and a strict decode: data over the cap must not reach it."""
+    from protocol.admission import PlainOpener
+
+    class Counting(PlainOpener):
+        opened = 0
+
+        def open(self, data: bytes, *, max_size: int | None = None):  # type: ignore[no-untyped-def]
+            Counting.opened += 1
+            return super().open(data, max_size=max_size)
+
+    inbox = make_inbox(max_announce_bytes=100)
+    inbox.opener = Counting()
+    assert inbox.heard(pid(ALICE), b"\0" * 101) == Reject("oversized", pid(ALICE))
+    assert Counting.opened == 0

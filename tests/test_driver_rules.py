@@ -151,3 +151,81 @@ def test_a_skipped_round_is_recorded_once() -> None:
         peer._feed(CoordinatorSaid(2, 0, 1, 3 * 10_000))
     assert [(r.round, r.skipped) for r in peer.history if r.skipped] == [(2, True)]
     assert peer.counters["rounds_skipped"] == 1
+
+
+class LoopClock(StubClock):
+    """Virtual time that jumps by each idle wait (the loop never really sleeps)."""
+
+    async def sleep_wakeable(self, seconds: float, set_waker: Callable[[Callable[[], None]], None]) -> None:
+        self.now += max(1, round(seconds * 1000))
+        await trio.lowlevel.checkpoint()
+
+
+class ScheduleStub:
+    """Round r runs from r * 10 s to (r + 1) * 10 s; reports are recorded."""
+
+    def __init__(self, clock: StubClock) -> None:
+        self.clock = clock
+        self.rewards: list[int] = []
+
+    async def current(self) -> RoundInfo:
+        r = self.clock.now // 10_000
+        return RoundInfo(r, 0, 1, (r + 1) * 10_000)
+
+    async def register(self, peer_id: str) -> None:
+        pass
+
+    async def submit_reward(self, round: int, stage: int, reward: float, peer_id: str) -> None:
+        self.rewards.append(round)
+
+    async def submit_winners(self, round: int, winners: Sequence[str], peer_id: str) -> None:
+        pass
+
+
+class SlowTrainer(RecordingPolicy):
+    def __init__(self, clock: StubClock, train_ms: int) -> None:
+        super().__init__()
+        self.clock, self.train_ms = clock, train_ms
+
+    def train(self, groups: Sequence[QuestionGroup]) -> dict[str, float]:
+        self.clock.now += self.train_ms
+        return {}
+
+
+class QuietNetwork(StubNetwork):
+    async def publish(self, topic: str, data: bytes) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def dht_put(self, key: str, value: bytes) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+def test_work_that_outlasts_its_round_is_abandoned_for_the_next_round_not_reported_late() -> None:
+    clock = LoopClock()
+    coordinator = ScheduleStub(clock)
+    policy = SlowTrainer(clock, train_ms=9_000)  # training from 6 s to 15 s: past the round's end
+    peer = Peer(
+        PeerSettings(
+            swarm_id=SWARM, seed=SEED, tasks=("echo",), questions_per_round=2, n_local=2, n_external=0
+        ),
+        ME,
+        QuietNetwork(pid(ME)),  # type: ignore[arg-type]
+        coordinator,  # type: ignore[arg-type]
+        policy,
+        EchoRegistry(),
+        clock,  # type: ignore[arg-type]
+        offload=inline,
+    )
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(peer._round_loop)
+            while clock.now < 12_000:
+                await trio.lowlevel.checkpoint()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    first = peer.history[0]
+    assert (first.round, first.completed) == (0, False)  # abandoned at once when training ended
+    assert 0 not in coordinator.rewards  # no late report for a round that is over
+    assert peer.machine.round == 1
