@@ -12,8 +12,16 @@ from typing import Any
 
 import trio
 
-from protocol.admission import Accept, Fetch
-from protocol.messages import Completion, QuestionGroup, QuestionRef
+from protocol import codec
+from protocol.admission import Accept, Fetch, job_for
+from protocol.messages import (
+    Completion,
+    FetchRequest,
+    FetchResponse,
+    QuestionGroup,
+    QuestionRef,
+    RolloutAnnouncement,
+)
 from protocol.rounds import CoordinatorSaid, Phase, RolloutsReady, Tick
 from swarmp2p.peer import Peer, PeerSettings
 from swarmp2p.ports import InboundMessage, RoundInfo
@@ -229,3 +237,68 @@ def test_work_that_outlasts_its_round_is_abandoned_for_the_next_round_not_report
     assert (first.round, first.completed) == (0, False)  # abandoned at once when training ended
     assert 0 not in coordinator.rewards  # no late report for a round that is over
     assert peer.machine.round == 1
+
+
+class FailingNetwork(StubNetwork):
+    """Every fetch fails (no answer, no DHT record); records whom it was asked for."""
+
+    def __init__(self, peer_id: str) -> None:
+        super().__init__(peer_id)
+        self.asked: list[str] = []
+
+    def connected_peers(self) -> Sequence[str]:
+        return [f"peer-{i}" for i in range(1000)]
+
+    async def request(self, peer_id: str, data: bytes, timeout_s: float) -> bytes:
+        from swarmp2p.ports import NetworkError
+
+        self.asked.append(peer_id)
+        await trio.lowlevel.checkpoint()
+        raise NetworkError("unreachable (test)")
+
+    async def dht_get(self, key: str) -> bytes | None:
+        await trio.lowlevel.checkpoint()
+        return None
+
+
+def test_a_failed_sampled_fetch_is_topped_up_from_the_deferred() -> None:
+    clock = StubClock()
+    network = FailingNetwork(pid(ME))
+    peer = Peer(
+        PeerSettings(swarm_id=SWARM, seed=SEED, tasks=("echo",), questions_per_round=2, fetch_sample=1),
+        ME,
+        network,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        RecordingPolicy(),
+        EchoRegistry(),
+        clock,  # type: ignore[arg-type]
+        offload=inline,
+    )
+    open_round(peer, clock, 5)
+    assert peer.inbox.current is not None and peer.inbox.current.fetch_probability == 0.001
+    for signer in (ALICE, BOB):
+        peer._on_announcement(InboundMessage("t", pid(signer), announce(signer, batch_envelope(signer, 5))))
+    assert set(peer.inbox.current.deferred) == {pid(ALICE), pid(BOB)}
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            peer.fetcher.start(nursery)
+            peer.fetcher.enqueue(job_for(RolloutAnnouncement(SWARM, 5, 0, "chosen", b"\1" * 32, 2, 100)))
+            for _ in range(200):
+                await trio.lowlevel.checkpoint()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert network.asked[0] == "chosen"
+    assert sorted(network.asked[1:]) == sorted([pid(ALICE), pid(BOB)])  # each failure tops up one
+
+
+def test_a_request_for_another_peers_batch_is_not_served_ours() -> None:
+    peer, _, clock = make_peer()
+    open_round(peer, clock, 5)
+    envelope = batch_envelope(ME, 5)
+    peer.publisher.keep(5, 0, envelope)
+    ours = trio.run(peer._serve_fetch, "x", codec.encode(FetchRequest(SWARM, 5, 0, pid(ME))))
+    assert codec.decode(ours) == FetchResponse(found=True, envelope=envelope)
+    theirs = trio.run(peer._serve_fetch, "x", codec.encode(FetchRequest(SWARM, 5, 0, pid(ALICE))))
+    assert codec.decode(theirs) == FetchResponse(found=False, envelope=b"")
