@@ -132,17 +132,21 @@ def table_texts(page: Any, body_id: str) -> list[str]:
     return [row.inner_text() for row in page.query_selector_all(f"#{body_id} tr")]
 
 
-def send_garbage_request(addr: str, target: str) -> None:
+def send_garbage_request(addr: str, target: str) -> str:
     """A throwaway libp2p peer sends `target` a fetch request that is not a message: the node
-    counts it as a rejection (request_malformed), which the dashboard must show by reason."""
+    counts it as a rejection (request_malformed) blamed on the sender, which the dashboard must
+    show by reason and in the sender's row. Returns the sender's peer id."""
     import trio
     from libp2p.crypto.ed25519 import create_new_key_pair
 
     from swarmp2p.net import NetworkSettings, open_libp2p_network
 
+    sender: list[str] = []
+
     async def poke() -> None:
         with trio.fail_after(60):
             async with open_libp2p_network(create_new_key_pair(os.urandom(32)), NetworkSettings()) as net:
+                sender.append(net.local_peer_id)
                 await net.connect(addr)
                 with trio.move_on_after(5):
                     await net.request(target, b"\x93garbage", 5)
@@ -154,6 +158,7 @@ def send_garbage_request(addr: str, target: str) -> None:
     thread.join(90)
     if failure:
         raise failure[0]
+    return sender[0]
 
 
 def _run_catching(
@@ -204,7 +209,7 @@ def test_dashboard_of_a_running_two_node_swarm(browser: Any, tmp_path: Path) -> 
             return any(e["peer_id"] == second_id and e["verdict"] == "verified" for e in rollouts)
 
         wait_for(fed, 60, "a verified rollout of the second node in the feed")
-        send_garbage_request(addr, first_id)
+        poker = send_garbage_request(addr, first_id)
         status = wait_for(
             lambda: (s := get_json(url + "api/status"))["rejections"].get("request_malformed") and s,
             30,
@@ -230,6 +235,8 @@ def test_dashboard_of_a_running_two_node_swarm(browser: Any, tmp_path: Path) -> 
         contributions = table_texts(page, "contributions")
         assert any(peer_name(second_id) in row and "connected" in row for row in contributions), contributions
         assert any("request_malformed" in row for row in table_texts(page, "rejections"))
+        poker_row = next(row for row in contributions if peer_name(poker) in row).split("\t")
+        assert poker_row[3] == "1", poker_row  # rejected: the garbage request, blamed on its sender
         feed = [entry.inner_text() for entry in page.query_selector_all("#feed .entry")]
         assert any("verified" in entry and peer_name(second_id) in entry for entry in feed), feed
         assert any("local" in entry and peer_name(first_id) in entry for entry in feed), feed
