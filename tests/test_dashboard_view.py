@@ -266,3 +266,20 @@ def test_peer_faults_are_the_messages_blamed_on_each_peer() -> None:
     scores.record_valid(ALICE)
     assert peer_faults(SimpleNamespace(scores=scores)) == {BOB: 2}
     assert peer_faults(object()) == {}
+
+
+def test_the_rounds_log_is_read_incrementally_and_again_when_replaced(tmp_path: Path) -> None:
+    from swarmp2p.dashboard.app import HistoryFile
+
+    path = tmp_path / "rounds.jsonl"
+    log = HistoryFile(path)
+    assert log.rows() == []  # no log yet
+    path.write_text(json.dumps({"round": 0}) + "\n" + '{"round": 1, "tor')
+    assert [row["round"] for row in log.rows()] == [0]  # the torn line waits for its newline
+    with open(path, "a") as handle:
+        handle.write('n": 1}\n' + json.dumps({"round": 2}) + "\n")
+    assert [row["round"] for row in log.rows()] == [0, 1, 2]
+    replaced = tmp_path / "new.jsonl"
+    replaced.write_text(json.dumps({"round": 7}) + "\n")
+    replaced.replace(path)
+    assert [row["round"] for row in log.rows()] == [7]

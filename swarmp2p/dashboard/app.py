@@ -22,7 +22,7 @@ from typing import Any
 import trio
 
 from swarmp2p.dashboard.metrics import render_metrics
-from swarmp2p.dashboard.sources import merge_history, read_jsonl
+from swarmp2p.dashboard.sources import merge_history
 from swarmp2p.dashboard.status import MAX_HISTORY, StatusSource, normalize_status, read_status
 from swarmp2p.dashboard.view import build_view
 
@@ -56,11 +56,14 @@ def write_html_report(status: Mapping[str, Any], path: Path, *, title: str = "sw
 
 
 class HistoryFile:
-    """A node's rounds.jsonl, re-read only when it changed: the history across restarts."""
+    """A node's rounds.jsonl, read incrementally: a file that grew is read from where the last
+    read stopped (a long-lived node's log is megabytes, re-read every round otherwise); one that
+    shrank or was replaced is read again from the start."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._key: tuple[int, int] | None = None
+        self._inode: int | None = None
+        self._offset = 0
         self._rows: list[dict[str, Any]] = []
 
     def rows(self) -> list[dict[str, Any]]:
@@ -68,10 +71,27 @@ class HistoryFile:
             stat = self.path.stat()
         except OSError:
             return []
-        key = (stat.st_mtime_ns, stat.st_size)
-        if key != self._key:
-            self._rows, self._key = read_jsonl(self.path), key
-        return self._rows
+        if stat.st_ino != self._inode or stat.st_size < self._offset:
+            self._inode, self._offset, self._rows = stat.st_ino, 0, []
+        if stat.st_size > self._offset:
+            try:
+                with open(self.path, "rb") as handle:
+                    handle.seek(self._offset)
+                    data = handle.read(stat.st_size - self._offset)
+            except OSError:
+                return self._rows
+            complete = data[: data.rfind(b"\n") + 1]  # a line being written waits for its newline
+            self._offset += len(complete)
+            for line in complete.splitlines():
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(row, dict):
+                    self._rows.append(row)
+            if len(self._rows) > 2 * MAX_HISTORY:
+                del self._rows[:-MAX_HISTORY]
+        return self._rows[-MAX_HISTORY:]
 
 
 def build_app(source: StatusSource, *, title: str = "swarmp2p", history_file: Path | None = None) -> Any:

@@ -3,7 +3,8 @@
 // Plain DOM + inline SVG, no library, no CDN. Every value goes in through textContent or
 // setAttribute, never as markup: peer ids, tasks and completions come from the network.
 const NS = "http://www.w3.org/2000/svg";
-const COLORS = ["#2563eb", "#dc6803", "#067647", "#9e77ed", "#e31b54", "#0e9384", "#854a0e", "#5b6473"];
+const COLORS = ["#2563eb", "#dc6803", "#067647", "#9e77ed", "#e31b54", "#0e9384", "#854a0e", "#5b6473",
+  "#0ba5ec", "#c11574", "#66c61c", "#1b1f27"];
 const $ = (id) => document.getElementById(id);
 const isNum = (x) => typeof x === "number" && isFinite(x);
 const fmt = (x, digits) => isNum(x) ? x.toFixed(digits) : "–";
@@ -43,7 +44,16 @@ function drawChart(chart, series, opts) {
   const W = +chart.getAttribute("width"), H = +chart.getAttribute("height");
   const shown = series.filter(s => s.points && s.points.length);
   const legend = shown.length > 1 || shown.some(s => s.band && s.band.length) || opts.legend;
-  const L = 58, R = 14, T = legend ? 30 : 12, B = 36;
+  const L = 58, R = 14, B = 36;
+  // The legend above the plot, wrapped onto as many lines as it needs (never over the data).
+  const legendWidth = (label) => 28 + 6.5 * label.length;
+  const legendLabels = shown.flatMap(s => (s.band && s.band.length) ? [s.label, s.band_label || "range"] : [s.label]);
+  let legendLines = 1;
+  for (let x = L, i = 0; i < legendLabels.length; i++) {
+    if (x > L && x + legendWidth(legendLabels[i]) > W - R) { legendLines++; x = L; }
+    x += legendWidth(legendLabels[i]);
+  }
+  const T = legend ? 14 + 16 * legendLines : 12;
   if (!shown.length) {
     chart.appendChild(svg("text", {x: W / 2, y: H / 2, "text-anchor": "middle", fill: "#5b6473"}, opts.empty));
     return;
@@ -86,12 +96,13 @@ function drawChart(chart, series, opts) {
     fill: "#1d2330"}, opts.xlabel || "round"));
   if (opts.ylabel) chart.appendChild(svg("text", {x: 12, y: (T + H - B) / 2, "text-anchor": "middle",
     "font-size": 11, fill: "#1d2330", transform: "rotate(-90 12 " + (T + H - B) / 2 + ")"}, opts.ylabel));
-  let legendX = L;
+  let legendX = L, legendY = 0;
   const addLegend = (label, color, kind) => {
-    if (kind === "band") chart.appendChild(svg("rect", {x: legendX, y: 9, width: 14, height: 10, fill: color, "fill-opacity": 0.18}));
-    else chart.appendChild(svg("rect", {x: legendX, y: 12, width: 14, height: 3, fill: color}));
-    chart.appendChild(svg("text", {x: legendX + 18, y: 18, "font-size": 11, fill: "#1d2330"}, label));
-    legendX += 28 + 6.5 * label.length;
+    if (legendX > L && legendX + legendWidth(label) > W - R) { legendX = L; legendY += 16; }
+    if (kind === "band") chart.appendChild(svg("rect", {x: legendX, y: legendY + 9, width: 14, height: 10, fill: color, "fill-opacity": 0.18}));
+    else chart.appendChild(svg("rect", {x: legendX, y: legendY + 12, width: 14, height: 3, fill: color}));
+    chart.appendChild(svg("text", {x: legendX + 18, y: legendY + 18, "font-size": 11, fill: "#1d2330"}, label));
+    legendX += legendWidth(label);
   };
   shown.forEach((s, i) => {
     const color = s.color || COLORS[i % COLORS.length];
@@ -237,7 +248,8 @@ function render(body) {
 }
 async function refresh() {
   try {
-    const response = await fetch("api/status", {cache: "no-store"});
+    // The view carries what the page draws: the raw history (up to 10,000 records) stays behind.
+    const response = await fetch("api/status?history=0", {cache: "no-store"});
     const body = await response.json();
     if (!response.ok) throw new Error(body.error || ("HTTP " + response.status));
     render(body);
