@@ -167,7 +167,9 @@ function render(body) {
   $("reward_note").textContent = v.rounds_recorded ? v.rounds_recorded + " rounds recorded" : "";
   drawChart($("chart"), v.reward_series || [], {empty: "no rounds yet", ylabel: "reward"});
   const evalX = body.eval_x || "round";
-  drawChart($("evalchart"), v.eval_series || [], {empty: "no held-out evaluation yet", xlabel: evalX,
+  const live = !v.source || v.source === "node";
+  drawChart($("evalchart"), v.eval_series || [], {empty: live ? "no held-out evaluation yet" :
+    "no held-out evaluation in this " + v.source, xlabel: evalX,
     ylabel: "accuracy / reward", legend: true, startX: v.eval_start, startLabel: "start"});
   let note = last && last.simulated ? "simulated learner: accuracy is its simulated skill" : "";
   if (last && isNum(last.questions)) note += (note ? " · " : "") + last.questions + " questions" +
