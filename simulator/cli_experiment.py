@@ -149,6 +149,10 @@ def sharing(
         jobs_done = run_experiment(settings, out, on_round=on_round)
     elapsed = time.perf_counter() - started
     written = write_outputs(settings, jobs_done, out, command, elapsed)
+    from swarmp2p.dashboard.app import write_html_report
+    from swarmp2p.dashboard.sources import experiment_status
+
+    written.append(write_html_report(experiment_status(out), out / "dashboard.html", title="experiment"))
     console.print((out / "table.md").read_text(), markup=False, highlight=False)
     console.print("\n".join(f"wrote {path}" for path in written))
     console.print(f"{len(jobs_done)} runs in {elapsed / 60:.1f} min ({settings.jobs} at a time)")

@@ -98,6 +98,11 @@ def simulate(
     report_path = out / "report.json"
     report_path.write_text(report_json(report))
     written = write_plots(report, out) if plots else []
+    # the dashboard's page with this report inlined: opens offline, no server (docs/dashboard.md)
+    from swarmp2p.dashboard.app import write_html_report
+    from swarmp2p.dashboard.sources import report_status
+
+    written.append(write_html_report(report_status(report), out / "dashboard.html", title=chosen.name))
 
     table = Table(title=f"swarmp2p simulate: {chosen.name}")
     table.add_column("metric")

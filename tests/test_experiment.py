@@ -193,6 +193,8 @@ def test_cli_runs_the_simulated_learner_and_writes_everything(tmp_path: Path) ->
     assert settings["command"].startswith("swarmp2p") and settings["seeds"] == [1, 2]
     for name in ("table.md", "reward.png", "accuracy.png"):
         assert (out / name).exists()
+    page = (out / "dashboard.html").read_text()  # the dashboard page with the table inlined
+    assert "<script" in page and "verified-only" in page and 'src="http' not in page  # offline
 
 
 @pytest.mark.parametrize(

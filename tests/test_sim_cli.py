@@ -86,6 +86,8 @@ def test_simulate_flags_set_the_scenario_keys(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["scenario"]["fetch_sample"] == 0 and report["scenario"]["coordinator"] == "schedule"
+    page = (tmp_path / "dashboard.html").read_text()  # the report inlined in the dashboard's page
+    assert "<script" in page and report["scenario"]["name"] in page
     assert report["summary"]["coordinator_rewards_accepted"] == 8
     assert report["summary"]["coordinator_mismatches"] == 0
 
