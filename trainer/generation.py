@@ -3,7 +3,7 @@
 A hand-written loop instead of `model.generate`: on a small model on CPU the per-token Python
 overhead of `generate` (logits processors, stopping criteria, cache bookkeeping) costs as much
 as the forward pass itself. Prefilling every prompt once and repeating its cache G times also
-saves (G - 1) prompt forwards per question.
+saves (G - 1) prompt forwards per question, and rows that ended (EOS) leave the batch.
 """
 
 from __future__ import annotations
@@ -14,6 +14,10 @@ from collections.abc import Sequence
 import torch
 
 from trainer.grpo import position_ids_for
+
+COMPACT_WHEN_ENDED = 8
+"""Drop ended rows from the batch once at least 1/COMPACT_WHEN_ENDED of it has ended (a copy of
+the KV cache each time, as one decoding step's cache update already costs)."""
 
 
 class Cancelled(Exception):
@@ -64,9 +68,12 @@ def sample(
     rows = logits.size(0)
     next_position = mask.sum(dim=1, keepdim=True)  # (rows, 1): first position after each prompt
     tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long, device=device)
-    finished = torch.zeros(rows, dtype=torch.bool, device=device)
     lengths = torch.full((rows,), max_new_tokens, dtype=torch.long, device=device)
-    ones = torch.ones((rows, 1), dtype=mask.dtype, device=device)
+    # The batch shrinks as completions end: `live[i]` is the output row of batch row i, and a
+    # row that produced EOS is dropped from the batch (and its KV cache) once enough have
+    # ended, so the tail of a round's generation does not pay for finished rows.
+    live = torch.arange(rows, device=device)
+    finished = torch.zeros(rows, dtype=torch.bool, device=device)
 
     for step in range(max_new_tokens):
         if cancel is not None and cancel.is_set():
@@ -79,13 +86,22 @@ def sample(
                 probs = _nucleus(probs, top_p)
             chosen = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(device)
         chosen = torch.where(finished, torch.full_like(chosen, pad_id), chosen)
-        tokens[:, step] = chosen
+        tokens[live, step] = chosen
         just_finished = (chosen == eos_id) & ~finished
-        lengths = torch.where(just_finished, torch.full_like(lengths, step + 1), lengths)
-        finished |= just_finished
-        if bool(finished.all()) or step == max_new_tokens - 1:
+        if bool(just_finished.any()):
+            lengths[live[just_finished]] = step + 1
+            finished |= just_finished
+        if step == max_new_tokens - 1:
             break
-        mask = torch.cat([mask, ones], dim=1)
+        ended = int(finished.sum())
+        if ended == finished.numel():
+            break
+        if ended * COMPACT_WHEN_ENDED >= finished.numel():
+            keep = (~finished).nonzero().squeeze(1)
+            cache.batch_select_indices(keep)
+            live, mask, next_position, chosen = live[keep], mask[keep], next_position[keep], chosen[keep]
+            finished = finished[keep]
+        mask = torch.cat([mask, mask.new_ones((mask.size(0), 1))], dim=1)
         out = model(
             input_ids=chosen.unsqueeze(1),
             attention_mask=mask,

@@ -39,10 +39,19 @@ def dtype_for(device: str) -> Any:
     return torch.bfloat16 if device == "cuda" else torch.float32
 
 
+def available_cores() -> int:
+    """CPU cores this process may run on: its affinity set (a container's or `taskset`'s limit),
+    not the machine's count, which oversubscribes a pinned process."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
 def configure_threads(config: TrainerConfig) -> None:
     import torch
 
-    threads = config.threads or os.cpu_count() or 1
+    threads = config.threads or available_cores()
     torch.set_num_threads(threads)
 
 
