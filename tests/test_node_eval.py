@@ -470,6 +470,7 @@ def test_node_eval_flags_map_onto_the_trainer_config(monkeypatch: pytest.MonkeyP
     _, trainer = _node_configs(monkeypatch, tmp_path)
     defaults = TrainerConfig()
     assert trainer.eval_every == NODE_TRAINER_DEFAULTS["eval_every"] == 5  # the node's own default
+    assert trainer.lr_decay_steps == 60 and defaults.lr_decay_steps == 0  # nodes anneal, train sets its own
     assert trainer.eval_before_train is defaults.eval_before_train
     assert trainer.eval_questions == defaults.eval_questions
     assert eval_settings(trainer) == EvalSettings(
@@ -592,3 +593,10 @@ def test_the_peer_does_not_repeat_an_evaluation_before_training_the_node_already
     swarm.run(rounds=2)
     # No result before training: the first one comes after round 0 (still due since none ran).
     assert [e["round"] for e in swarm.statuses[0]["eval_history"]] == [0]
+
+
+def test_a_config_file_can_keep_the_node_lr_constant(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    config = tmp_path / "node.toml"
+    config.write_text("[trainer]\nlr_decay_steps = 0\n")
+    _, trainer = _node_configs(monkeypatch, tmp_path, "--config", str(config))
+    assert trainer.lr_decay_steps == 0
