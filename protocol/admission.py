@@ -4,7 +4,8 @@ Sans-IO: the runtime reports what happened (an announcement was heard, a fetch r
 bytes or nothing, the sweep is due, a round opened) and gets a decision back:
 
     Fetch(job)             queue this fetch (then call `queued`, or reject "fetch_queue_full")
-    Defer(sender, prio)    sampled out: kept for a top-up if a chosen fetch fails
+    Defer(prio, ann)       sampled out: kept for a top-up if a chosen fetch fails (`.sender`,
+                           `.priority`)
     Hold(round)            an announcement for the next round, kept until it opens
                            (the swarm has moved on: poll the coordinator now)
     Reject(reason, blame)  counted in `rejections` and the round's record; `blame` gets a
@@ -107,10 +108,34 @@ class Fetch:
     job: FetchJob
 
 
-@attrs.frozen
-class Defer:
-    sender: str
-    priority: float
+class Defer(tuple[float, RolloutAnnouncement]):
+    """Sampled out: `(priority, announcement)`, the very entry kept in `RoundInbox.deferred`
+    for a top-up. A tuple, built with `tuple.__new__`: one allocation per sampled-out
+    announcement, the entry and the decision at once (this runs for most deliveries when
+    `fetch_sample` is set)."""
+
+    __slots__ = ()
+
+    def __new__(cls, priority: float, announcement: RolloutAnnouncement) -> Defer:
+        return _new_tuple(cls, (priority, announcement))
+
+    @property
+    def priority(self) -> float:
+        return self[0]
+
+    @property
+    def announcement(self) -> RolloutAnnouncement:
+        return self[1]
+
+    @property
+    def sender(self) -> str:
+        return self[1].peer_id
+
+    def __repr__(self) -> str:
+        return f"Defer(sender={self.sender!r}, priority={self.priority!r})"
+
+
+_new_tuple = tuple.__new__
 
 
 @attrs.frozen
@@ -144,7 +169,7 @@ class RoundInbox:
     duplicates: Counter[str] = attrs.Factory(Counter)
     fetches: int = 0
     fetch_hash_prefix: Any = None  # sha256 state over (seed, round, me), see `fetch_priority`
-    # sampled out, kept for top-ups: sender -> (priority, announcement)
+    # sampled out, kept for top-ups: sender -> (priority, announcement) (a `Defer`)
     deferred: dict[str, tuple[float, RolloutAnnouncement]] = attrs.Factory(dict)
     rejected: Counter[str] = attrs.Factory(Counter)
     external: dict[str, tuple[QuestionGroup, ...]] = attrs.Factory(dict)
@@ -294,9 +319,9 @@ class Inbox:
         if state.fetch_probability < 1.0:
             priority = self._priority(state, sender)
             if priority >= state.fetch_probability:
-                state.deferred[sender] = (priority, announcement)
+                state.deferred[sender] = deferred = _new_tuple(Defer, (priority, announcement))
                 self.counters["fetch_deferred"] += 1
-                return Defer(sender, priority)
+                return deferred
         return Fetch(job_for(announcement))
 
     def _priority(self, state: RoundInbox, sender: str) -> float:
