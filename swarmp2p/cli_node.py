@@ -60,8 +60,12 @@ def node(
     chain_rpc: str | None = typer.Option(
         None, "--chain-rpc", help="Ethereum JSON-RPC URL of the coordinator (default: none, no chain)."
     ),
-    contract: str | None = typer.Option(None, "--contract", help="SwarmCoordinator contract address."),
-    eth_key: str | None = typer.Option(None, "--eth-key", help="Ethereum key file for the coordinator."),
+    contract: str | None = typer.Option(
+        None, "--contract", help="SwarmCoordinator contract address (default: none)."
+    ),
+    eth_key: str | None = typer.Option(
+        None, "--eth-key", help="Ethereum key file for the coordinator (default: none)."
+    ),
     log_level: str | None = typer.Option(
         None, "--log-level", help=_help("debug, info or warning.", "log_level")
     ),
@@ -95,13 +99,14 @@ def node(
         "--threads",
         min=1,
         help="CPU threads for torch, OpenMP and MKL (sets OMP_NUM_THREADS and MKL_NUM_THREADS; "
-        "default: [trainer] threads, else all cores).",
+        "default: \\[trainer] threads, else all cores).",
     ),
     restart_on_failure: bool = typer.Option(
         False,
         "--restart-on-failure",
         help="Run the node under a supervisor that restarts it when it crashes (same data dir and "
-        "peer id, doubling backoff; gives up after 5 failures in a row within 60 s of starting).",
+        "peer id, doubling backoff; gives up after 5 failures in a row within 60 s of starting; "
+        "default: off).",
     ),
 ) -> None:
     """Run a swarm peer. With no arguments: start a new local swarm on the tiny model."""

@@ -41,3 +41,18 @@ def test_node_help_shows_the_defaults() -> None:
     text = " ".join(done.output.split())
     for default in ("default: .swarmp2p", "default: 30", "default: tiny", "default: info", "default: 5"):
         assert default in text, (default, done.output)
+
+
+def test_node_help_gives_every_option_a_default_and_keeps_its_brackets() -> None:
+    """Each flag of `node --help` says its default, and rich markup eats no `[section]` (the
+    --threads help once read "default:  threads, else all cores")."""
+    import click
+    import typer.main
+
+    command = typer.main.get_command(swarmp2p.cli.app).commands["node"]
+    for param in command.params:
+        if isinstance(param, click.Option) and "--help" not in param.opts:
+            assert "default" in (param.help or ""), (param.opts, param.help)
+    done = CliRunner().invoke(swarmp2p.cli.app, ["node", "--help"], env={"COLUMNS": "200"})
+    text = " ".join(done.output.split())
+    assert "default: [trainer] threads" in text, done.output
