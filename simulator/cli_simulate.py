@@ -38,6 +38,18 @@ def simulate(
     ),
     out: Path = typer.Option(Path("runs/simulate"), "--out", help="Directory for report.json and plots."),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots."),
+    solo: bool = typer.Option(
+        None,
+        "--solo/--no-solo",
+        help="Also run the same peers with no external groups (each alone), the baseline drawn beside "
+        "the swarm (default: on for the simulated learner, off for the real trainer: it doubles the run).",
+    ),
+    tensorboard: Path = typer.Option(
+        None,
+        "--tensorboard",
+        help="Write TensorBoard event files here: a run per peer (reward, loss, KL, grad norm, held-out "
+        "accuracy when evaluated, per round) and a 'swarm' run (tensorboard --logdir DIR).",
+    ),
 ) -> None:
     """Simulate a swarm in one process (in-memory network, virtual clock) and write a report."""
     import logging
@@ -47,7 +59,7 @@ def simulate(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    from simulator.report import build_report, report_json, summary_rows, write_plots
+    from simulator.report import build_report, report_json, solo_baseline, summary_rows, write_plots
     from simulator.runner import run_simulation
     from simulator.scenario import ScenarioError, load_scenario
 
@@ -73,6 +85,16 @@ def simulate(
         console.print(f"[red]cannot create output directory {out}: {error.strerror}[/red]")
         raise typer.Exit(2) from None
     logging.basicConfig(level=logging.ERROR)
+    if solo is None:
+        solo = chosen.policy != "trainer"
+    if tensorboard is not None:
+        from swarmp2p.tblog import TensorBoardUnavailable, check_tensorboard
+
+        try:
+            check_tensorboard(tensorboard)
+        except TensorBoardUnavailable as error:
+            console.print(f"[red]{escape(str(error))}[/red]", soft_wrap=True)
+            raise typer.Exit(2) from None
 
     with Progress(
         TextColumn("[bold]simulating[/bold] {task.description}"),
@@ -94,7 +116,16 @@ def simulate(
                 "trainer_settings": TrainerSimSettings(models_dir=user_model_cache()),
             }
         result = run_simulation(chosen, on_round=lambda _round: progress.advance(task), **trainer)
-    report = build_report(result)
+        report = build_report(result)
+        if solo:
+            import attrs
+
+            alone = attrs.evolve(chosen, n_external=0)
+            task = progress.add_task(f"{chosen.name}: the same peers alone (solo)", total=chosen.rounds)
+            if trainer:
+                trainer["work_dir"] = out / "trainer-solo"
+            solo_result = run_simulation(alone, on_round=lambda _round: progress.advance(task), **trainer)
+            report["solo"] = solo_baseline(solo_result)
     report_path = out / "report.json"
     report_path.write_text(report_json(report))
     written = write_plots(report, out) if plots else []
@@ -104,6 +135,10 @@ def simulate(
 
     written.append(write_html_report(report_status(report), out / "dashboard.html", title=chosen.name))
 
+    if tensorboard is not None:
+        from simulator.report import write_tensorboard
+
+        write_tensorboard(result, report, tensorboard)
     table = Table(title=f"swarmp2p simulate: {chosen.name}")
     table.add_column("metric")
     table.add_column("value")
@@ -111,3 +146,5 @@ def simulate(
         table.add_row(name, value)
     Console().print(table)
     console.print(f"report: {report_path}" + "".join(f"\nplot: {path}" for path in written))
+    if tensorboard is not None:
+        console.print(f"tensorboard: tensorboard --logdir {tensorboard}")

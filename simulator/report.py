@@ -151,6 +151,43 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
     }
 
 
+def solo_baseline(result: SimulationResult) -> dict[str, Any]:
+    """The mean honest reward per round of a run of the same peers with no external groups
+    (`scenario.n_external == 0`: each peer trains on its own questions only), the curve a swarm
+    run is compared with in reward.png, the summary and the TensorBoard logs."""
+    scenario = result.scenario
+    rounds = build_report(result)["rounds"]
+    return {
+        "n_local": scenario.n_local,
+        "n_external": scenario.n_external,
+        "rounds": [{"round": row["round"], "reward_mean": row["reward_mean"]} for row in rounds],
+    }
+
+
+def write_tensorboard(result: SimulationResult, report: dict[str, Any], log_dir: Path) -> None:
+    """TensorBoard runs under `log_dir`: `peer-<index>-<name>` per honest peer (its rounds as a
+    node logs them: reward, loss, KL, grad norm, held-out accuracy when it evaluated) and `swarm`
+    (the honest mean, p10 and p90 reward per round, and the solo baseline's mean when run)."""
+    from swarmp2p.dashboard.names import peer_name
+    from swarmp2p.tblog import TensorBoardLog
+
+    for plan in result.plans:
+        if not plan.honest:
+            continue
+        board = TensorBoardLog(log_dir / f"peer-{plan.index:02d}-{peer_name(plan.peer_id)}")
+        for record in result.records[plan.peer_id]:
+            if record.completed:
+                board.round(record.to_json())
+        board.close()
+    board = TensorBoardLog(log_dir / "swarm")
+    for row in report["rounds"]:
+        for key in ("reward_mean", "reward_p10", "reward_p90"):
+            board.scalar(f"swarm/{key}", row[key], row["round"])
+    for row in (report.get("solo") or {}).get("rounds", []):
+        board.scalar("solo/reward_mean", row["reward_mean"], row["round"])
+    board.close()
+
+
 def report_json(report: dict[str, Any]) -> str:
     return json.dumps(report, sort_keys=True, indent=1, allow_nan=False) + "\n"
 
@@ -173,7 +210,17 @@ def write_plots(report: dict[str, Any], out_dir: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(8, 4.5))
     ax.fill_between(x, series("reward_min"), series("reward_max"), alpha=0.15, label="min-max")
     ax.fill_between(x, series("reward_p10"), series("reward_p90"), alpha=0.3, label="p10-p90")
-    ax.plot(x, series("reward_mean"), label="mean", linewidth=2)
+    ax.plot(x, series("reward_mean"), label="swarm mean", linewidth=2)
+    solo = report.get("solo")
+    if solo:  # the same peers training alone: what sharing adds (or costs)
+        ax.plot(
+            [row["round"] for row in solo["rounds"]],
+            [math.nan if row["reward_mean"] is None else row["reward_mean"] for row in solo["rounds"]],
+            label=f"solo mean\n({solo['n_local']} local groups,\nno external)",
+            color="black",
+            linestyle="--",
+            linewidth=1.5,
+        )
     ax.set(xlabel="round", ylabel="reward (honest peers)", title=f"{name}: reward per round ({learner})")
     ax.margins(y=0.08)  # the axis fits the data: a fixed 0-1 axis flattened 0.05 vs 0.09
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
@@ -208,6 +255,15 @@ def write_plots(report: dict[str, Any], out_dir: Path) -> list[Path]:
     )
     if isinstance(round_s, int | float):
         ax.axhline(round_s, color="grey", linestyle="--", linewidth=1, label=f"round length ({round_s:g} s)")
+        collect = report["scenario"].get("collect_fraction")
+        if isinstance(collect, int | float):  # peers train once the collect window closes
+            ax.axhline(
+                collect * round_s,
+                color="grey",
+                linestyle=":",
+                linewidth=1,
+                label=f"collect window ends ({collect * round_s:g} s)",
+            )
     ax.set(
         xlabel="round", ylabel="seconds from round start (virtual)", title=f"{name}: round completion time"
     )
@@ -220,6 +276,10 @@ def write_plots(report: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 def _save(fig: Any, path: Path) -> Path:
+    from matplotlib.ticker import MaxNLocator
+
+    for axis in fig.axes:  # rounds are whole numbers: no tick at round 0.5
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
     fig.savefig(path, dpi=100, metadata={"Software": None})
     return path
@@ -241,6 +301,7 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         ("peers", f"{summary['honest_peers']} honest + {summary['byzantine_peers']} byzantine"),
         ("rounds", str(scenario["rounds"])),
         ("reward first -> last round", f"{summary['reward_first_round']} -> {summary['reward_last_round']}"),
+        *_solo_rows(report),
         ("cumulative reward", str(summary["reward_cumulative"])),
         (
             "honest rounds completed",
@@ -257,3 +318,11 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
         ),
         ("rejections (top)", top),
     ]
+
+
+def _solo_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    solo = report.get("solo")
+    if not solo or not solo["rounds"]:
+        return []
+    first, last = solo["rounds"][0]["reward_mean"], solo["rounds"][-1]["reward_mean"]
+    return [("solo (no sharing): first -> last round", f"{first} -> {last}")]

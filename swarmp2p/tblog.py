@@ -1,4 +1,4 @@
-"""TensorBoard event files for `swarmp2p train --tensorboard DIR` and `swarmp2p node --tensorboard DIR`.
+"""TensorBoard event files for `swarmp2p train`, `node` and `simulate` (`--tensorboard DIR`).
 
 Scalars, one point per training step (train) or per round (node):
 
@@ -31,6 +31,11 @@ class TensorBoardUnavailable(Exception):
     """The tensorboard package is missing or the folder cannot be written. One line."""
 
 
+def check_tensorboard(log_dir: Path | str) -> None:
+    """Raise TensorBoardUnavailable now (one line) rather than after a long run."""
+    TensorBoardLog(log_dir).close()
+
+
 class TensorBoardLog:
     """One run's event files under `log_dir`."""
 
@@ -51,6 +56,10 @@ class TensorBoardLog:
     def _scalar(self, tag: str, value: Any, step: int) -> None:
         if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
             self._writer.add_scalar(tag, float(value), int(step))
+
+    def scalar(self, tag: str, value: Any, step: int) -> None:
+        """One point; a missing or non-finite value is skipped."""
+        self._scalar(tag, value, step)
 
     def train(self, step: int, metrics: Mapping[str, Any]) -> None:
         """One training step's metrics (TrainerPolicy.train's dict); loss/kl/grad_norm only exist

@@ -99,3 +99,40 @@ def test_simulate_error_keeps_bracketed_section_names(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["simulate", "--scenario", str(bad), "--out", str(tmp_path)])
     assert result.exit_code == 2
     assert "[bad.network] must be a table" in result.output
+
+
+def test_simulate_draws_a_solo_baseline_beside_the_swarm(tmp_path: Path) -> None:
+    """The same peers with no external groups (training alone) run beside the swarm: the report
+    carries their mean reward per round, the summary both curves' last round (issue 11)."""
+    args = ["simulate", "--peers", "6", "--rounds", "4", "--seed", "3", "--out", str(tmp_path)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "report.json").read_text())
+    solo = report["solo"]
+    assert solo["n_external"] == 0 and solo["n_local"] == report["scenario"]["n_local"]
+    assert [row["round"] for row in solo["rounds"]] == [0, 1, 2, 3]
+    assert all(isinstance(row["reward_mean"], float) for row in solo["rounds"])
+    assert solo["rounds"] != [
+        {"round": r["round"], "reward_mean": r["reward_mean"]} for r in report["rounds"]
+    ]
+    assert "solo" in result.output  # the summary's row
+    off = CliRunner().invoke(app, [*args[:-1], str(tmp_path / "off"), "--no-solo", "--no-plots"])
+    assert off.exit_code == 0, off.output
+    assert "solo" not in json.loads((tmp_path / "off" / "report.json").read_text())
+
+
+def test_simulate_tensorboard_has_a_run_per_peer_and_the_swarm(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    args = ["simulate", "--peers", "3", "--rounds", "3", "--no-plots", "--out", str(tmp_path / "out")]
+    result = CliRunner().invoke(app, [*args, "--tensorboard", str(tmp_path / "tb")])
+    assert result.exit_code == 0, result.output
+    runs = sorted(path.name for path in (tmp_path / "tb").iterdir())
+    assert "swarm" in runs and len([run for run in runs if run.startswith("peer-")]) == 3, runs
+    swarm = EventAccumulator(str(tmp_path / "tb" / "swarm"))
+    swarm.Reload()
+    assert [event.step for event in swarm.Scalars("swarm/reward_mean")] == [0, 1, 2]
+    assert [event.step for event in swarm.Scalars("solo/reward_mean")] == [0, 1, 2]
+    peer = EventAccumulator(str(tmp_path / "tb" / next(run for run in runs if run.startswith("peer-"))))
+    peer.Reload()
+    assert [event.step for event in peer.Scalars("round/reward")] == [0, 1, 2]
