@@ -310,7 +310,7 @@ class Node:
         rounds_log = RoundLog(
             self.data_dir / ROUNDS_FILE,
             identity.peer_id,
-            lambda: len(network.connected_peers()),
+            network.connected_peers,
             self.echo,
             timings=policy.take_timings,
             network_drops=lambda: dict(network.status().get("drops", {})),

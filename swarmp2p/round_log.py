@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,7 @@ class RoundLog:
         self,
         path: Path,
         peer_id: str,
-        peers: Callable[[], int],
+        peers: Callable[[], Collection[str]],
         echo: Callable[[str], None],
         *,
         timings: Callable[[], dict[str, float]] = dict,
@@ -70,7 +70,9 @@ class RoundLog:
         self.board = board  # a swarmp2p.tblog.TensorBoardLog, or None
         self.path = path
         self.peer_id = peer_id
-        self.peers = peers
+        self.peers = peers  # the ids of the peers connected now
+        self._connected: set[str] = set()
+        self._last_round = -1
         self.echo = echo
         self.timings = timings
         self.network_drops = network_drops
@@ -78,7 +80,10 @@ class RoundLog:
     def __call__(self, record: Any) -> None:
         data = record.to_json()
         data["peer_id"] = self.peer_id
-        data["peers"] = self.peers()
+        connected = set(self.peers())
+        self._say_joins_and_leaves(connected)
+        self._connected, self._last_round = connected, record.round
+        data["peers"] = len(connected)
         data["time_ms"] = int(time.time() * 1000)
         data["seconds"] = self.timings()  # generate / train / save durations of this round
         data["network_drops"] = self.network_drops()  # cumulative: failed dials, queue overflows, ...
@@ -104,6 +109,16 @@ class RoundLog:
             f"rollouts in {record.rollouts_in} out {record.rollouts_out} | "
             f"trained on {len(record.external_peers_trained_on)} peers | {rejected}{evaluation}"
         )
+
+    def _say_joins_and_leaves(self, connected: set[str]) -> None:
+        """One line per peer that joined or left since the last round line (so a peer that
+        goes away is said, not only counted)."""
+        from swarmp2p.dashboard.names import peer_name
+
+        for peer_id in sorted(self._connected - connected):
+            self.echo(f"peer {peer_name(peer_id)} ({peer_id}) left (last seen in round {self._last_round})")
+        for peer_id in sorted(connected - self._connected):
+            self.echo(f"peer {peer_name(peer_id)} ({peer_id}) joined")
 
 
 OUT_OF_ROUND_REJECTIONS = ("stale_round", "future_round", "late")

@@ -434,7 +434,7 @@ def test_round_line_and_rounds_jsonl_carry_the_evaluation(tmp_path: Path) -> Non
         "questions": 32,
     }
     lines: list[str] = []
-    log = RoundLog(tmp_path / "rounds.jsonl", "me", lambda: 3, lines.append)
+    log = RoundLog(tmp_path / "rounds.jsonl", "me", tuple, lines.append)  # alone: round lines only
     log(_record(eval=result))
     log(_record(round=8, eval_deferred={"round": 8, "needed_s": 3.1, "left_s": 1.2}))
     log(_record(round=9))

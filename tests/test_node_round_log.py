@@ -29,10 +29,10 @@ def _record(**changes: object) -> RoundRecord:
 
 def _lines(tmp_path: Path, *records: RoundRecord) -> list[str]:
     lines: list[str] = []
-    log = RoundLog(tmp_path / "rounds.jsonl", "me", lambda: 3, lines.append)
+    log = RoundLog(tmp_path / "rounds.jsonl", "me", lambda: {"p1", "p2", "p3"}, lines.append)
     for record in records:
         log(record)
-    return lines
+    return [line for line in lines if line.startswith("round ")]  # not "peer ... joined"
 
 
 def test_round_line_has_reward_peers_rollouts_and_rejections(tmp_path: Path) -> None:
@@ -57,3 +57,27 @@ def test_skipped_and_abandoned_rounds_are_labelled(tmp_path: Path) -> None:
     )
     assert skipped.startswith("round 7 (skipped: too little time left) | reward n/a |")
     assert abandoned.startswith("round 8 (abandoned) | reward n/a |")
+
+
+def test_peers_that_join_and_leave_are_said_once_by_name(tmp_path: Path) -> None:
+    from swarmp2p.dashboard.names import peer_name
+
+    a, b, c = "12D3KooWAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAaaaaaa", "12D3KooWBbbbbb", "12D3KooWCccccc"
+    connected: list[set[str]] = [{a, b}, {a, b}, {b, c}, set()]
+    lines: list[str] = []
+    log = RoundLog(tmp_path / "rounds.jsonl", "me", lambda: connected[0], lines.append)
+    for number in range(4):
+        log(_record(round=number))
+        connected.pop(0)
+    said = [line for line in lines if not line.startswith("round ")]
+    assert said == [
+        f"peer {peer_name(a)} ({a}) joined",
+        f"peer {peer_name(b)} ({b}) joined",
+        f"peer {peer_name(a)} ({a}) left (last seen in round 1)",
+        f"peer {peer_name(c)} ({c}) joined",
+        f"peer {peer_name(b)} ({b}) left (last seen in round 2)",
+        f"peer {peer_name(c)} ({c}) left (last seen in round 2)",
+    ]
+    assert [line.split(" | ")[2] for line in lines if line.startswith("round ")] == [
+        "peers 2", "peers 2", "peers 2", "peers 0",
+    ]  # fmt: skip
