@@ -106,6 +106,13 @@ def train(
         console.print(f"[red]cannot create output folder {escape(str(out))}: {escape(str(error))}[/red]")
         raise typer.Exit(2) from None
 
+    from swarmp2p.model_source import ModelUnreachable, check_model_reachable
+
+    try:  # seconds, not transformers' minute of retries, for a hub id with no network
+        check_model_reachable(config.model)
+    except ModelUnreachable as error:
+        console.print(f"[red]{escape(str(error))}[/red]")  # as a model that fails to load
+        raise typer.Exit(2) from None
     from swarmp2p.datadir import DataDirInUse, lock_data_dir
 
     try:

@@ -107,6 +107,12 @@ class Node:
         from swarmp2p.datadir import DataDirInUse, lock_data_dir
 
         configure_logging(self.config.log_level)
+        from swarmp2p.model_source import ModelUnreachable, check_model_reachable
+
+        try:  # seconds, not transformers' minute of retries, for a hub id with no network
+            await trio.to_thread.run_sync(check_model_reachable, self.config.model)
+        except ModelUnreachable as error:
+            raise NodeError(str(error)) from None
         try:
             self.data_dir.mkdir(parents=True, exist_ok=True)
         except OSError as error:

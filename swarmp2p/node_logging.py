@@ -24,6 +24,9 @@ def configure_logging(level: str) -> None:
     libp2p_logger.propagate = debug
     if not debug and not any(isinstance(h, logging.NullHandler) for h in libp2p_logger.handlers):
         libp2p_logger.addHandler(logging.NullHandler())
+    # huggingface_hub prints each download retry twice (its own handler and ours); the one-line
+    # error that follows says what failed.
+    logging.getLogger("huggingface_hub").setLevel(logging.DEBUG if debug else logging.ERROR)
 
 
 def thread_counts() -> dict[str, Any]:

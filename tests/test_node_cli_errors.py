@@ -51,3 +51,30 @@ def test_a_listen_port_in_use_is_one_line(tmp_path: Path) -> None:
         done = _node("--data-dir", str(tmp_path / "data"), "--listen", f"/ip4/127.0.0.1/tcp/{port}")
     line = _one_error_line(done)
     assert f"/tcp/{port}" in line and "in use" in line
+
+
+def test_a_hub_model_id_with_no_network_fails_in_seconds_in_one_line(tmp_path: Path) -> None:
+    """Offline, a Hugging Face id once cost 60 s of retries and 44 duplicated warnings before the
+    one-line error. Now the hub is probed first (here: a port where nothing listens)."""
+    import os
+    import time
+
+    with socket.socket() as probe:  # a free port, closed again: connections are refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": f"http://127.0.0.1:{port}",
+        "HF_HOME": str(tmp_path / "hf"),
+        "HF_HUB_OFFLINE": "0",
+    }
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "swarmp2p.cli", "node", "--data-dir", str(tmp_path / "data"),
+         "--model", "some-org/some-model"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+    line = _one_error_line(done)
+    assert "some-org/some-model" in line and f"127.0.0.1:{port}" in line, line
+    assert elapsed < 30, elapsed  # imports included; the probe itself waits at most 5 s
