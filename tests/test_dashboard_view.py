@@ -149,6 +149,9 @@ def test_a_simulation_report_becomes_rounds_a_leaderboard_and_a_summary(tmp_path
     assert status["round"] == 3 and status["phase"] == "finished" and status["peer_count"] == 6
     assert [p[0] for p in view["reward_series"][0]["points"]] == [0, 1, 2, 3]
     assert view["reward_series"][0]["band"], "min-max band of the honest peers"
+    solo = view["reward_series"][1]  # the same peers alone, dashed beside the swarm's curve
+    assert solo["label"].startswith("solo") and solo["dash"] is True
+    assert solo["points"] == [[row["round"], row["reward_mean"]] for row in report["solo"]["rounds"]]
     assert {row["peer_id"] for row in view["leaderboard"]} == {p["peer_id"] for p in report["peers"]}
     assert all(row["name"] == peer_name(row["peer_id"]) for row in view["leaderboard"])
     assert view["rejections"] and all(count > 0 for _, count in view["rejections"])

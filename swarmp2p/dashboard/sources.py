@@ -127,12 +127,23 @@ def report_status(report: Mapping[str, Any]) -> dict[str, Any]:
         "phase": "finished",
         "peers": [str(peer.get("peer_id")) for peer in peers if peer.get("peer_id")],
         "history": history,
+        "solo": _solo_points(report.get("solo")),
         "rejections": summary.get("rejections") if isinstance(summary.get("rejections"), Mapping) else {},
         "leaderboard": leaderboard,
         "leaderboard_note": "every simulated peer, by its reward in its last completed round",
         "summary_rows": rows,
         "counters": {},
     }
+
+
+def _solo_points(solo: Any) -> list[list[Any]]:
+    """The solo baseline's mean reward per round ([round, reward]), [] when the run had none."""
+    rows = solo.get("rounds") if isinstance(solo, Mapping) else None
+    return [
+        [row.get("round"), row.get("reward_mean")]
+        for row in rows or []
+        if isinstance(row, Mapping) and is_number(row.get("round")) and is_number(row.get("reward_mean"))
+    ]
 
 
 def _peer_note(peer: Mapping[str, Any]) -> str:

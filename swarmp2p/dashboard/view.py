@@ -57,7 +57,13 @@ def _reward_series(status: Mapping[str, Any], history: list[dict[str, Any]]) -> 
         if all(is_number(row.get(key)) for key in ("round", "reward_min", "reward_max"))
     ]
     label = "mean reward (honest peers)" if band else "reward (own completions)"
-    return [_series(label, points, band=band, band_label="min–max")] if points else []
+    if not points:
+        return []
+    series = [_series(label, points, band=band, band_label="min–max")]
+    solo = status.get("solo")  # a simulation's baseline: the same peers with no external groups
+    if isinstance(solo, list) and solo:
+        series.append(_series("solo mean (no sharing)", solo, dash=True))
+    return series
 
 
 def _eval_series(status: Mapping[str, Any], history: list[dict[str, Any]]) -> list[dict[str, Any]]:
