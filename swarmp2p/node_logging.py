@@ -7,8 +7,29 @@ import os
 from typing import Any
 
 
+class PlainFormatter(logging.Formatter):
+    """Log records that read like the node's printed lines (round lines, "listening on ..."):
+    the message for info, "warning: ..." / "error: ..." above it, with the logger's name only when
+    it is not ours. Times and logger names are for --log-level debug (DEBUG_FORMAT)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = record.getMessage()
+        if record.exc_info:
+            text = f"{text}\n{self.formatException(record.exc_info)}"
+        if record.levelno < logging.WARNING:
+            return text
+        level = record.levelname.lower()
+        ours = record.name == "swarmp2p" or record.name.startswith("swarmp2p.")
+        return f"{level}: {text}" if ours else f"{level} ({record.name}): {text}"
+
+
+DEBUG_FORMAT = "%(asctime)s %(name)s %(levelname)s %(message)s"
+
+
 def configure_logging(level: str) -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(DEBUG_FORMAT) if level == "debug" else PlainFormatter())
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
     logging.getLogger("swarmp2p").setLevel(level.upper())
     # py-libp2p logs routine transport churn (refused dials, peers without our protocols, DHT
     # misses) at WARNING/ERROR; the adapter counts what matters, so keep its voice for --log-level

@@ -27,3 +27,29 @@ def test_libp2p_warnings_are_silent_at_the_default_level() -> None:
     assert "Value not found" not in done.stderr
     assert "AUTO_CONNECTOR" not in done.stderr and "a warning of its own" not in done.stderr
     assert "our own warning" in done.stderr
+
+
+def test_log_lines_read_like_the_node_s_other_lines() -> None:
+    """No `2026-11-22 23:49:25,380 swarmp2p.node INFO` prefix between plain round lines: info is the
+    message, a warning says so (and whose it is when not ours); --log-level debug keeps times."""
+    code = (
+        "import logging\n"
+        "from swarmp2p.node_logging import configure_logging\n"
+        "configure_logging('{level}')\n"
+        "logging.getLogger('swarmp2p.node_setup').info('joining at round 5, in 3.0s')\n"
+        "logging.getLogger('swarmp2p.peer').warning('register failed: x')\n"
+        "logging.getLogger('transformers').error('something of theirs')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code.format(level="info")], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines() == [
+        "joining at round 5, in 3.0s",
+        "warning: register failed: x",
+        "error (transformers): something of theirs",
+    ]
+    debug = subprocess.run(
+        [sys.executable, "-c", code.format(level="debug")], capture_output=True, text=True, timeout=120
+    )
+    assert "swarmp2p.node_setup INFO joining at round 5" in debug.stderr
