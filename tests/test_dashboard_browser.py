@@ -273,7 +273,10 @@ def check_report_page(page: Any, report: dict[str, Any]) -> None:
     assert not re.search(r"\{'|\{\"|\[\{", body), "a raw Python dict or JSON on the page"
     assert page.inner_text("#round") == str(report["rounds"][-1]["round"])
     assert page.inner_text("#phase") == "finished"
-    assert len(page.query_selector_all("#chart circle")) == len(report["rounds"])
+    # The swarm's mean per round, and the solo baseline's (the same peers with no sharing) dashed.
+    series = 2 if report.get("solo") else 1
+    assert len(page.query_selector_all("#chart circle")) == series * len(report["rounds"])
+    assert report.get("solo") and "solo mean" in (page.text_content("#chart") or "")
     board = table_texts(page, "leaderboard")
     assert len(board) == len(report["peers"])
     for peer in report["peers"]:
