@@ -264,11 +264,12 @@ class HeldOutEvaluation:
         }
         if stopped_after_s is None:
             self.deferred_in_a_row += 1
-            log.info("%s: eval deferred: %.1f s needed, %.1f s left", self.name, needed, left)
+            # debug: a node's round line says it already ("| eval deferred: ..."), once is enough
+            log.debug("%s: eval deferred: %.1f s needed, %.1f s left", self.name, needed, left)
         else:
             deferred["stopped_after_s"] = round(stopped_after_s, 3)
             self.deferred_in_a_row = 0  # the next probe after `probe_after` more deferrals
-            log.info(
+            log.debug(
                 "%s: eval deferred: stopped at the deadline after %.1f s (%.1f s needed, %.1f s left)",
                 self.name,
                 stopped_after_s,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from typing import Any
 
 
@@ -30,6 +31,12 @@ def configure_logging(level: str) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter(DEBUG_FORMAT) if level == "debug" else PlainFormatter())
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
+    logging.captureWarnings(True)  # Python warnings through the same handler and format
+    if level != "debug":
+        # Deprecation notices are for the authors of the code that calls the library (torch and
+        # transformers print them bare between the round lines), not for who runs the node.
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        warnings.filterwarnings("ignore", category=DeprecationWarning)
     logging.getLogger("swarmp2p").setLevel(level.upper())
     # py-libp2p logs routine transport churn (refused dials, peers without our protocols, DHT
     # misses) at WARNING/ERROR; the adapter counts what matters, so keep its voice for --log-level

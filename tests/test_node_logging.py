@@ -39,6 +39,8 @@ def test_log_lines_read_like_the_node_s_other_lines() -> None:
         "logging.getLogger('swarmp2p.node_setup').info('joining at round 5, in 3.0s')\n"
         "logging.getLogger('swarmp2p.peer').warning('register failed: x')\n"
         "logging.getLogger('transformers').error('something of theirs')\n"
+        "import warnings\n"
+        "warnings.warn('`past_key_values` is deprecated', FutureWarning)\n"  # a library's, for its devs
     )
     done = subprocess.run(
         [sys.executable, "-c", code.format(level="info")], capture_output=True, text=True, timeout=120
@@ -53,3 +55,4 @@ def test_log_lines_read_like_the_node_s_other_lines() -> None:
         [sys.executable, "-c", code.format(level="debug")], capture_output=True, text=True, timeout=120
     )
     assert "swarmp2p.node_setup INFO joining at round 5" in debug.stderr
+    assert "past_key_values" in debug.stderr
