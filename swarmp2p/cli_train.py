@@ -107,6 +107,9 @@ def train(
         raise typer.Exit(2) from None
 
     from swarmp2p.model_source import ModelUnreachable, check_model_reachable
+    from swarmp2p.node_logging import quiet_library_warnings
+
+    quiet_library_warnings()
 
     try:  # seconds, not transformers' minute of retries, for a hub id with no network
         check_model_reachable(config.model)

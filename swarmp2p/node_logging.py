@@ -33,10 +33,7 @@ def configure_logging(level: str) -> None:
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
     logging.captureWarnings(True)  # Python warnings through the same handler and format
     if level != "debug":
-        # Deprecation notices are for the authors of the code that calls the library (torch and
-        # transformers print them bare between the round lines), not for who runs the node.
-        warnings.filterwarnings("ignore", category=FutureWarning)
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
+        quiet_library_warnings()
     logging.getLogger("swarmp2p").setLevel(level.upper())
     # py-libp2p logs routine transport churn (refused dials, peers without our protocols, DHT
     # misses) at WARNING/ERROR; the adapter counts what matters, so keep its voice for --log-level
@@ -55,6 +52,14 @@ def configure_logging(level: str) -> None:
     # huggingface_hub prints each download retry twice (its own handler and ours); the one-line
     # error that follows says what failed.
     logging.getLogger("huggingface_hub").setLevel(logging.DEBUG if debug else logging.ERROR)
+
+
+def quiet_library_warnings() -> None:
+    """Deprecation notices are for the authors of the code that calls a library (torch and
+    transformers print them bare between a node's round lines or train's progress), not for who
+    runs the command."""
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
 def thread_counts() -> dict[str, Any]:

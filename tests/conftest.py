@@ -29,7 +29,9 @@ def pytest_configure(config: object) -> None:
     """Commands under test (`swarmp2p node`, `train`, their subprocesses) cache built models per user
     (`trainer.config.user_model_cache`); point that cache at one folder per test session so tests
     never write to the user's own cache, and still build each model once per session."""
-    if "SWARMP2P_TEST_KEEP_CACHE" not in os.environ:
+    # Popped: a SWARMP2P_* variable that names no setting is a config error in every command the
+    # tests start (it reached their environment and they all failed).
+    if os.environ.pop("SWARMP2P_TEST_KEEP_CACHE", None) is None:
         import tempfile
 
         os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="swarmp2p-test-cache-")

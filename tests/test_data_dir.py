@@ -150,6 +150,7 @@ def test_train_has_its_own_data_dir_and_writes_tensorboard_scalars(tmp_path: Pat
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "resumed" not in done.stdout + done.stderr
+    assert "Warning" not in done.stdout + done.stderr  # no library deprecation notice among its lines
     assert sorted(p.relative_to(tmp_path) for p in (tmp_path / ".swarmp2p").rglob("*")) == before
     own = tmp_path / ".swarmp2p-train"
     assert any((own / "checkpoints").iterdir()), "train saved no checkpoint in its own dir"
