@@ -52,7 +52,8 @@ async def evaluate_before_train(
     new swarm's genesis), so it never eats into a round. (result, seconds) or None."""
     if not (settings.every > 0 and settings.before_train):
         return None
-    echo(f"held-out evaluation before joining ({settings.questions} questions)…")
+    # "up to": a task with fewer distinct held-out questions gives fewer (the result line's count)
+    echo(f"held-out evaluation before joining (up to {settings.questions} questions)…")
     started = time.monotonic()
     try:
         result = await trio.to_thread.run_sync(policy.evaluate)

@@ -543,7 +543,7 @@ def test_the_node_evaluates_before_joining_and_advises_when_evaluation_cannot_fi
 
     result = trio.run(before, EvalSettings(every=5, questions=8), Policy())
     assert result is not None and result[0]["accuracy"] == 0.25 and result[1] >= 0
-    assert lines == ["held-out evaluation before joining (8 questions)…"]
+    assert lines == ["held-out evaluation before joining (up to 8 questions)…"]
     assert trio.run(before, EvalSettings(every=5, before_train=False), Policy()) is None
     assert trio.run(before, EvalSettings(every=0), Policy()) is None
     broken = Policy()
