@@ -248,6 +248,11 @@ class Node:
         from swarmp2p.dashboard.feed import RolloutFeed, peer_faults
 
         feed = RolloutFeed()
+        chain_board = None
+        if callable(getattr(coordinator, "leaderboard", None)):  # on a chain: the contract's table
+            from swarmp2p.dashboard.chain_board import ChainLeaderboard
+
+            chain_board = ChainLeaderboard()
 
         def status() -> dict[str, Any]:
             snapshot = peer.status()
@@ -263,6 +268,8 @@ class Node:
             if chain_status is not None:  # a chain coordinator: its submissions, also as counters
                 snapshot["chain"] = chain_status()
                 snapshot["counters"] = {**snapshot.get("counters", {}), **coordinator.health.counters()}
+            if chain_board is not None:
+                chain_board.apply(snapshot)
             return snapshot
 
         info = {
@@ -285,6 +292,8 @@ class Node:
             await nursery.start(peer.run)
             nursery.start_soon(publish_hellos, network, own_hello, schedule.swarm_id, config.hello_interval_s)
             nursery.start_soon(receive_hellos, network, hellos, hello_stats, schedule, echo)
+            if chain_board is not None and config.dashboard_port:
+                nursery.start_soon(chain_board.watch, coordinator, max(5.0, schedule.round_ms / 2000))
             if config.dashboard_port:
                 from swarmp2p.dashboard import serve_dashboard
 
