@@ -6,6 +6,7 @@ runs, so that the runtime package never imports the simulator."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -43,6 +44,13 @@ def simulate(
         "--solo/--no-solo",
         help="Also run the same peers with no external groups (each alone), the baseline drawn beside "
         "the swarm (default: on for the simulated learner, off for the real trainer: it doubles the run).",
+    ),
+    eval_every: int = typer.Option(
+        0,
+        "--eval-every",
+        min=0,
+        help="Held-out evaluation every N rounds on every peer, and once before training (0: none): "
+        "report.json's eval_accuracy_mean per round, eval/accuracy in --tensorboard.",
     ),
     tensorboard: Path = typer.Option(
         None,
@@ -105,16 +113,16 @@ def simulate(
         console=console,
     ) as progress:
         task = progress.add_task(f"{chosen.name}: {chosen.peers} peers", total=chosen.rounds)
-        trainer: dict = {}
+        trainer: dict = {"peer_overrides": _evaluation(chosen, eval_every)} if eval_every else {}
         if chosen.policy == "trainer":
             from simulator.trainer_policy import TrainerSimSettings
             from trainer.config import user_model_cache
 
-            trainer = {
+            trainer.update(
                 # per-run peer checkpoints; the tiny model is the trainer's cached build
-                "work_dir": out / "trainer",
-                "trainer_settings": TrainerSimSettings(models_dir=user_model_cache()),
-            }
+                work_dir=out / "trainer",
+                trainer_settings=TrainerSimSettings(models_dir=user_model_cache()),
+            )
         result = run_simulation(chosen, on_round=lambda _round: progress.advance(task), **trainer)
         report = build_report(result)
         if solo:
@@ -122,7 +130,7 @@ def simulate(
 
             alone = attrs.evolve(chosen, n_external=0)
             task = progress.add_task(f"{chosen.name}: the same peers alone (solo)", total=chosen.rounds)
-            if trainer:
+            if "work_dir" in trainer:
                 trainer["work_dir"] = out / "trainer-solo"
             solo_result = run_simulation(alone, on_round=lambda _round: progress.advance(task), **trainer)
             report["solo"] = solo_baseline(solo_result)
@@ -148,3 +156,21 @@ def simulate(
     console.print(f"report: {report_path}" + "".join(f"\nplot: {path}" for path in written))
     if tensorboard is not None:
         console.print(f"tensorboard: tensorboard --logdir {tensorboard}")
+
+
+def _evaluation(scenario: Any, every: int) -> dict[str, Any]:
+    """Peer settings for a held-out evaluation every `every` rounds (and before training), with
+    the question count its timing estimate needs: the learner's per-task count times the tasks."""
+    from swarmp2p.heldout import EvalSettings
+
+    if scenario.policy == "trainer":
+        from trainer.config import TrainerConfig
+
+        config = TrainerConfig()
+        questions = config.eval_questions * len(scenario.tasks or config.tasks)
+    else:
+        from simulator.policy import SimPolicyParams
+        from simulator.registry import DEFAULT_TASKS
+
+        questions = SimPolicyParams().eval_questions * len(scenario.tasks or DEFAULT_TASKS)
+    return {"evaluation": EvalSettings(every=every, before_train=True, questions=questions)}

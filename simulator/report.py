@@ -86,6 +86,7 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
                 "rejected": dict(sorted(rejected.items())),
             }
         )
+    _add_held_out_accuracy(result, honest, rounds)
     banned_by_honest: dict[str, int] = {}
     for plan in plans:
         banned_by_honest[plan.peer_id] = sum(
@@ -149,6 +150,22 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
         "rounds": rounds,
         "peers": peers,
     }
+
+
+def _add_held_out_accuracy(result: SimulationResult, honest: list[Any], rounds: list[dict[str, Any]]) -> None:
+    """`eval_accuracy_mean` per round (honest peers that evaluated in it; None in the others),
+    only when some peer evaluated (`simulate --eval-every`): other reports keep their bytes."""
+    accuracy: dict[int, list[float]] = {}
+    for plan in honest:
+        for record in result.records[plan.peer_id]:
+            value = (record.eval or {}).get("accuracy")
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                accuracy.setdefault(record.round, []).append(float(value))
+    if not accuracy:
+        return
+    for row in rounds:
+        values = accuracy.get(row["round"])
+        row["eval_accuracy_mean"] = _r(statistics.fmean(values)) if values else None
 
 
 def solo_baseline(result: SimulationResult) -> dict[str, Any]:

@@ -13,6 +13,7 @@ Written with `torch.utils.tensorboard.SummaryWriter` (torch is a dependency alre
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,8 +33,20 @@ class TensorBoardUnavailable(Exception):
 
 
 def check_tensorboard(log_dir: Path | str) -> None:
-    """Raise TensorBoardUnavailable now (one line) rather than after a long run."""
-    TensorBoardLog(log_dir).close()
+    """Raise TensorBoardUnavailable now (one line) rather than after a long run; writes no event
+    file (an empty one would show as a run of its own)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+    except ImportError as error:
+        raise TensorBoardUnavailable(
+            f"--tensorboard needs the tensorboard package ({error}); pip install tensorboard"
+        ) from None
+    try:
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise TensorBoardUnavailable(f"cannot write TensorBoard logs to {log_dir}: {error}") from None
+    if not os.access(log_dir, os.W_OK):
+        raise TensorBoardUnavailable(f"cannot write TensorBoard logs to {log_dir}: not writable")
 
 
 class TensorBoardLog:

@@ -128,7 +128,8 @@ def test_simulate_tensorboard_has_a_run_per_peer_and_the_swarm(tmp_path: Path) -
     result = CliRunner().invoke(app, [*args, "--tensorboard", str(tmp_path / "tb")])
     assert result.exit_code == 0, result.output
     runs = sorted(path.name for path in (tmp_path / "tb").iterdir())
-    assert "swarm" in runs and len([run for run in runs if run.startswith("peer-")]) == 3, runs
+    # Three peers and the swarm, nothing else (no empty event file at the top, a run of its own).
+    assert len(runs) == 4 and runs[-1] == "swarm" and all(run.startswith("peer-") for run in runs[:3]), runs
     swarm = EventAccumulator(str(tmp_path / "tb" / "swarm"))
     swarm.Reload()
     assert [event.step for event in swarm.Scalars("swarm/reward_mean")] == [0, 1, 2]
@@ -136,3 +137,26 @@ def test_simulate_tensorboard_has_a_run_per_peer_and_the_swarm(tmp_path: Path) -
     peer = EventAccumulator(str(tmp_path / "tb" / next(run for run in runs if run.startswith("peer-"))))
     peer.Reload()
     assert [event.step for event in peer.Scalars("round/reward")] == [0, 1, 2]
+
+
+def test_simulate_eval_every_puts_held_out_accuracy_in_the_report_and_tensorboard(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    args = ["simulate", "--peers", "3", "--rounds", "4", "--no-plots", "--no-solo", "--eval-every", "2"]
+    result = CliRunner().invoke(
+        app, [*args, "--out", str(tmp_path / "out"), "--tensorboard", str(tmp_path / "tb")]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    evaluated = [row["round"] for row in report["rounds"] if row.get("eval_accuracy_mean") is not None]
+    assert evaluated, report["rounds"]
+    assert all(
+        0.0 <= row["eval_accuracy_mean"] <= 1.0 for row in report["rounds"] if row["round"] in evaluated
+    )
+    run = next(path for path in (tmp_path / "tb").iterdir() if path.name.startswith("peer-"))
+    events = EventAccumulator(str(run))
+    events.Reload()
+    assert "eval/accuracy" in events.Tags()["scalars"], events.Tags()
+    off = CliRunner().invoke(app, [*args[:-2], "--out", str(tmp_path / "off")])
+    assert off.exit_code == 0, off.output
+    assert "eval_accuracy_mean" not in json.loads((tmp_path / "off" / "report.json").read_text())["rounds"][0]
