@@ -286,3 +286,22 @@ def test_the_rounds_log_is_read_incrementally_and_again_when_replaced(tmp_path: 
     replaced.write_text(json.dumps({"round": 7}) + "\n")
     replaced.replace(path)
     assert [row["round"] for row in log.rows()] == [7]
+
+
+def test_a_simulation_report_with_evaluations_shows_the_held_out_accuracy(tmp_path: Path) -> None:
+    from swarmp2p.cli import app
+
+    args = ["simulate", "--peers", "3", "--rounds", "4", "--eval-every", "2", "--no-plots", "--no-solo"]
+    result = CliRunner().invoke(app, [*args, "--out", str(tmp_path / "sim")])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "sim" / "report.json").read_text())
+    view = build_view(normalize_status(status_of_path(tmp_path / "sim")))
+    [series] = view["eval_series"]
+    assert series["points"] == [
+        [row["round"], row["eval_accuracy_mean"]]
+        for row in report["rounds"]
+        if row["eval_accuracy_mean"] is not None
+    ]
+    assert series["points"], report["rounds"]
+    status = normalize_status(status_of_path(tmp_path / "sim"))
+    assert status["eval"]["accuracy"] == series["points"][-1][1]  # the header card's figure

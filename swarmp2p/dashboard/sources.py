@@ -128,12 +128,28 @@ def report_status(report: Mapping[str, Any]) -> dict[str, Any]:
         "peers": [str(peer.get("peer_id")) for peer in peers if peer.get("peer_id")],
         "history": history,
         "solo": _solo_points(report.get("solo")),
+        **_held_out(rounds),
         "rejections": summary.get("rejections") if isinstance(summary.get("rejections"), Mapping) else {},
         "leaderboard": leaderboard,
         "leaderboard_note": "every simulated peer, by its reward in its last completed round",
         "summary_rows": rows,
         "counters": {},
     }
+
+
+def _held_out(rounds: list[Mapping[str, Any]]) -> dict[str, Any]:
+    """The honest peers' mean held-out accuracy per round (`simulate --eval-every`), if any."""
+    points = [
+        [row.get("round"), row.get("eval_accuracy_mean")]
+        for row in rounds
+        if is_number(row.get("round")) and is_number(row.get("eval_accuracy_mean"))
+    ]
+    if not points:
+        return {}
+    last = {"round": points[-1][0], "accuracy": points[-1][1]}  # the header's held-out card
+    if len(points) > 1:
+        last["accuracy_change"] = points[-1][1] - points[-2][1]
+    return {"eval_series": [{"label": "held-out accuracy (honest mean)", "points": points}], "eval": last}
 
 
 def _solo_points(solo: Any) -> list[list[Any]]:
