@@ -11,9 +11,11 @@ A question is `QuestionRef(task, dataset_seed, index)`:
 - training indices lie in [0, TRAIN_INDEX_LIMIT); evaluation indices lie in
   [EVAL_INDEX_BASE, EVAL_INDEX_BASE + EVAL_INDEX_LIMIT), disjoint from training.
 - Disjoint indices are not enough (two indices, or two seeds, can generate the same text), so
-  held-out-ness is also a function of the question's TEXT (`heldout_text`): one text in
-  HELDOUT_SHARE is held out, every peer computes the same split, and no training step uses a
-  held-out text. `evaluation_questions` is the one builder of the held-out set: the trainer
+  held-out-ness is also a function of the question's TEXT (`heldout_split`): two texts in
+  HELDOUT_SHARE are held out, one for the `validation` split and one for the `test` split;
+  every peer computes the same split, and no training step uses a held-out text of either.
+  Validation is what runs are watched and settings chosen on; test is for reporting a result,
+  never for choosing. `evaluation_questions` is the one builder of a held-out set: the trainer
   (trainer/tasks.py) hands it the texts of its reasoning-gym items.
 
 Draws use the full 256-bit digest modulo the range, so the modulo bias is below 2**-200.
@@ -35,7 +37,13 @@ EVAL_INDEX_BASE = 10_000_000
 EVAL_INDEX_LIMIT = 1_000_000
 
 HELDOUT_SHARE = 8
-"""One question text in HELDOUT_SHARE (by hash) is held out for evaluation, never trained on."""
+"""Question texts are cut by hash into HELDOUT_SHARE slices; the slices in HELDOUT_SPLITS are held
+out for evaluation and never trained on."""
+HELDOUT_SPLITS = {"validation": 0, "test": 1}
+"""Held-out split name -> its hash slice. `validation` (the slice held out since the first
+evaluation) is what node and train runs report and what defaults were chosen on; `test` was added
+once defaults had been chosen on validation, so that a result can be measured on questions no
+choice ever looked at."""
 EVAL_SCAN_LIMIT = 20_000
 """Evaluation items scanned per task to find the held-out questions."""
 EVAL_SCAN_PATIENCE = 3_000
@@ -119,21 +127,37 @@ def questions_for(
     return tuple(chosen)
 
 
-def heldout_text(task: str, prompt: str) -> bool:
-    """Whether the question `prompt` of `task` is held out (sha256, never Python's hash)."""
+def heldout_split(task: str, prompt: str) -> str | None:
+    """The held-out split (`validation` or `test`) of the question `prompt` of `task`, None for a
+    training question (sha256, never Python's hash)."""
     digest = hashlib.sha256(f"{task}\0{prompt}".encode()).digest()
-    return int.from_bytes(digest[:8], "big") % HELDOUT_SHARE == 0
+    slice_ = int.from_bytes(digest[:8], "big") % HELDOUT_SHARE
+    for name, held in HELDOUT_SPLITS.items():
+        if slice_ == held:
+            return name
+    return None
+
+
+def heldout_text(task: str, prompt: str) -> bool:
+    """Whether the question `prompt` of `task` is held out (in any split): never trained on."""
+    return heldout_split(task, prompt) is not None
 
 
 def evaluation_questions(
-    tasks: Sequence[str], dataset_seed: int, per_task: int, text_of: Callable[[QuestionRef], str]
+    tasks: Sequence[str],
+    dataset_seed: int,
+    per_task: int,
+    text_of: Callable[[QuestionRef], str],
+    split: str = "validation",
 ) -> tuple[QuestionRef, ...]:
-    """The held-out set: per task, the first `per_task` evaluation items (indices from
-    EVAL_INDEX_BASE) whose text (`text_of(ref)`) is held out, each text once. A task whose
+    """The held-out set of `split`: per task, the first `per_task` evaluation items (indices from
+    EVAL_INDEX_BASE) whose text (`text_of(ref)`) is in that split, each text once. A task whose
     question space holds fewer distinct held-out texts within EVAL_SCAN_LIMIT items (or that
     brings none new for EVAL_SCAN_PATIENCE items in a row) gets fewer."""
     if isinstance(per_task, bool) or not isinstance(per_task, int) or per_task < 0:
         raise ValueError(f"per_task must be a non-negative int, got {per_task!r}")
+    if split not in HELDOUT_SPLITS:
+        raise ValueError(f"split must be one of {sorted(HELDOUT_SPLITS)}, got {split!r}")
     refs: list[QuestionRef] = []
     for task in tasks:
         texts: set[str] = set()
@@ -143,7 +167,7 @@ def evaluation_questions(
                 break
             ref = QuestionRef(task, dataset_seed, EVAL_INDEX_BASE + offset)
             prompt = text_of(ref)
-            if prompt in texts or not heldout_text(task, prompt):
+            if prompt in texts or heldout_split(task, prompt) != split:
                 continue
             last_new = offset
             texts.add(prompt)

@@ -2,6 +2,9 @@
 
     python scripts/learning_curve.py --seeds 1,2,3 --steps 300 --out runs/learning
 
+Evaluates on the `test` held-out split by default (`--split validation` for the split that runs
+are watched and settings chosen on): a reported result must come from questions no choice saw.
+
 Runs `swarmp2p train --seed S --fresh` once per seed, each in its own data dir, at most `--jobs`
 at a time (one torch thread each), all from ONE pre-built tiny model (built here first into the
 user's model cache; the base does not depend on `--seed`, so the seeds differ only in GRPO's
@@ -30,7 +33,7 @@ def run_seed(seed: int, args: argparse.Namespace, base: Path) -> subprocess.Pope
     command = [
         sys.executable, "-m", "swarmp2p.cli", "train", "--seed", str(seed), "--fresh",
         "--steps", str(args.steps), "--eval-every", str(args.eval_every), "--threads", "1",
-        "--data-dir", str(data), "--out", str(data / "out"), *args.extra,
+        "--eval-split", args.split, "--data-dir", str(data), "--out", str(data / "out"), *args.extra,
     ]  # fmt: skip
     log = open(data / "train.log", "w")  # the child holds it; closed at exit
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
@@ -54,6 +57,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--eval-every", type=int, default=25)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--split", choices=("test", "validation"), default="test", help="held-out split")
     parser.add_argument("--out", type=Path, default=Path("runs/learning"))
     parser.add_argument("--reuse", action="store_true", help="keep the runs of seeds already finished")
     parser.add_argument("extra", nargs="*", help="more `swarmp2p train` flags, after --")
@@ -97,21 +101,21 @@ def main() -> None:
     per_task_last = {t: statistics.mean(curves[s][-1]["per_task"][t]["accuracy"] for s in seeds)
                      for t in per_task_first}  # fmt: skip
     summary = {
-        "seeds": seeds, "steps": args.steps, "extra_flags": args.extra, "curve": table,
+        "seeds": seeds, "steps": args.steps, "split": args.split, "extra_flags": args.extra, "curve": table,
         "gain_per_seed": gains, "gain_mean": statistics.mean(gains),
         "per_task_first": per_task_first, "per_task_last": per_task_last,
         "questions": sum(t["n"] for t in curves[seeds[0]][0]["per_task"].values()),
         "wall_s": time.time() - started,
     }  # fmt: skip
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    plot(args.out / "curve.png", table, curves, seeds)
+    plot(args.out / "curve.png", table, curves, seeds, args.split)
     per_seed = ", ".join(f"{g:+.3f}" for g in gains)
-    print(f"held-out accuracy step 0 -> {steps[-1]}: {table[0]['mean']:.3f} -> {table[-1]['mean']:.3f} "
-          f"(gain per seed {per_seed})")  # fmt: skip
+    print(f"held-out ({args.split}) accuracy step 0 -> {steps[-1]}: "
+          f"{table[0]['mean']:.3f} -> {table[-1]['mean']:.3f} (gain per seed {per_seed})")  # fmt: skip
     print(f"{args.out / 'curve.png'}, {args.out / 'summary.json'}")
 
 
-def plot(path: Path, table: list[dict], curves: dict[int, list[dict]], seeds: list[int]) -> None:
+def plot(path: Path, table: list[dict], curves: dict[int, list[dict]], seeds: list[int], split: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -125,10 +129,10 @@ def plot(path: Path, table: list[dict], curves: dict[int, list[dict]], seeds: li
                       label=f"min-max over {len(seeds)} seeds")  # fmt: skip
     axis.plot(x, [r["mean"] for r in table], "o-", color="tab:blue", lw=2, label="mean over seeds")
     axis.set_xlabel("GRPO step (swarmp2p train, defaults)")
-    axis.set_ylabel("held-out accuracy (mean over tasks)")
+    axis.set_ylabel(f"held-out accuracy, {split} split")
     low, top = min(r["min"] for r in table), max(r["max"] for r in table)
     axis.set_ylim(max(0.0, low - 0.05), min(1.0, top + 0.05))  # fit the data: a 0-1 axis hid the change
-    axis.set_title(f"held-out accuracy over {len(seeds)} seeds, one base model", fontsize=10)
+    axis.set_title(f"held-out ({split} split) accuracy over {len(seeds)} seeds, one base model", fontsize=10)
     axis.grid(alpha=0.3)
     axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     figure.tight_layout()

@@ -6,7 +6,8 @@ The first node starts a new swarm; the others join it with `--bootstrap` (its pr
 Every node has its own data dir under OUT (one process per data dir) and one torch thread, so N
 nodes on a small machine do not fight over cores. After `--minutes` every node gets SIGINT (a
 clean stop that saves its model); then each node's `rounds.jsonl` is read and OUT/accuracy.png
-(held-out accuracy per round, one line per node) and OUT/summary.json are written.
+(held-out accuracy per round, one line per node) and OUT/summary.json are written. The nodes
+evaluate on the `test` held-out split (`--split validation` for the one settings were chosen on).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from pathlib import Path
 ADDRESS = re.compile(r"listening on (\S+)")
 
 
-def start(index: int, out: Path, bootstrap: str | None, extra: list[str]) -> subprocess.Popen:
+def start(index: int, out: Path, bootstrap: str | None, extra: list[str], split: str) -> subprocess.Popen:
     data = out / f"node-{index}"
     command = [
         sys.executable,
@@ -34,6 +35,8 @@ def start(index: int, out: Path, bootstrap: str | None, extra: list[str]) -> sub
         str(data),
         "--threads",
         "1",
+        "--eval-split",
+        split,
         *extra,
     ]
     if bootstrap:
@@ -76,7 +79,7 @@ def evaluations(rounds_file: Path) -> list[dict]:
     return points
 
 
-def plot(path: Path, curves: dict[str, list[dict]]) -> None:
+def plot(path: Path, curves: dict[str, list[dict]], split: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -91,7 +94,7 @@ def plot(path: Path, curves: dict[str, list[dict]]) -> None:
         margin = max(0.02, (high - low) * 0.15)
         axis.set_ylim(max(0.0, low - margin), min(1.0, high + margin))
     axis.set_xlabel("round (0: the base model, evaluated before joining)")
-    axis.set_ylabel("held-out accuracy")
+    axis.set_ylabel(f"held-out accuracy ({split} split)")
     axis.set_title(f"{len(curves)} local swarmp2p nodes: held-out accuracy per round", fontsize=10)
     axis.grid(alpha=0.3)
     axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
@@ -104,11 +107,11 @@ def run_nodes(args: argparse.Namespace) -> None:
     """Start the nodes, print their latest evaluations every 30 s, SIGINT them all after --minutes."""
     processes: list[subprocess.Popen] = []
     try:
-        first = start(1, args.out, None, args.extra)
+        first = start(1, args.out, None, args.extra, args.split)
         processes.append(first)
         address = wait_for_address(args.out / "node-1.log", first, timeout_s=900)  # may build the model first
         print(f"node 1 listening on {address}", flush=True)
-        processes += [start(i, args.out, address, args.extra) for i in range(2, args.nodes + 1)]
+        processes += [start(i, args.out, address, args.extra, args.split) for i in range(2, args.nodes + 1)]
         ends = time.monotonic() + args.minutes * 60
         while time.monotonic() < ends:
             time.sleep(min(30.0, max(0.0, ends - time.monotonic())))
@@ -138,6 +141,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--out", type=Path, default=Path("runs/local-swarm"))
     parser.add_argument("--plot-only", action="store_true", help="only re-read OUT and plot")
+    parser.add_argument("--split", choices=("test", "validation"), default="test", help="held-out split")
     parser.add_argument("extra", nargs="*", help="more `swarmp2p node` flags, after --")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -148,7 +152,7 @@ def main() -> None:
     curves = {
         f"node {i}": evaluations(args.out / f"node-{i}" / "rounds.jsonl") for i in range(1, args.nodes + 1)
     }
-    plot(args.out / "accuracy.png", curves)
+    plot(args.out / "accuracy.png", curves, args.split)
     summary = {
         name: {
             "evaluations": len(points),

@@ -61,6 +61,9 @@ def sharing(
         5, "--eval-every", help="Held-out evaluation every N rounds (and at start/end)."
     ),
     eval_questions: int = typer.Option(32, "--eval-questions", help="Held-out questions per task (trainer)."),
+    eval_split: str = typer.Option(
+        "test", "--eval-split", help="Held-out split (trainer): test for results, or validation."
+    ),
     forgers: int = typer.Option(2, "--forgers", help="Reward-inverting peers in the verification rows."),
     fetch_sample: int = typer.Option(
         None, "--fetch-sample", help="Batches fetched per peer and round (default: all; sim: 8)."
@@ -107,6 +110,7 @@ def sharing(
             group_size=group_size,
             eval_every=eval_every,
             eval_questions=eval_questions,
+            eval_split=eval_split,
             forgers=forgers,
             fetch_sample=(8 if policy == "sim" and peers > 16 else 0)
             if fetch_sample is None

@@ -89,6 +89,11 @@ def node(
         "--eval-questions",
         help=_help("Held-out questions per task (the same set every time).", "eval_questions", TrainerConfig),
     ),
+    eval_split: str | None = typer.Option(
+        None,
+        "--eval-split",
+        help=_help("Held-out split: validation, or test for reported results.", "eval_split", TrainerConfig),
+    ),
     eval_generations_to_log: int | None = typer.Option(
         None,
         "--eval-generations-to-log",
@@ -158,6 +163,7 @@ def node(
             "eval_every": eval_every,
             "eval_before_train": eval_before_train,
             "eval_questions": eval_questions,
+            "eval_split": eval_split,
             "eval_generations_to_log": eval_generations_to_log,
             "threads": threads,
         },

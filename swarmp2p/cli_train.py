@@ -50,6 +50,11 @@ def train(
         help="Held-out evaluation every K steps (0: never; default: config, else 25).",
     ),
     eval_questions: int = typer.Option(None, "--eval-questions", help="Held-out questions per task."),
+    eval_split: str = typer.Option(
+        None,
+        "--eval-split",
+        help="Held-out split: validation (default; watch runs, choose settings) or test (report results).",
+    ),
     threads: int = typer.Option(None, "--threads", help="CPU threads for torch (0: all cores)."),
     seed: int = typer.Option(None, "--seed"),
     resume: bool = typer.Option(True, "--resume/--fresh", help="Continue from the newest checkpoint."),
@@ -86,6 +91,7 @@ def train(
         "format_reward": format_reward,
         "eval_every": eval_every,
         "eval_questions": eval_questions,
+        "eval_split": eval_split,
         "threads": threads,
         "seed": seed,
     }

@@ -15,9 +15,12 @@ from protocol import limits, questions
 from protocol.questions import (
     EVAL_INDEX_BASE,
     EVAL_INDEX_LIMIT,
+    HELDOUT_SHARE,
+    HELDOUT_SPLITS,
     TRAIN_INDEX_LIMIT,
     dataset_seed_for,
     evaluation_questions,
+    heldout_split,
     heldout_text,
     questions_for,
 )
@@ -103,7 +106,7 @@ def test_evaluation_questions_are_disjoint_from_training_and_held_out_by_text():
     for task in ("a", "b"):
         indices = [q.index for q in evaluation if q.task == task]
         assert indices == sorted(indices)
-        expected = [i for i in range(400) if heldout_text(task, f"{task} question {i}")][:20]
+        expected = [i for i in range(400) if heldout_split(task, f"{task} question {i}") == "validation"][:20]
         assert indices == [EVAL_INDEX_BASE + i for i in expected]
 
 
@@ -111,7 +114,27 @@ def test_a_small_question_space_gives_what_it_has():
     # 40 distinct texts hold about 5 held-out ones: asking for 20 gives those, once each.
     evaluation = evaluation_questions(["a"], 1, 20, lambda ref: f"t{ref.index % 40}")
     texts = [f"t{q.index % 40}" for q in evaluation]
-    assert len(texts) == len(set(texts)) == sum(heldout_text("a", f"t{i}") for i in range(40)) < 20
+    in_split = sum(heldout_split("a", f"t{i}") == "validation" for i in range(40))
+    assert len(texts) == len(set(texts)) == in_split < 20
+
+
+def test_validation_and_test_splits_are_disjoint_held_out_and_cover_two_slices():
+    def text_of(ref):
+        return f"{ref.task} question {ref.index % 3000}"
+
+    validation = evaluation_questions(["a", "b"], 5, 40, text_of)
+    test = evaluation_questions(["a", "b"], 5, 40, text_of, "test")
+    assert evaluation_questions(["a", "b"], 5, 40, text_of, "validation") == validation
+    assert len(validation) == len(test) == 80
+    assert not {text_of(q) for q in validation} & {text_of(q) for q in test}
+    assert all(heldout_split(q.task, text_of(q)) == "validation" for q in validation)
+    assert all(heldout_split(q.task, text_of(q)) == "test" for q in test)
+    # Both splits are held out (never trained on); together about 2 texts in HELDOUT_SHARE.
+    assert all(heldout_text(q.task, text_of(q)) for q in validation + test)
+    share = sum(heldout_text("a", f"a question {i}") for i in range(8000)) / 8000
+    assert abs(share - len(HELDOUT_SPLITS) / HELDOUT_SHARE) < 0.02
+    with pytest.raises(ValueError, match="split"):
+        evaluation_questions(["a"], 5, 4, text_of, "train")
 
 
 @pytest.mark.parametrize(

@@ -52,8 +52,17 @@ def test_eval_set_is_held_out_distinct_and_fixed(registry: ReasoningGymRegistry)
     assert ReasoningGymRegistry(TASKS, difficulty=0).eval_questions(16, 99) == refs
 
 
-def test_pretraining_never_sees_an_evaluation_question(registry: ReasoningGymRegistry) -> None:
-    eval_texts = {registry.question(ref)[0] for ref in registry.eval_questions(64, 20261123)}
+def test_test_split_is_held_out_and_disjoint_from_validation(registry: ReasoningGymRegistry) -> None:
+    validation = registry.eval_questions(64, 20261123)
+    test = registry.eval_questions(64, 20261123, "test")
+    assert test and all(registry.is_heldout(ref) for ref in test)
+    assert {ref.task for ref in test} == set(TASKS)
+    assert not {registry.question(r)[0] for r in validation} & {registry.question(r)[0] for r in test}
+
+
+@pytest.mark.parametrize("split", ["validation", "test"])
+def test_pretraining_never_sees_an_evaluation_question(registry: ReasoningGymRegistry, split: str) -> None:
+    eval_texts = {registry.question(ref)[0] for ref in registry.eval_questions(64, 20261123, split)}
     stream = examples(registry, random.Random(5))
     pretraining_texts = {next(stream)[1] for _ in range(3000)}
     # The question spaces are small enough that pre-training covers most of the non-held-out part...
@@ -72,7 +81,11 @@ def test_training_questions_that_are_held_out_are_never_trained_on(tmp_path: Pat
     held = [ref for ref in assigned if registry.is_heldout(ref)]
     kept = [ref for ref in assigned if not registry.is_heldout(ref)]
     assert held and kept, "the swarm asks held-out questions too; they must be filtered"
-    eval_texts = {registry.question(ref)[0] for ref in registry.eval_questions(64, config.eval_seed)}
+    eval_texts = {
+        registry.question(ref)[0]
+        for split in ("validation", "test")
+        for ref in registry.eval_questions(64, config.eval_seed, split)
+    }
     assert not {registry.question(ref)[0] for ref in kept} & eval_texts
 
     def group(ref: object) -> QuestionGroup:

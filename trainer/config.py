@@ -137,6 +137,9 @@ class TrainerConfig:
     """Sample generations kept with each evaluation result (metrics, status, round line)."""
     eval_temperature: float = attrs.field(default=0.6, converter=float, validator=_non_negative)
     eval_top_p: float = attrs.field(default=0.95, converter=float, validator=_unit_interval)
+    eval_split: str = attrs.field(default="validation", validator=v.in_(("validation", "test")))
+    """Which held-out split is evaluated: `validation` (what runs are watched and settings chosen
+    on) or `test` (for reporting a result: questions no choice of settings ever looked at)."""
     eval_seed: int = attrs.field(default=20261123, validator=v.instance_of(int))
     """Seeds the held-out set's dataset seed and the evaluation sampler: never a training seed, and
     the same for every peer, so results compare across peers and runs."""

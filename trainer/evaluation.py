@@ -28,7 +28,7 @@ CORRECT = 0.999  # a correctness score at or above this counts as a right answer
 
 
 def eval_questions(registry: ReasoningGymRegistry, config: TrainerConfig) -> list[QuestionRef]:
-    return registry.eval_questions(config.eval_questions, config.eval_seed)
+    return registry.eval_questions(config.eval_questions, config.eval_seed, config.eval_split)
 
 
 def eval_due(config: TrainerConfig, updates: int, last_eval_at: int | None) -> bool:
@@ -126,6 +126,7 @@ def evaluate(
         "step": step,
         **summarize(registry, refs, texts, config.eval_generations_to_log, config.eval_samples),
         "samples_per_question": config.eval_samples,
+        "split": config.eval_split,
     }
     result["seconds"] = time.perf_counter() - started
     return result

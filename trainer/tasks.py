@@ -86,7 +86,7 @@ class ReasoningGymRegistry:
         self._datasets: dict[tuple[str, int], Any] = {}
         self._items: OrderedDict[QuestionRef, dict[str, Any]] = OrderedDict()
         self._lock = threading.Lock()
-        self._eval_sets: dict[tuple[int, int], tuple[QuestionRef, ...]] = {}
+        self._eval_sets: dict[tuple[int, int, str], tuple[QuestionRef, ...]] = {}
 
     # --- TaskRegistry port ---
     def task_names(self) -> tuple[str, ...]:
@@ -150,13 +150,15 @@ class ReasoningGymRegistry:
             return True
         return heldout_text(ref.task, prompt)
 
-    def eval_questions(self, per_task: int, dataset_seed: int) -> list[QuestionRef]:
+    def eval_questions(
+        self, per_task: int, dataset_seed: int, split: str = "validation"
+    ) -> list[QuestionRef]:
         """The held-out set of protocol.questions.evaluation_questions over this registry's tasks
-        and question texts (per task, the first `per_task` held-out texts). Memoized."""
-        key = (per_task, dataset_seed)
+        and question texts (per task, the first `per_task` held-out texts of `split`). Memoized."""
+        key = (per_task, dataset_seed, split)
         if key not in self._eval_sets:
             self._eval_sets[key] = evaluation_questions(
-                self._names, dataset_seed, per_task, lambda ref: self.question(ref)[0]
+                self._names, dataset_seed, per_task, lambda ref: self.question(ref)[0], split
             )
         return list(self._eval_sets[key])
 

@@ -33,7 +33,7 @@ from trainer.tasks import ReasoningGymRegistry
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"
 _CORPUS_ITEMS_PER_TASK = 200
 _CORPUS_SEED = 1234  # a dataset seed used only to build the tokenizer corpus
-_FORMAT_VERSION = 2
+_FORMAT_VERSION = 3  # 3: pre-training also skips the `test` held-out split
 # Pre-training cuts prompts and answers like the trainer's defaults; the answers of the tasks it
 # is meant for are a few tokens, so these do not shape the model and stay out of its cache key.
 _PRETRAIN_PROMPT_TOKENS = 384
@@ -76,7 +76,10 @@ class TinySpec:
 def _corpus(registry: ReasoningGymRegistry) -> Iterator[str]:
     for task in registry.task_names():
         for index in range(_CORPUS_ITEMS_PER_TASK):
-            prompt, answer = registry.question(QuestionRef(task, _CORPUS_SEED, index))
+            ref = QuestionRef(task, _CORPUS_SEED, index)
+            if registry.is_heldout(ref):  # the tokenizer never reads a held-out question either
+                continue
+            prompt, answer = registry.question(ref)
             yield prompt
             yield f"{ANSWER_OPEN}{answer or ''}{ANSWER_CLOSE}"
 
