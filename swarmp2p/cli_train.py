@@ -63,7 +63,9 @@ def train(
     ),
     save_every: int = typer.Option(10, "--save-every", min=1, help="Checkpoint every N steps."),
     tensorboard: Path = typer.Option(
-        None, "--tensorboard", help="Write TensorBoard event files here (tensorboard --logdir DIR)."
+        None,
+        "--tensorboard",
+        help="Write TensorBoard event files here (tensorboard --logdir DIR; [trainer] tensorboard).",
     ),
 ) -> None:
     """Train one peer alone on the reasoning-gym task mix and plot its reward curve."""
@@ -92,6 +94,7 @@ def train(
         "eval_every": eval_every,
         "eval_questions": eval_questions,
         "eval_split": eval_split,
+        "tensorboard": None if tensorboard is None else str(tensorboard),
         "threads": threads,
         "seed": seed,
     }
@@ -134,6 +137,7 @@ def train(
         console.print(f"[red]cannot use data dir {escape(config.data_dir)}: {escape(str(error))}[/red]")
         raise typer.Exit(2) from None
     board = None
+    tensorboard = Path(config.tensorboard) if config.tensorboard else None
     if tensorboard is not None:
         from swarmp2p.tblog import TensorBoardLog, TensorBoardUnavailable
 

@@ -167,3 +167,18 @@ def test_train_has_its_own_data_dir_and_writes_tensorboard_scalars(tmp_path: Pat
     # Before training, then every 2 model updates (a step with no informative group updates nothing).
     assert accuracy[0].step == 0
     assert all(0.0 <= event.value <= 1.0 for event in accuracy)
+
+
+def test_train_takes_its_tensorboard_folder_from_the_config_file(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    config = tmp_path / "train.toml"
+    config.write_text(TRAINER_TOML + 'tensorboard = "tb-from-config"\n')
+    done = _swarmp2p(
+        "train", "--config", str(config), "--steps", "1", "--questions", "2", "--eval-every", "0",
+        "--out", "out", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    events = EventAccumulator(str(tmp_path / "tb-from-config"))
+    events.Reload()
+    assert "train/reward" in events.Tags()["scalars"]

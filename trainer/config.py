@@ -144,6 +144,9 @@ class TrainerConfig:
     """Seeds the held-out set's dataset seed and the evaluation sampler: never a training seed, and
     the same for every peer, so results compare across peers and runs."""
     seed: int = attrs.field(default=0, validator=v.instance_of(int))
+    tensorboard: str = attrs.field(default="", validator=v.instance_of(str))
+    """`swarmp2p train` writes TensorBoard event files here ("" = none; `--tensorboard` sets it).
+    A node ignores it: its own `[node] tensorboard` gets one point per round instead of per step."""
 
     # --- data ---
     tasks: tuple[str, ...] = attrs.field(default=DEFAULT_TASKS, converter=_tuple_of_str)
