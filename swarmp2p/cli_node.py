@@ -74,6 +74,11 @@ def node(
         "--tensorboard",
         help="Write TensorBoard scalars per round to this folder (default: none).",
     ),
+    wandb: str | None = typer.Option(
+        None,
+        "--wandb",
+        help="Write the same scalars as an offline Weights & Biases run in this folder (needs wandb).",
+    ),
     eval_every: int | None = typer.Option(
         None,
         "--eval-every",
@@ -146,6 +151,7 @@ def node(
             "dashboard_port": dashboard_port,
             "dashboard_host": dashboard_host,
             "tensorboard": tensorboard,
+            "wandb": wandb,
             "chain_rpc": chain_rpc,
             "contract": contract,
             "eth_key": eth_key,

@@ -67,6 +67,11 @@ def train(
         "--tensorboard",
         help="Write TensorBoard event files here (tensorboard --logdir DIR; [trainer] tensorboard).",
     ),
+    wandb: Path = typer.Option(
+        None,
+        "--wandb",
+        help="Write an offline Weights & Biases run here (needs wandb; upload later with wandb sync).",
+    ),
 ) -> None:
     """Train one peer alone on the reasoning-gym task mix and plot its reward curve."""
     import json
@@ -95,6 +100,7 @@ def train(
         "eval_questions": eval_questions,
         "eval_split": eval_split,
         "tensorboard": None if tensorboard is None else str(tensorboard),
+        "wandb": None if wandb is None else str(wandb),
         "threads": threads,
         "seed": seed,
     }
@@ -136,16 +142,19 @@ def train(
     except OSError as error:
         console.print(f"[red]cannot use data dir {escape(config.data_dir)}: {escape(str(error))}[/red]")
         raise typer.Exit(2) from None
-    board = None
-    tensorboard = Path(config.tensorboard) if config.tensorboard else None
-    if tensorboard is not None:
-        from swarmp2p.tblog import TensorBoardLog, TensorBoardUnavailable
+    from swarmp2p.scalar_log import ScalarLogUnavailable, open_scalar_log
 
-        try:
-            board = TensorBoardLog(tensorboard)
-        except TensorBoardUnavailable as error:
-            console.print(f"[red]{escape(str(error))}[/red]")
-            raise typer.Exit(2) from None
+    try:
+        board = open_scalar_log(
+            tensorboard=config.tensorboard,
+            wandb=config.wandb,
+            name=f"train-seed-{config.seed}",
+            job_type="train",
+            config={k: v for k, v in attrs.asdict(config).items() if k not in ("data_dir", "wandb")},
+        )
+    except ScalarLogUnavailable as error:
+        console.print(f"[red]{escape(str(error))}[/red]")
+        raise typer.Exit(2) from None
 
     from trainer.policy import TrainerPolicy
 
@@ -244,7 +253,11 @@ def train(
     dir_lock.release()
     if board is not None:
         board.close()
-        console.print(f"tensorboard: tensorboard --logdir {tensorboard}")
+    if config.tensorboard:
+        console.print(f"tensorboard: tensorboard --logdir {config.tensorboard}")
+    if config.wandb:
+        runs = Path(config.wandb) / "wandb"
+        console.print(f"wandb: offline run in {runs} (upload: wandb sync {runs}/offline-run-*)")
     png = plot_rewards(out / "reward_curve.png", rewards, evals, first_step=start_step)
     head = sum(rewards[:10]) / min(10, len(rewards))
     tail = sum(rewards[-10:]) / min(10, len(rewards))

@@ -85,6 +85,8 @@ class Node:
         self.data_dir = Path(config.data_dir)
         self.policy: TimedPolicy | None = None
         """Set once the trainer is built (a stop asks it to cancel; the way out saves it)."""
+        self.board: Any = None
+        """The scalar log (--tensorboard / --wandb) once opened; closed on the way out."""
         self._stopping = trio.Event()
         self._run_scope = trio.CancelScope()
 
@@ -153,6 +155,8 @@ class Node:
                 if self.policy is not None:
                     with trio.CancelScope(shield=True):
                         await save_policy(self.policy, self.echo)
+                if self.board is not None:
+                    self.board.close()  # a W&B run is finished, not left for its atexit hook
 
         try:
             async with trio.open_nursery() as guard:
@@ -329,7 +333,7 @@ class Node:
             self.echo,
             timings=policy.take_timings,
             network_drops=lambda: dict(network.status().get("drops", {})),
-            board=self._open_board(),
+            board=self._open_scalar_log(),
         )
         return Peer(
             settings=setup.peer_settings,
@@ -342,18 +346,25 @@ class Node:
             on_round_complete=rounds_log,
         )
 
-    def _open_board(self) -> Any:
-        """A swarmp2p.tblog.TensorBoardLog when --tensorboard asks for one, else None."""
-        if not self.config.tensorboard:
-            return None
-        from swarmp2p.tblog import TensorBoardLog, TensorBoardUnavailable
+    def _open_scalar_log(self) -> Any:
+        """The scalar log for --tensorboard and/or --wandb (swarmp2p/scalar_log.py), else None."""
+        from swarmp2p.scalar_log import ScalarLogUnavailable, open_scalar_log
 
         try:
-            board = TensorBoardLog(self.config.tensorboard)
-        except TensorBoardUnavailable as error:
+            self.board = open_scalar_log(
+                tensorboard=self.config.tensorboard,
+                wandb=self.config.wandb,
+                name=f"node-{self.data_dir.name}",
+                job_type="node",
+                config={"node": attrs.asdict(self.config)},
+            )
+        except ScalarLogUnavailable as error:
             raise NodeError(str(error)) from None
-        self.echo(f"tensorboard: tensorboard --logdir {self.config.tensorboard}")
-        return board
+        if self.config.tensorboard:
+            self.echo(f"tensorboard: tensorboard --logdir {self.config.tensorboard}")
+        if self.config.wandb:
+            self.echo(f"wandb: offline run in {Path(self.config.wandb) / 'wandb'} (upload later: wandb sync)")
+        return self.board
 
     def _report_initial_eval(
         self, peer: Any, initial_eval: tuple[dict[str, Any], float], *, setup: SwarmSetup, round_s: float

@@ -62,6 +62,9 @@ class NodeConfig:
     tensorboard: str = ""
     """Folder for TensorBoard event files (one point per round: reward, loss, KL, grad norm,
     held-out accuracy; swarmp2p/tblog.py); empty = none."""
+    wandb: str = ""
+    """Folder for an offline Weights & Biases run with the same scalars (swarmp2p/wandblog.py; needs
+    the optional wandb package); empty = none."""
     warmup_steps: int = attrs.field(default=-1, validator=attrs.validators.ge(-1))
     """Supervised format warm-up on first start (no checkpoint yet): -1 = 15 steps for the tiny
     model and none otherwise. A fresh tiny model never writes an answer tag, so without it every

@@ -26,7 +26,11 @@ from typing import Any
 from swarmp2p.join_command import join_command
 from swarmp2p.node_config import NodeConfig
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+ENV = {
+    **{k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"},
+    "OMP_NUM_THREADS": "1",
+    "PYTHONUNBUFFERED": "1",
+}
 CONFIG = """
 [node]
 round_seconds = 8.0
@@ -151,7 +155,10 @@ def test_two_nodes_from_the_printed_command_with_dashboard_healthz_peers_and_the
     first_dir = tmp_path / "first"
     port = _free_port()
     argv = ["node", "--config", str(config), "--data-dir", str(first_dir), "--dashboard-port", str(port)]
-    first = Node([*argv, "--tensorboard", str(tmp_path / "tb")], tmp_path / "first.log")
+    first = Node(
+        [*argv, "--tensorboard", str(tmp_path / "tb"), "--wandb", str(tmp_path / "wb")],
+        tmp_path / "first.log",
+    )
     nodes = [first]
     try:
         command = first.wait_output(JOIN_LINE).group(1)
@@ -205,3 +212,6 @@ def test_two_nodes_from_the_printed_command_with_dashboard_healthz_peers_and_the
     events.Reload()
     rounds = [event.step for event in events.Scalars("round/reward")]
     assert rounds and rounds == sorted(rounds), rounds
+    from wandb_runs import history  # the same rounds in the node's offline W&B run
+
+    assert [row["_step"] for row in history(tmp_path / "wb") if "round/reward" in row] == rounds

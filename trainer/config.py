@@ -147,6 +147,9 @@ class TrainerConfig:
     tensorboard: str = attrs.field(default="", validator=v.instance_of(str))
     """`swarmp2p train` writes TensorBoard event files here ("" = none; `--tensorboard` sets it).
     A node ignores it: its own `[node] tensorboard` gets one point per round instead of per step."""
+    wandb: str = attrs.field(default="", validator=v.instance_of(str))
+    """`swarmp2p train` writes an offline Weights & Biases run here ("" = none; needs the optional
+    wandb package; `--wandb` sets it). A node ignores it: see `[node] wandb`."""
 
     # --- data ---
     tasks: tuple[str, ...] = attrs.field(default=DEFAULT_TASKS, converter=_tuple_of_str)
