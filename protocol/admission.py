@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 import attrs
 
+from protocol.acr import UNBLAMED_INPUT_REASONS, InputStore
 from protocol.envelope import Opened, open_envelope
 from protocol.errors import ProtocolError
 from protocol.game import Game, mean_reward
@@ -141,6 +142,7 @@ _new_tuple = tuple.__new__
 @attrs.frozen
 class Hold:
     round: int
+    stage: int = 0
 
 
 @attrs.frozen
@@ -215,8 +217,11 @@ class Inbox:
         # Peers heard from (announced or served a verified batch) -> last round: swept for in
         # the DHT when a round brings no announcement from them.
         self.known: dict[str, int] = {}
-        # Announcements for the NEXT round that arrived before our own poll saw it open.
+        # Announcements for the NEXT position (round, or stage of a multi-stage game) that
+        # arrived before our own poll saw it open, by round (one position per round is ever next).
         self.early: dict[int, dict[str, tuple[RolloutAnnouncement, bytes]]] = {}
+        # A multi-stage game's inputs: this round's accepted batches (and our own), by stage.
+        self.store = InputStore()
 
     # ---- bookkeeping --------------------------------------------------------------------
 
@@ -232,6 +237,8 @@ class Inbox:
 
     def open_round(self, round_number: int, stage: int, connected: int) -> RoundInbox:
         """A new round opened: a fresh inbox for it (the old one stays with its record)."""
+        if self.game.stage_count > 1:
+            self.store.forget_before(round_number)  # later stages build on this round's only
         self.current = RoundInbox(
             round=round_number,
             stage=stage,
@@ -273,21 +280,23 @@ class Inbox:
             return self.reject("sender_mismatch", blame=sender)
         if announcement.swarm_id != rules.swarm_id:
             return self.reject("wrong_swarm", blame=sender)
-        current = self.machine.current_round()
+        current, stage = self.machine.current_position()
         if announcement.round < current:
             return self.reject("stale_round", blame=None)  # a replay, or a lagging peer: not blamed
-        if announcement.round == current:
+        if announcement.round == current and not (
+            announcement.stage == stage + 1 < self.game.stage_count  # the next stage: held
+        ):
             return self.consider(announcement, opened.digest)
-        if announcement.round == current + 1:
+        if announcement.round <= current + 1:
             early = self.early.setdefault(announcement.round, {})
             if len(early) < rules.max_fetch_per_round and announcement.peer_id not in early:
                 early[announcement.peer_id] = (announcement, opened.digest)
-                return Hold(announcement.round)
+                return Hold(announcement.round, announcement.stage)
         return self.reject("future_round", blame=None)
 
     def release_early(self, round_number: int) -> list[Decision]:
-        """The round opened and its questions are known: consider the announcements that came
-        before it did (in sender order), and forget older ones."""
+        """The round (or stage) opened and its questions are known: consider the announcements
+        that came before it did (in sender order), and forget older ones."""
         for stale in [r for r in self.early if r < round_number]:
             del self.early[stale]
         early = self.early.pop(round_number, {})
@@ -367,7 +376,7 @@ class Inbox:
             state is not None
             and state.round == round_number
             and state.deferred
-            and self.machine.collecting(round_number)
+            and self.machine.collecting(round_number, state.stage)
         ):
             sender = min(state.deferred, key=lambda peer: (state.deferred[peer][0], peer))
             _, announcement = state.deferred.pop(sender)
@@ -379,7 +388,7 @@ class Inbox:
 
     def may_fetch(self, job: FetchJob) -> bool:
         """Before the fetch: still worth doing (the round still collects)?"""
-        if not self.machine.collecting(job.round):
+        if not self.machine.collecting(job.round, job.stage):
             self.reject("late", blame=None)
             return False
         return True
@@ -416,10 +425,16 @@ class Inbox:
         ):
             return self.reject("batch_mismatch", blame=job.sender)
         game = self.game
-        verdict: Verdict = opener.verdict(digest, lambda: game.verify(batch))
+        items = game.resolve(batch, self.store) if game.stage_count > 1 else ()
+        if isinstance(items, Verdict):  # what we hold decides: never cached
+            reason = items.reason or "bad_input"
+            return self.reject(reason, blame=None if reason in UNBLAMED_INPUT_REASONS else job.sender)
+        verdict: Verdict = opener.verdict(
+            digest, lambda: game.verify(batch, items) if items else game.verify(batch)
+        )
         if not verdict.ok:
             return self.reject(verdict.reason or "invalid_batch", blame=job.sender)
-        if not self.machine.collecting(job.round):
+        if not self.machine.collecting(job.round, job.stage):
             return self.reject("late", blame=None)
         state = self.current
         assert state is not None
@@ -435,6 +450,9 @@ class Inbox:
         self.scores.record_valid(job.sender)
         self.known[job.sender] = job.round
         state.external[job.sender] = batch.groups
+        if game.stage_count > 1:
+            self.store.add(digest, batch, items)
+            state.external[job.sender] = game.training_groups(batch.stage, items, batch.groups)
         reward = mean_reward(batch.groups)
         if reward is not None:
             state.external_reward[job.sender] = reward
