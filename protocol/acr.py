@@ -51,6 +51,9 @@ from protocol.verification import Verdict
 
 ANSWER, CRITIQUE, RESOLVE = 0, 1, 2
 STAGE_COUNT = 3
+STAGE_NAMES: tuple[str, ...] = ("answer", "critique", "resolve")
+TRAIN_STAGES = frozenset({ANSWER, RESOLVE})
+"""Stages trained on by default: answers to reasoning-gym questions (see the game's docstring)."""
 NAME = "answer-critique-resolve"
 UNBLAMED_INPUT_REASONS = frozenset({"missing_input"})
 """Rejections that depend on what the verifier holds, not on what the sender did."""
@@ -161,7 +164,7 @@ class AnswerCritiqueResolveGame:
     trained on only when listed (its prompt needs the item: see `critique_prompt`)."""
 
     answer: SingleStageGame
-    train_stages: frozenset[int] = frozenset({ANSWER, RESOLVE})
+    train_stages: frozenset[int] = TRAIN_STAGES
     name: str = NAME
     stage_count: int = STAGE_COUNT
 

@@ -12,7 +12,7 @@ import attrs
 
 from protocol.admission import RoundInbox
 from protocol.game import mean_reward
-from protocol.messages import QuestionGroup, QuestionRef
+from protocol.messages import QuestionGroup, QuestionRef, RolloutBatch
 
 log = logging.getLogger("swarmp2p.peer")
 
@@ -59,7 +59,10 @@ class RoundWork:
     inbox: RoundInbox
     sweep_at_ms: int = 0
     questions: tuple[QuestionRef, ...] = ()
+    items: tuple[Any, ...] = ()
+    """A later stage's items (protocol.acr.StageItem): what `questions` name, with their inputs."""
     local: list[QuestionGroup] = attrs.Factory(list)
+    batch: RolloutBatch | None = None
     rollouts_out: int = 0
     batch_digest: bytes = b""
     envelope: bytes = b""
