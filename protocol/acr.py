@@ -239,6 +239,18 @@ class AnswerCritiqueResolveGame:
             items.append(item)
         return tuple(items)
 
+    def inputs_needed(self, batch: RolloutBatch, store: InputStore) -> tuple[tuple[int, int, str], ...]:
+        """The (round, stage, author) of every batch `batch` references that `store` lacks:
+        what a verifier fetches (from the author, else the DHT) before it resolves again."""
+        if batch.stage == ANSWER or batch.stage >= self.stage_count:
+            return ()
+        authors = {group.question.task for group in batch.groups} - {batch.peer_id}
+        return tuple(
+            (batch.round, batch.stage - 1, author)
+            for author in sorted(authors)
+            if store.get(batch.round, batch.stage - 1, author) is None
+        )
+
     def verify(self, batch: RolloutBatch, items: Sequence[StageItem] = ()) -> Verdict:
         """Stage 0: the answer game's verdict. Later stages: shape, then every completion
         re-scored against its re-derived item (`items`, from `resolve`)."""

@@ -157,7 +157,16 @@ class Accept:
     groups: tuple[QuestionGroup, ...]
 
 
-Decision = Fetch | Defer | Hold | Reject | Accept | None
+@attrs.frozen
+class NeedInputs:
+    """A later-stage batch references batches we do not hold: fetch `jobs` (each from its
+    author, else the DHT), hand each to `input_fetched`, then call `fetched` again with
+    `inputs_fetched=True`."""
+
+    jobs: tuple[FetchJob, ...]
+
+
+Decision = Fetch | Defer | Hold | Reject | Accept | NeedInputs | None
 
 
 @attrs.define
@@ -393,7 +402,9 @@ class Inbox:
             return False
         return True
 
-    def fetched(self, job: FetchJob, envelope: bytes | None, direct: bool) -> Decision:
+    def fetched(
+        self, job: FetchJob, envelope: bytes | None, direct: bool, *, inputs_fetched: bool = False
+    ) -> Decision:
         """The fetch of `job` returned `envelope` (None: nothing, from anywhere), `direct`ly from
         the announcer or from the DHT. Accept only a batch signed by the sender, for the round,
         stage and size announced, that the game verifies, while the round still collects."""
@@ -428,6 +439,9 @@ class Inbox:
         items = game.resolve(batch, self.store) if game.stage_count > 1 else ()
         if isinstance(items, Verdict):  # what we hold decides: never cached
             reason = items.reason or "bad_input"
+            needed = game.inputs_needed(batch, self.store) if not inputs_fetched else ()
+            if reason in UNBLAMED_INPUT_REASONS and needed:
+                return NeedInputs(tuple(FetchJob(r, s, author, b"", -1) for r, s, author in needed))
             return self.reject(reason, blame=None if reason in UNBLAMED_INPUT_REASONS else job.sender)
         verdict: Verdict = opener.verdict(
             digest, lambda: game.verify(batch, items) if items else game.verify(batch)
@@ -458,3 +472,41 @@ class Inbox:
             state.external_reward[job.sender] = reward
         self.counters["accepted_batches"] += 1
         return Accept(job.sender, batch.groups)
+
+    def input_fetched(self, job: FetchJob, envelope: bytes | None, *, last: bool = False) -> Decision:
+        """A batch a later-stage batch references (a `NeedInputs` job) came back: kept as an
+        input once it is the author's, for that round and stage, and verifies; never trained on
+        (we did not choose it). Its own missing inputs come back as NeedInputs unless `last`."""
+        if envelope is None:
+            self.counters["input_missing"] += 1
+            return None
+        digest = self.opener.digest(envelope)
+        try:
+            opened = self.opener.open(envelope, max_size=self.rules.max_batch_bytes)
+        except ProtocolError:
+            self.counters["input_invalid"] += 1
+            return None
+        batch = opened.message
+        if (
+            not isinstance(batch, RolloutBatch)
+            or opened.signer != job.sender
+            or (batch.swarm_id, batch.round, batch.stage) != (self.rules.swarm_id, job.round, job.stage)
+        ):
+            self.counters["input_invalid"] += 1
+            return None
+        game = self.game
+        items = game.resolve(batch, self.store)
+        if isinstance(items, Verdict):
+            needed = () if last else game.inputs_needed(batch, self.store)
+            if needed:
+                return NeedInputs(tuple(FetchJob(r, s, author, b"", -1) for r, s, author in needed))
+            self.counters["input_invalid"] += 1
+            return None
+        verdict: Verdict = self.opener.verdict(
+            digest, lambda: game.verify(batch, items) if items else game.verify(batch)
+        )
+        if not verdict.ok:  # the author signed a batch that does not verify: its fault
+            return self.reject(verdict.reason or "invalid_batch", blame=job.sender)
+        self.store.add(digest, batch, items)
+        self.counters["inputs_fetched"] += 1
+        return None

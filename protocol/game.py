@@ -50,6 +50,10 @@ class Game(Protocol):
         rejecting Verdict. Per verifier (what it holds): never cached. () for other stages."""
         ...
 
+    def inputs_needed(self, batch: RolloutBatch, store: Any) -> tuple[tuple[int, int, str], ...]:
+        """(round, stage, author) of the referenced batches `store` lacks; () for other stages."""
+        ...
+
     def verify(self, batch: RolloutBatch, items: Sequence[Any] = ()) -> Verdict:
         """Whether `batch` (signed by `batch.peer_id`) is an honest answer to its stage, given
         the items `resolve` re-derived (a function of the batch alone: cacheable by digest)."""
@@ -100,6 +104,9 @@ class SingleStageGame:
         return ()
 
     def resolve(self, batch: RolloutBatch, store: Any) -> tuple[Any, ...] | Verdict:
+        return ()
+
+    def inputs_needed(self, batch: RolloutBatch, store: Any) -> tuple[tuple[int, int, str], ...]:
         return ()
 
     def training_groups(

@@ -22,7 +22,7 @@ from protocol.acr import (
     parse_pick,
     score_item,
 )
-from protocol.admission import Accept, AdmissionRules, Fetch, Hold, Inbox, Reject, job_for
+from protocol.admission import Accept, AdmissionRules, Fetch, Hold, Inbox, NeedInputs, Reject, job_for
 from protocol.envelope import peer_id_from_seed, seal
 from protocol.game import SingleStageGame
 from protocol.games import GAME_NAMES, make_game, stage_count_of
@@ -160,7 +160,10 @@ def fetch(inbox: Inbox, signer: bytes, batch: RolloutBatch) -> object:
     )
     decision = inbox.heard(pid(signer), seal(announcement, signer))
     assert isinstance(decision, Fetch), decision
-    return inbox.fetched(job_for(announcement), envelope, direct=True)
+    verdict = inbox.fetched(job_for(announcement), envelope, direct=True)
+    if isinstance(verdict, NeedInputs):  # nobody serves them here
+        verdict = inbox.fetched(job_for(announcement), envelope, direct=True, inputs_fetched=True)
+    return verdict
 
 
 def test_the_inbox_rejects_a_forged_critique_and_bans_its_author() -> None:
@@ -283,3 +286,43 @@ def test_the_majority_is_the_most_picked_valid_candidate(picks: list[int]) -> No
     valid = [p for p in picks if 1 <= p <= 3]
     majority = item.majority()
     assert majority == 0 if not valid else valid.count(majority) == max(valid.count(p) for p in valid)
+
+
+def test_a_critique_built_on_batches_we_never_fetched_asks_for_them_then_verifies() -> None:
+    theirs = store_with_answers(ALICE, BOB, CAROL)  # what the critic accepted
+    inbox = acr_inbox(InputStore(), CRITIQUE)  # we accepted none of it
+    critique = honest_batch(ALICE, CRITIQUE, GAME.items(ROUND, CRITIQUE, pid(ALICE), theirs))
+    envelope, digest = sealed(critique, ALICE)
+    announcement = RolloutAnnouncement(SWARM, ROUND, CRITIQUE, pid(ALICE), digest, 2, len(envelope))
+    decision = inbox.heard(pid(ALICE), seal(announcement, ALICE))
+    assert isinstance(decision, Fetch)
+    need = inbox.fetched(decision.job, envelope, direct=True)
+    assert isinstance(need, NeedInputs)
+    authors = {InputRef.of(g.question).author for g in critique.groups}
+    assert {(j.round, j.stage, j.sender) for j in need.jobs} == {(ROUND, 0, a) for a in authors}
+    signer = {pid(s): s for s in (ALICE, BOB, CAROL)}
+    for job in need.jobs:
+        assert inbox.input_fetched(job, sealed(answers(signer[job.sender]), signer[job.sender])[0]) is None
+    assert inbox.store.get(ROUND, 0, next(iter(authors))) is not None  # kept as an input...
+    again = inbox.fetched(decision.job, envelope, direct=True, inputs_fetched=True)
+    assert isinstance(again, Accept)
+    assert set(inbox.training_pool(inbox.current)) == {pid(ALICE)}  # type: ignore[arg-type]
+
+
+def test_an_input_nobody_serves_leaves_the_critique_unverified_and_unblamed() -> None:
+    theirs = store_with_answers(ALICE, BOB, CAROL)
+    inbox = acr_inbox(InputStore(), CRITIQUE)
+    critique = honest_batch(ALICE, CRITIQUE, GAME.items(ROUND, CRITIQUE, pid(ALICE), theirs))
+    envelope, digest = sealed(critique, ALICE)
+    announcement = RolloutAnnouncement(SWARM, ROUND, CRITIQUE, pid(ALICE), digest, 2, len(envelope))
+    decision = inbox.heard(pid(ALICE), seal(announcement, ALICE))
+    assert isinstance(decision, Fetch)
+    need = inbox.fetched(decision.job, envelope, direct=True)
+    assert isinstance(need, NeedInputs)
+    for job in need.jobs:
+        inbox.input_fetched(job, None)
+        # a batch signed by someone else than the author named is no input either
+        inbox.input_fetched(job, sealed(answers(ME), ME)[0])
+    final = inbox.fetched(decision.job, envelope, direct=True, inputs_fetched=True)
+    assert final == Reject("missing_input", None)
+    assert inbox.counters["input_invalid"] == len(need.jobs) and not inbox.scores.invalid
