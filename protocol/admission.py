@@ -30,13 +30,42 @@ from typing import Any, Protocol
 import attrs
 
 from protocol.acr import UNBLAMED_INPUT_REASONS, InputStore
+from protocol.decisions import (
+    Accept,
+    Decision,
+    Defer,
+    Fetch,
+    FetchJob,
+    Hold,
+    NeedInputs,
+    Reject,
+    _new_tuple,
+    job_for,
+)
 from protocol.envelope import Opened, open_envelope
 from protocol.errors import ProtocolError
 from protocol.game import Game, mean_reward
+from protocol.inputs import admit_input, need_inputs
 from protocol.messages import QuestionGroup, RolloutAnnouncement, RolloutBatch
 from protocol.rounds import COLLECTING_PHASES, RoundMachine
 from protocol.scoring import PeerScores
 from protocol.verification import Verdict
+
+__all__ = [
+    "Accept",
+    "AdmissionRules",
+    "Decision",
+    "Defer",
+    "Fetch",
+    "FetchJob",
+    "Hold",
+    "Inbox",
+    "NeedInputs",
+    "PlainOpener",
+    "Reject",
+    "RoundInbox",
+    "job_for",
+]
 
 PROOF_OF_LYING = frozenset({"forged_reward", "equivocation"})
 """Rejection reasons backed by the sender's own signature: a batch whose claimed rewards the
@@ -79,94 +108,6 @@ class AdmissionRules:
     """0: fetch every announced batch; N: about N per round (see `fetch_probability`)."""
     ban_on_proof: bool = True
     known_peer_rounds: int = 10
-
-
-@attrs.frozen
-class FetchJob:
-    round: int
-    stage: int
-    sender: str
-    digest: bytes  # b"": unknown (a DHT sweep job: no announcement was seen)
-    group_count: int  # -1: unknown
-    dht_only: bool = False
-
-
-def job_for(announcement: RolloutAnnouncement) -> FetchJob:
-    return FetchJob(
-        round=announcement.round,
-        stage=announcement.stage,
-        sender=announcement.peer_id,
-        digest=announcement.batch_digest,
-        group_count=announcement.group_count,
-    )
-
-
-# ---- decisions --------------------------------------------------------------------------
-
-
-@attrs.frozen
-class Fetch:
-    job: FetchJob
-
-
-class Defer(tuple[float, RolloutAnnouncement]):
-    """Sampled out: `(priority, announcement)`, the very entry kept in `RoundInbox.deferred`
-    for a top-up. A tuple, built with `tuple.__new__`: one allocation per sampled-out
-    announcement, the entry and the decision at once (this runs for most deliveries when
-    `fetch_sample` is set)."""
-
-    __slots__ = ()
-
-    def __new__(cls, priority: float, announcement: RolloutAnnouncement) -> Defer:
-        return _new_tuple(cls, (priority, announcement))
-
-    @property
-    def priority(self) -> float:
-        return self[0]
-
-    @property
-    def announcement(self) -> RolloutAnnouncement:
-        return self[1]
-
-    @property
-    def sender(self) -> str:
-        return self[1].peer_id
-
-    def __repr__(self) -> str:
-        return f"Defer(sender={self.sender!r}, priority={self.priority!r})"
-
-
-_new_tuple = tuple.__new__
-
-
-@attrs.frozen
-class Hold:
-    round: int
-    stage: int = 0
-
-
-@attrs.frozen
-class Reject:
-    reason: str
-    blame: str | None
-
-
-@attrs.frozen
-class Accept:
-    sender: str
-    groups: tuple[QuestionGroup, ...]
-
-
-@attrs.frozen
-class NeedInputs:
-    """A later-stage batch references batches we do not hold: fetch `jobs` (each from its
-    author, else the DHT), hand each to `input_fetched`, then call `fetched` again with
-    `inputs_fetched=True`."""
-
-    jobs: tuple[FetchJob, ...]
-
-
-Decision = Fetch | Defer | Hold | Reject | Accept | NeedInputs | None
 
 
 @attrs.define
@@ -441,7 +382,7 @@ class Inbox:
             reason = items.reason or "bad_input"
             needed = game.inputs_needed(batch, self.store) if not inputs_fetched else ()
             if reason in UNBLAMED_INPUT_REASONS and needed:
-                return NeedInputs(tuple(FetchJob(r, s, author, b"", -1) for r, s, author in needed))
+                return need_inputs(needed)
             return self.reject(reason, blame=None if reason in UNBLAMED_INPUT_REASONS else job.sender)
         verdict: Verdict = opener.verdict(
             digest, lambda: game.verify(batch, items) if items else game.verify(batch)
@@ -474,39 +415,6 @@ class Inbox:
         return Accept(job.sender, batch.groups)
 
     def input_fetched(self, job: FetchJob, envelope: bytes | None, *, last: bool = False) -> Decision:
-        """A batch a later-stage batch references (a `NeedInputs` job) came back: kept as an
-        input once it is the author's, for that round and stage, and verifies; never trained on
-        (we did not choose it). Its own missing inputs come back as NeedInputs unless `last`."""
-        if envelope is None:
-            self.counters["input_missing"] += 1
-            return None
-        digest = self.opener.digest(envelope)
-        try:
-            opened = self.opener.open(envelope, max_size=self.rules.max_batch_bytes)
-        except ProtocolError:
-            self.counters["input_invalid"] += 1
-            return None
-        batch = opened.message
-        if (
-            not isinstance(batch, RolloutBatch)
-            or opened.signer != job.sender
-            or (batch.swarm_id, batch.round, batch.stage) != (self.rules.swarm_id, job.round, job.stage)
-        ):
-            self.counters["input_invalid"] += 1
-            return None
-        game = self.game
-        items = game.resolve(batch, self.store)
-        if isinstance(items, Verdict):
-            needed = () if last else game.inputs_needed(batch, self.store)
-            if needed:
-                return NeedInputs(tuple(FetchJob(r, s, author, b"", -1) for r, s, author in needed))
-            self.counters["input_invalid"] += 1
-            return None
-        verdict: Verdict = self.opener.verdict(
-            digest, lambda: game.verify(batch, items) if items else game.verify(batch)
-        )
-        if not verdict.ok:  # the author signed a batch that does not verify: its fault
-            return self.reject(verdict.reason or "invalid_batch", blame=job.sender)
-        self.store.add(digest, batch, items)
-        self.counters["inputs_fetched"] += 1
-        return None
+        """A batch a later-stage batch references (a `NeedInputs` job) came back: see
+        `protocol.inputs.admit_input`."""
+        return admit_input(self, job, envelope, last=last)

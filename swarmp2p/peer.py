@@ -9,6 +9,10 @@ through four ports (swarmp2p/ports.py): NetworkPort, CoordinatorPort, PolicyPort
 
 One round end to end, and how the parts fit: docs/architecture.md.
 
+Over 400 lines (423): the driver itself is ~330; the rest is the surface tools and tests use
+(`status`, the settings setter, `_state`, `_early`, `_serve_fetch`, `_on_announcement`, the
+re-exports in `__all__`).
+
 Inbound handling never raises out of the Peer: protocol failures become counted rejections
 (`rejections[reason]`) and, when the fault is attributable, a strike against the sender in
 `protocol.scoring.PeerScores`. Anything unexpected while handling ONE message is logged and
@@ -52,7 +56,7 @@ from swarmp2p.peer_settings import (
 )
 from swarmp2p.ports import Clock, CoordinatorError, CoordinatorPort, InboundMessage, NetworkPort, PolicyPort
 from swarmp2p.publisher import Publisher
-from swarmp2p.round_record import RoundHistory, RoundRecord, RoundWork, record_of, skipped_record
+from swarmp2p.round_record import RoundHistory, RoundRecord, RoundWork, record_of
 from swarmp2p.round_steps import Offload
 
 __all__ = [
@@ -302,13 +306,7 @@ class Peer:
         """The machine left `action.round` out (once per round): it finishes the work in hand
         and opens the next round on time."""
         self.counters["rounds_skipped"] += 1
-        log.info(
-            "%s: skipping round %d: %.1fs of it left when we got to it",
-            self.peer_id,
-            action.round,
-            action.left_ms / 1000,
-        )
-        self.rounds.add(skipped_record(action.round, action.stage, now_ms))
+        self.rounds.skipped(action.round, action.stage, action.left_ms, now_ms)
 
     async def _perform(self, action: ev.Action) -> None:
         # Every action names its (round, stage): work of an abandoned position is dropped.
@@ -330,24 +328,16 @@ class Peer:
 
     def _current(self, round_number: int, stage: int = 0) -> RoundWork | None:
         work = self._work
-        if work is not None and work.round == round_number and work.stage == stage:
-            return work
-        return None
+        return work if work is not None and (work.round, work.stage) == (round_number, stage) else None
 
     async def _generate(self, round_number: int, stage: int = 0) -> None:
         work = self._current(round_number, stage)
         if work is None:
             return
-        if self.game.builds_on_inputs(stage):
-            # A later stage answers items built from the previous stage's batches we hold.
-            work.items = self.game.items(round_number, stage, self.peer_id, self.inbox.store)
-            work.questions = tuple(item.ref for item in work.items)
-        else:
-            work.questions = self.game.questions(round_number, stage, self.peer_id)
+        has_work = steps.stage_questions(work, self.game, self.peer_id, self.inbox.store, self.counters)
         for decision in self.inbox.release_early(round_number):
             self.fetcher.take(decision)
-        if self.game.builds_on_inputs(stage) and not work.items:
-            self.counters["stage_without_inputs"] += 1  # nothing to build on: publish nothing
+        if not has_work:  # a later stage with nothing to build on: publish nothing, go on
             self._feed(ev.RolloutsReady(round_number, stage))
             return
         ready = await steps.generate(
@@ -414,21 +404,18 @@ class Peer:
             coordinator=self.coordinator,
             counters=self.counters,
         )
-        if not final:  # the held-out evaluation runs once a round, after its last stage
-            self.rounds.add(record_of(work, completed=True, finished_ms=self.clock.now_ms()))
-            self._feed(ev.ReportFinished(round_number, stage))
-            return
-        evaluated, deferred = await self.evaluation.after_round(
-            self.policy,
-            self._offload,
-            self.clock.now_ms,
-            round_number,
-            self.machine.round_ends_ms,
-            work.generate_s,
-            len(work.questions),
-        )
-        work.eval = evaluated or work.eval  # (or the one run in this round's collect window)
-        work.eval_deferred = work.eval_deferred or deferred  # a probe stopped while collecting says more
+        if final:  # the held-out evaluation runs once a round, after its last stage
+            evaluated, deferred = await self.evaluation.after_round(
+                self.policy,
+                self._offload,
+                self.clock.now_ms,
+                round_number,
+                self.machine.round_ends_ms,
+                work.generate_s,
+                len(work.questions),
+            )
+            work.eval = evaluated or work.eval  # (or the one run in this round's collect window)
+            work.eval_deferred = work.eval_deferred or deferred  # a probe stopped while collecting says more
         self.rounds.add(record_of(work, completed=True, finished_ms=self.clock.now_ms()))
         self._feed(ev.ReportFinished(round_number, stage))
 

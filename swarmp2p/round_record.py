@@ -124,6 +124,16 @@ class RoundHistory:
         self.records: list[RoundRecord] = []
         self._on_record = on_record
 
+    def skipped(self, round_number: int, stage: int, left_ms: int, now_ms: int) -> None:
+        """The round machine left (round, stage) out: logged and recorded once."""
+        log.info(
+            "%s: skipping round %d: %.1fs of it left when we got to it",
+            self.peer_id,
+            round_number,
+            left_ms / 1000,
+        )
+        self.add(skipped_record(round_number, stage, now_ms))
+
     def add(self, record: RoundRecord) -> None:
         records = self.records
         records.append(record)

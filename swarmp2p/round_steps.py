@@ -19,8 +19,9 @@ from typing import Any
 
 import trio
 
+from protocol.acr import InputStore
 from protocol.envelope import seal
-from protocol.game import mean_reward, rank_winners
+from protocol.game import Game, mean_reward, rank_winners
 from protocol.messages import QuestionGroup, RolloutBatch
 from protocol.sampling import SamplingState, observe_round, sample_training_groups
 from protocol.seeds import derive_seed
@@ -48,6 +49,22 @@ def stopping() -> bool:
     """True inside a cancelled scope, i.e. while the node stops. A policy call that fails then
     was told to stop (TrainerPolicy.cancel raises out of generate/train): not a fault to report."""
     return trio.current_effective_deadline() == -math.inf
+
+
+def stage_questions(
+    work: RoundWork, game: Game, peer_id: str, store: InputStore, counters: Counter[str]
+) -> bool:
+    """Set what `work` answers: derived questions, or for a later stage of a multi-stage game
+    items built from the previous stage's batches in `store` (`work.items`; their wire
+    questions in `work.questions`). False: a later stage with nothing to build on."""
+    if not game.builds_on_inputs(work.stage):
+        work.questions = game.questions(work.round, work.stage, peer_id)
+        return True
+    work.items = game.items(work.round, work.stage, peer_id, store)
+    work.questions = tuple(item.ref for item in work.items)
+    if not work.items:
+        counters["stage_without_inputs"] += 1
+    return bool(work.items)
 
 
 async def generate(
