@@ -38,8 +38,9 @@ Round-number rules, applied before the table so they are uniform:
 - Idle (the runtime ran out of work and is about to sleep) changes no phase; in GENERATING
   or COLLECTING past the sweep deadline it emits SweepDht(r), once per round.
 
-Stages: the machine orders POSITIONS (round, stage), compared as tuples; the single-stage
-game's positions are (r, 0), so "round" above reads "position" everywhere. A multi-stage game
+Stages: with `RoundTiming.stages` the machine orders POSITIONS (round, stage), compared as
+tuples, and "round" above reads "position" everywhere; without it (a single-stage game) a
+round is one cycle whatever the coordinator's stage count. A multi-stage game
 (protocol/game.py, protocol/acr.py) opens one (round, stage) after another through the same
 table, each a full cycle (generate, publish, collect, train, report); the game says how many
 stages a round has and which of them train. Events and actions carry the stage (default 0).
@@ -248,6 +249,8 @@ class RoundTiming:
     min_round_remaining: float = attrs.field(default=0.5, validator=_fraction)
     """Skip a round with less than this share of its stage left (0: never skip)."""
     dht_sweep: bool = True
+    stages: bool = False
+    """Each stage of a round is a cycle of its own (the game has several stages): see `_at`."""
 
 
 def learn_stage_ms(known_ms: int | None, earlier: Any, later: Any) -> int | None:
@@ -302,13 +305,13 @@ class RoundMachine:
         if isinstance(event, CoordinatorSaid):
             return self._coordinator_said(now_ms, event)
         if isinstance(event, RoundOpened):
-            if (event.round, event.stage) <= (self.round, self.stage):
+            if self._at(event.round, event.stage) <= self._at(self.round, self.stage):
                 return ()  # stale or duplicate: the machine never goes back
         elif isinstance(event, RolloutsReady | TrainingFinished | ReportFinished):
-            position = (event.round, event.stage)
-            if position < (self.round, self.stage):
+            position = self._at(event.round, event.stage)
+            if position < self._at(self.round, self.stage):
                 return ()  # late result of an abandoned round (or stage)
-            if position > (self.round, self.stage):
+            if position > self._at(self.round, self.stage):
                 raise IllegalTransition(
                     f"{type(event).__name__}{position} for a round never opened "
                     f"(current {(self.round, self.stage)})"
@@ -347,11 +350,11 @@ class RoundMachine:
         previous, self.last_said = self.last_said, said
         if previous is not None:
             self.stage_ms = learn_stage_ms(self.stage_ms, previous, said)
-        if (said.round, said.stage) <= (self.round, self.stage):
+        if self._at(said.round, said.stage) <= self._at(self.round, self.stage):
             return ()
         timing = self.timing
         if too_late_to_start(now_ms, said.stage_ends_ms, self.stage_ms, timing.min_round_remaining):
-            if (said.round, said.stage) <= (self.skipped_round, self.skipped_stage):
+            if self._at(said.round, said.stage) <= self._at(self.skipped_round, self.skipped_stage):
                 return ()  # polls see it again until it ends: skipped once
             self.skipped_round, self.skipped_stage = said.round, said.stage
             return (SkipRound(said.round, said.stage, said.stage_ends_ms - now_ms),)
@@ -389,7 +392,14 @@ class RoundMachine:
     def current_position(self) -> tuple[int, int]:
         """`current_round`, with its stage: (round, stage) of the newer of the open and the
         skipped position."""
-        return max((self.round, self.stage), (self.skipped_round, self.skipped_stage))
+        return max(self._at(self.round, self.stage), self._at(self.skipped_round, self.skipped_stage))
+
+    def _at(self, round_number: int, stage: int) -> tuple[int, int]:
+        """A position as this machine orders it: (round, stage) when each stage is a cycle of
+        its own (`RoundTiming.stages`, a multi-stage game); else (round, 0): a round is one
+        cycle, opened in whichever stage it is first seen, as before games had stages (a
+        single-stage game on a chain contract of 2 stages still plays once a round)."""
+        return (round_number, stage if self.timing.stages else 0)
 
     def round_over(self, now_ms: int) -> bool:
         """Our work outlasted the round in progress: a newer round should abandon it now."""

@@ -378,14 +378,16 @@ MUTANTS = (
     Mutant(
         "rounds.stale_open",
         R,
-        "if (event.round, event.stage) <= (self.round, self.stage):\n                return ()",
-        "if (event.round, event.stage) < (self.round, self.stage):\n                return ()",
+        "if self._at(event.round, event.stage) <= self._at(self.round, self.stage):\n"
+        "                return ()",
+        "if self._at(event.round, event.stage) < self._at(self.round, self.stage):\n"
+        "                return ()",
         "a duplicate RoundOpened restarts the round",
     ),
     Mutant(
         "rounds.late_result",
         R,
-        "if position < (self.round, self.stage):\n                return ()  # late result",
+        "if position < self._at(self.round, self.stage):\n                return ()  # late result",
         "if False:\n                return ()  # late result",
         "late results of an abandoned round applied",
     ),
@@ -399,7 +401,7 @@ MUTANTS = (
     Mutant(
         "rounds.skip_once",
         R,
-        "if (said.round, said.stage) <= (self.skipped_round, self.skipped_stage):",
+        "if self._at(said.round, said.stage) <= self._at(self.skipped_round, self.skipped_stage):",
         "if False:",
         "a skipped round is skipped (and recorded) at every poll",
     ),
@@ -503,7 +505,7 @@ MUTANTS = (
     Mutant(
         "driver.skip_record",
         P,
-        "self.rounds.add(skipped_record(action.round, action.stage, now_ms))",
+        "self.rounds.skipped(action.round, action.stage, action.left_ms, now_ms)",
         "pass",
         "a skipped round leaves no record",
         DRIVER_TESTS,

@@ -111,6 +111,7 @@ def round_timing(settings: PeerSettings) -> RoundTiming:
         sweep_fraction=settings.sweep_fraction,
         min_round_remaining=settings.min_round_remaining,
         dht_sweep=settings.dht_sweep,
+        stages=settings.game != SINGLE,
     )
 
 

@@ -27,7 +27,7 @@ from protocol.envelope import peer_id_from_seed, seal
 from protocol.game import SingleStageGame
 from protocol.games import GAME_NAMES, make_game, stage_count_of
 from protocol.messages import Completion, QuestionGroup, QuestionRef, RolloutAnnouncement, RolloutBatch
-from protocol.rounds import CoordinatorSaid, Generate, RoundMachine, RoundOpened
+from protocol.rounds import CoordinatorSaid, Generate, RoundMachine, RoundOpened, RoundTiming
 from protocol.scoring import PeerScores
 
 SWARM, SEED, ROUND = "acr", 5, 3
@@ -145,7 +145,7 @@ def test_a_forged_critique_reward_is_rejected() -> None:
 
 
 def acr_inbox(store: InputStore, stage: int) -> Inbox:
-    machine = RoundMachine()
+    machine = RoundMachine(timing=RoundTiming(stages=True))
     machine.handle(0, RoundOpened(ROUND, collect_until_ms=1000, round_ends_ms=2000, stage=stage))
     inbox = Inbox(AdmissionRules(swarm_id=SWARM, me=pid(ME), seed=SEED), machine, GAME, scores=PeerScores())
     inbox.store = store
@@ -209,13 +209,23 @@ def test_references_to_batches_we_cannot_match_are_rejected_with_reason_and_blam
 
 
 def test_the_machine_opens_each_stage_of_a_round_in_turn() -> None:
-    machine = RoundMachine()
+    machine = RoundMachine(timing=RoundTiming(stages=True))
     opened = []
     for stage in range(3):
         actions = machine.handle(stage * 1000, CoordinatorSaid(ROUND, stage, 3, (stage + 1) * 1000))
         opened += [a for a in actions if isinstance(a, Generate)]
     assert opened == [Generate(ROUND, 0), Generate(ROUND, 1), Generate(ROUND, 2)]
     assert machine.handle(3000, CoordinatorSaid(ROUND, 1, 3, 2000)) == ()  # never goes back
+
+
+def test_a_single_stage_machine_plays_a_round_once_whatever_the_coordinator_s_stages() -> None:
+    machine = RoundMachine()  # RoundTiming(stages=False): what a single-stage game's peer runs
+    opened = []
+    for round_number, stage in ((ROUND, 0), (ROUND, 1), (ROUND + 1, 1), (ROUND + 2, 0)):
+        at = (round_number * 2 + stage) * 1000
+        actions = machine.handle(at, CoordinatorSaid(round_number, stage, 2, at + 1000))
+        opened += [(a.round, a.stage) for a in actions if isinstance(a, Generate)]
+    assert opened == [(ROUND, 0), (ROUND + 1, 1), (ROUND + 2, 0)]
 
 
 def test_the_next_stage_s_announcements_are_held_until_it_opens() -> None:
