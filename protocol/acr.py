@@ -302,6 +302,15 @@ def _item_from(stage: int, ref: InputRef, stored: Stored, store: InputStore) -> 
     return None
 
 
+def stage_prompt(item: StageItem, question_text: str) -> str:
+    """The prompt of a later-stage item (critique or resolve), around the question's text."""
+    return (
+        critique_prompt(item, question_text)
+        if item.stage == CRITIQUE
+        else resolve_prompt(item, question_text)
+    )
+
+
 def critique_prompt(item: StageItem, question_text: str) -> str:
     """The prompt a policy answers for a critique item (the trainer supplies the question text)."""
     answers = "\n".join(f"Answer {i}: {text}" for i, text in enumerate(item.candidates, start=1))

@@ -20,6 +20,15 @@ def make_game(name: str, rules: SingleStageGame) -> Game:
     raise ValueError(f"unknown game {name!r} (known: {', '.join(GAME_NAMES)})")
 
 
+def game_of_stage_count(stage_count: int) -> str:
+    """The game a swarm's signed schedule names by its stage count: 3 stages a round is
+    answer -> critique -> resolve, anything else the single-stage game (which plays a round
+    once whatever its stages: a chain-less schedule says 1, a chain contract 2 by default).
+    While answer-critique-resolve is the only multi-stage game, the stage count is the name;
+    a second one would need a field of its own in `SwarmSchedule` (a PROTOCOL_VERSION bump)."""
+    return ACR_NAME if stage_count == STAGE_COUNT else SINGLE
+
+
 def stage_count_of(name: str) -> int:
     """The stages per round of the game called `name` (what a swarm's schedule must say)."""
     if name == SINGLE:

@@ -391,7 +391,6 @@ async def _simulate(
         dht_sweep=scenario.dht_sweep,
         poll_interval_s=max(1.0, scenario.round_s / 4),
         verification_limits=VerificationLimits(),
-        **({"game": scenario.game} if scenario.game != "single" else {}),
         **peer_overrides,
     )
     cache = VerifyCache(max_entries=max(50_000, 20 * scenario.peers))
