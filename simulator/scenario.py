@@ -141,6 +141,9 @@ class Scenario:
     byzantine: ByzantineSpec = ByzantineSpec()
 
     def __attrs_post_init__(self) -> None:
+        if self.game != "single" and self.coordinator == "chain":
+            # The simulated chain has one stage a round: stages 1 and 2 would never open.
+            raise ValueError(f"game: {self.game} needs the schedule coordinator, not the chain")
         if self.policy == "trainer" and self.peers > MAX_TRAINER_PEERS:
             raise ValueError(
                 f"policy: 'trainer' runs a real model per peer; "

@@ -83,3 +83,8 @@ def test_the_single_game_report_does_not_name_a_game() -> None:
     report = json.loads(report_json(build_report(run_simulation(scenario))))
     assert "stages" not in report["summary"]
     assert attrs.evolve(scenario, game=ACR).to_json()["game"] == ACR
+
+
+def test_the_multi_stage_game_refuses_the_one_stage_simulated_chain() -> None:
+    result = CliRunner().invoke(app, ["simulate", "--game", ACR, "--coordinator", "chain", "--no-plots"])
+    assert result.exit_code == 2 and "needs the schedule coordinator" in result.output
