@@ -29,13 +29,43 @@ from typing import Any, Protocol
 
 import attrs
 
+from protocol.acr import UNBLAMED_INPUT_REASONS, InputStore
+from protocol.decisions import (
+    Accept,
+    Decision,
+    Defer,
+    Fetch,
+    FetchJob,
+    Hold,
+    NeedInputs,
+    Reject,
+    _new_tuple,
+    job_for,
+)
 from protocol.envelope import Opened, open_envelope
 from protocol.errors import ProtocolError
 from protocol.game import Game, mean_reward
+from protocol.inputs import admit_input, need_inputs
 from protocol.messages import QuestionGroup, RolloutAnnouncement, RolloutBatch
 from protocol.rounds import COLLECTING_PHASES, RoundMachine
 from protocol.scoring import PeerScores
 from protocol.verification import Verdict
+
+__all__ = [
+    "Accept",
+    "AdmissionRules",
+    "Decision",
+    "Defer",
+    "Fetch",
+    "FetchJob",
+    "Hold",
+    "Inbox",
+    "NeedInputs",
+    "PlainOpener",
+    "Reject",
+    "RoundInbox",
+    "job_for",
+]
 
 PROOF_OF_LYING = frozenset({"forged_reward", "equivocation"})
 """Rejection reasons backed by the sender's own signature: a batch whose claimed rewards the
@@ -78,84 +108,6 @@ class AdmissionRules:
     """0: fetch every announced batch; N: about N per round (see `fetch_probability`)."""
     ban_on_proof: bool = True
     known_peer_rounds: int = 10
-
-
-@attrs.frozen
-class FetchJob:
-    round: int
-    stage: int
-    sender: str
-    digest: bytes  # b"": unknown (a DHT sweep job: no announcement was seen)
-    group_count: int  # -1: unknown
-    dht_only: bool = False
-
-
-def job_for(announcement: RolloutAnnouncement) -> FetchJob:
-    return FetchJob(
-        round=announcement.round,
-        stage=announcement.stage,
-        sender=announcement.peer_id,
-        digest=announcement.batch_digest,
-        group_count=announcement.group_count,
-    )
-
-
-# ---- decisions --------------------------------------------------------------------------
-
-
-@attrs.frozen
-class Fetch:
-    job: FetchJob
-
-
-class Defer(tuple[float, RolloutAnnouncement]):
-    """Sampled out: `(priority, announcement)`, the very entry kept in `RoundInbox.deferred`
-    for a top-up. A tuple, built with `tuple.__new__`: one allocation per sampled-out
-    announcement, the entry and the decision at once (this runs for most deliveries when
-    `fetch_sample` is set)."""
-
-    __slots__ = ()
-
-    def __new__(cls, priority: float, announcement: RolloutAnnouncement) -> Defer:
-        return _new_tuple(cls, (priority, announcement))
-
-    @property
-    def priority(self) -> float:
-        return self[0]
-
-    @property
-    def announcement(self) -> RolloutAnnouncement:
-        return self[1]
-
-    @property
-    def sender(self) -> str:
-        return self[1].peer_id
-
-    def __repr__(self) -> str:
-        return f"Defer(sender={self.sender!r}, priority={self.priority!r})"
-
-
-_new_tuple = tuple.__new__
-
-
-@attrs.frozen
-class Hold:
-    round: int
-
-
-@attrs.frozen
-class Reject:
-    reason: str
-    blame: str | None
-
-
-@attrs.frozen
-class Accept:
-    sender: str
-    groups: tuple[QuestionGroup, ...]
-
-
-Decision = Fetch | Defer | Hold | Reject | Accept | None
 
 
 @attrs.define
@@ -215,8 +167,11 @@ class Inbox:
         # Peers heard from (announced or served a verified batch) -> last round: swept for in
         # the DHT when a round brings no announcement from them.
         self.known: dict[str, int] = {}
-        # Announcements for the NEXT round that arrived before our own poll saw it open.
+        # Announcements for the NEXT position (round, or stage of a multi-stage game) that
+        # arrived before our own poll saw it open, by round (one position per round is ever next).
         self.early: dict[int, dict[str, tuple[RolloutAnnouncement, bytes]]] = {}
+        # A multi-stage game's inputs: this round's accepted batches (and our own), by stage.
+        self.store = InputStore()
 
     # ---- bookkeeping --------------------------------------------------------------------
 
@@ -232,6 +187,8 @@ class Inbox:
 
     def open_round(self, round_number: int, stage: int, connected: int) -> RoundInbox:
         """A new round opened: a fresh inbox for it (the old one stays with its record)."""
+        if self.game.stage_count > 1:
+            self.store.forget_before(round_number)  # later stages build on this round's only
         self.current = RoundInbox(
             round=round_number,
             stage=stage,
@@ -273,21 +230,23 @@ class Inbox:
             return self.reject("sender_mismatch", blame=sender)
         if announcement.swarm_id != rules.swarm_id:
             return self.reject("wrong_swarm", blame=sender)
-        current = self.machine.current_round()
+        current, stage = self.machine.current_position()
         if announcement.round < current:
             return self.reject("stale_round", blame=None)  # a replay, or a lagging peer: not blamed
-        if announcement.round == current:
+        if announcement.round == current and not (
+            announcement.stage == stage + 1 < self.game.stage_count  # the next stage: held
+        ):
             return self.consider(announcement, opened.digest)
-        if announcement.round == current + 1:
+        if announcement.round <= current + 1:
             early = self.early.setdefault(announcement.round, {})
             if len(early) < rules.max_fetch_per_round and announcement.peer_id not in early:
                 early[announcement.peer_id] = (announcement, opened.digest)
-                return Hold(announcement.round)
+                return Hold(announcement.round, announcement.stage)
         return self.reject("future_round", blame=None)
 
     def release_early(self, round_number: int) -> list[Decision]:
-        """The round opened and its questions are known: consider the announcements that came
-        before it did (in sender order), and forget older ones."""
+        """The round (or stage) opened and its questions are known: consider the announcements
+        that came before it did (in sender order), and forget older ones."""
         for stale in [r for r in self.early if r < round_number]:
             del self.early[stale]
         early = self.early.pop(round_number, {})
@@ -367,7 +326,7 @@ class Inbox:
             state is not None
             and state.round == round_number
             and state.deferred
-            and self.machine.collecting(round_number)
+            and self.machine.collecting(round_number, state.stage)
         ):
             sender = min(state.deferred, key=lambda peer: (state.deferred[peer][0], peer))
             _, announcement = state.deferred.pop(sender)
@@ -379,12 +338,14 @@ class Inbox:
 
     def may_fetch(self, job: FetchJob) -> bool:
         """Before the fetch: still worth doing (the round still collects)?"""
-        if not self.machine.collecting(job.round):
+        if not self.machine.collecting(job.round, job.stage):
             self.reject("late", blame=None)
             return False
         return True
 
-    def fetched(self, job: FetchJob, envelope: bytes | None, direct: bool) -> Decision:
+    def fetched(
+        self, job: FetchJob, envelope: bytes | None, direct: bool, *, inputs_fetched: bool = False
+    ) -> Decision:
         """The fetch of `job` returned `envelope` (None: nothing, from anywhere), `direct`ly from
         the announcer or from the DHT. Accept only a batch signed by the sender, for the round,
         stage and size announced, that the game verifies, while the round still collects."""
@@ -416,10 +377,19 @@ class Inbox:
         ):
             return self.reject("batch_mismatch", blame=job.sender)
         game = self.game
-        verdict: Verdict = opener.verdict(digest, lambda: game.verify(batch))
+        items = game.resolve(batch, self.store) if game.stage_count > 1 else ()
+        if isinstance(items, Verdict):  # what we hold decides: never cached
+            reason = items.reason or "bad_input"
+            needed = game.inputs_needed(batch, self.store) if not inputs_fetched else ()
+            if reason in UNBLAMED_INPUT_REASONS and needed:
+                return need_inputs(needed)
+            return self.reject(reason, blame=None if reason in UNBLAMED_INPUT_REASONS else job.sender)
+        verdict: Verdict = opener.verdict(
+            digest, lambda: game.verify(batch, items) if items else game.verify(batch)
+        )
         if not verdict.ok:
             return self.reject(verdict.reason or "invalid_batch", blame=job.sender)
-        if not self.machine.collecting(job.round):
+        if not self.machine.collecting(job.round, job.stage):
             return self.reject("late", blame=None)
         state = self.current
         assert state is not None
@@ -435,8 +405,16 @@ class Inbox:
         self.scores.record_valid(job.sender)
         self.known[job.sender] = job.round
         state.external[job.sender] = batch.groups
+        if game.stage_count > 1:
+            self.store.add(digest, batch, items)
+            state.external[job.sender] = game.training_groups(batch.stage, items, batch.groups)
         reward = mean_reward(batch.groups)
         if reward is not None:
             state.external_reward[job.sender] = reward
         self.counters["accepted_batches"] += 1
         return Accept(job.sender, batch.groups)
+
+    def input_fetched(self, job: FetchJob, envelope: bytes | None, *, last: bool = False) -> Decision:
+        """A batch a later-stage batch references (a `NeedInputs` job) came back: see
+        `protocol.inputs.admit_input`."""
+        return admit_input(self, job, envelope, last=last)

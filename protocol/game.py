@@ -7,15 +7,16 @@ round machine (protocol/rounds.py) only orders (round, stage) pairs and the admi
 answer -> critique -> resolve, whose later stages build their questions from the previous
 stage's accepted batches, referenced by digest) plugs in here without touching either.
 
-`SingleStageGame` is the reasoning-gym game the swarm plays today: one stage, questions
-derived from (swarm seed, round, stage, peer id), every completion re-scored.
+`SingleStageGame` is the reasoning-gym game: one stage, questions derived from (swarm seed,
+round, stage, peer id), every completion re-scored. `AnswerCritiqueResolveGame`
+(protocol/acr.py) is the second; `protocol.games.make_game` picks one by name.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Protocol
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
 import attrs
 
@@ -34,12 +35,38 @@ class Game(Protocol):
         itself, and what every other peer re-derives to verify its batch."""
         ...
 
-    def verify(self, batch: RolloutBatch) -> Verdict:
-        """Whether `batch` (signed by `batch.peer_id`) is an honest answer to its stage."""
+    def builds_on_inputs(self, stage: int) -> bool:
+        """Whether `stage` answers items built from the previous stage's batches (`items`)
+        instead of derived questions (`questions`)."""
+        ...
+
+    def items(self, round_number: int, stage: int, peer_id: str, store: Any) -> tuple[Any, ...]:
+        """The items `peer_id` answers in a stage that builds on inputs, from the batches of
+        the previous stage in `store` (protocol.acr.InputStore); () for other stages."""
+        ...
+
+    def resolve(self, batch: RolloutBatch, store: Any) -> tuple[Any, ...] | Verdict:
+        """Re-derive the items a later-stage batch answers from the batches in `store`, or a
+        rejecting Verdict. Per verifier (what it holds): never cached. () for other stages."""
+        ...
+
+    def inputs_needed(self, batch: RolloutBatch, store: Any) -> tuple[tuple[int, int, str], ...]:
+        """(round, stage, author) of the referenced batches `store` lacks; () for other stages."""
+        ...
+
+    def verify(self, batch: RolloutBatch, items: Sequence[Any] = ()) -> Verdict:
+        """Whether `batch` (signed by `batch.peer_id`) is an honest answer to its stage, given
+        the items `resolve` re-derived (a function of the batch alone: cacheable by digest)."""
         ...
 
     def trains(self, stage: int) -> bool:
         """Whether the groups of `stage` are trained on."""
+        ...
+
+    def training_groups(
+        self, stage: int, items: Sequence[Any], groups: Iterable[QuestionGroup]
+    ) -> tuple[QuestionGroup, ...]:
+        """The groups of a stage as the trainer takes them (named by the question they answer)."""
         ...
 
 
@@ -70,7 +97,24 @@ class SingleStageGame:
             self.weights or None,
         )
 
-    def verify(self, batch: RolloutBatch) -> Verdict:
+    def builds_on_inputs(self, stage: int) -> bool:
+        return False
+
+    def items(self, round_number: int, stage: int, peer_id: str, store: Any) -> tuple[Any, ...]:
+        return ()
+
+    def resolve(self, batch: RolloutBatch, store: Any) -> tuple[Any, ...] | Verdict:
+        return ()
+
+    def inputs_needed(self, batch: RolloutBatch, store: Any) -> tuple[tuple[int, int, str], ...]:
+        return ()
+
+    def training_groups(
+        self, stage: int, items: Sequence[Any], groups: Iterable[QuestionGroup]
+    ) -> tuple[QuestionGroup, ...]:
+        return tuple(groups)
+
+    def verify(self, batch: RolloutBatch, items: Sequence[Any] = ()) -> Verdict:
         return verify_batch(
             batch,
             self.registry,

@@ -38,9 +38,12 @@ Round-number rules, applied before the table so they are uniform:
 - Idle (the runtime ran out of work and is about to sleep) changes no phase; in GENERATING
   or COLLECTING past the sweep deadline it emits SweepDht(r), once per round.
 
-Stages: every round carries a `stage` (0 for the single-stage game). A multi-stage game
-(protocol/game.py) opens one (round, stage) after another through the same table: the
-machine orders rounds, the game says how many stages a round has and which of them train.
+Stages: with `RoundTiming.stages` the machine orders POSITIONS (round, stage), compared as
+tuples, and "round" above reads "position" everywhere; without it (a single-stage game) a
+round is one cycle whatever the coordinator's stage count. A multi-stage game
+(protocol/game.py, protocol/acr.py) opens one (round, stage) after another through the same
+table, each a full cycle (generate, publish, collect, train, report); the game says how many
+stages a round has and which of them train. Events and actions carry the stage (default 0).
 """
 
 from __future__ import annotations
@@ -97,6 +100,7 @@ class RolloutsReady:
     """Local generation for `round` finished (the batch is ready to publish)."""
 
     round: int = attrs.field(validator=_non_negative)
+    stage: int = attrs.field(default=0, validator=_non_negative)
 
 
 @attrs.frozen
@@ -112,11 +116,13 @@ class Idle:
 @attrs.frozen
 class TrainingFinished:
     round: int = attrs.field(validator=_non_negative)
+    stage: int = attrs.field(default=0, validator=_non_negative)
 
 
 @attrs.frozen
 class ReportFinished:
     round: int = attrs.field(validator=_non_negative)
+    stage: int = attrs.field(default=0, validator=_non_negative)
 
 
 Event = RoundOpened | CoordinatorSaid | RolloutsReady | Tick | Idle | TrainingFinished | ReportFinished
@@ -129,6 +135,7 @@ class Generate:
     """Derive this round's questions and generate rollouts for them."""
 
     round: int
+    stage: int = 0
 
 
 @attrs.frozen
@@ -136,6 +143,7 @@ class Publish:
     """Publish the local batch (announce + serve fetches) for `round`."""
 
     round: int
+    stage: int = 0
 
 
 @attrs.frozen
@@ -143,6 +151,7 @@ class Train:
     """Sample the training groups from what was collected and run one update."""
 
     round: int
+    stage: int = 0
 
 
 @attrs.frozen
@@ -150,6 +159,7 @@ class Report:
     """Report reward and winners for `round`."""
 
     round: int
+    stage: int = 0
 
 
 @attrs.frozen
@@ -157,6 +167,7 @@ class AbandonRound:
     """`round` was overtaken by a newer one before it finished: drop its pending work."""
 
     round: int
+    stage: int = 0
 
 
 @attrs.frozen
@@ -173,6 +184,7 @@ class SweepDht:
     """Look up in the DHT the batches of known peers that announced nothing this round."""
 
     round: int
+    stage: int = 0
 
 
 Action = Generate | Publish | Train | Report | AbandonRound | SkipRound | SweepDht
@@ -203,7 +215,7 @@ GUARDS: dict[tuple[Phase, type], _Guard] = {
 """A transition whose guard is false is taken as a self-loop with no actions (not illegal):
 a Tick before the collect deadline is simply early."""
 
-ON_ENTER: dict[Phase, Callable[[int], Action]] = {
+ON_ENTER: dict[Phase, Callable[[int, int], Action]] = {
     Phase.GENERATING: Generate,
     Phase.COLLECTING: Publish,
     Phase.TRAINING: Train,
@@ -237,6 +249,8 @@ class RoundTiming:
     min_round_remaining: float = attrs.field(default=0.5, validator=_fraction)
     """Skip a round with less than this share of its stage left (0: never skip)."""
     dht_sweep: bool = True
+    stages: bool = False
+    """Each stage of a round is a cycle of its own (the game has several stages): see `_at`."""
 
 
 def learn_stage_ms(known_ms: int | None, earlier: Any, later: Any) -> int | None:
@@ -282,21 +296,25 @@ class RoundMachine:
     """The stage length learned from the coordinator's stage ends (`learn_stage_ms`)."""
     last_said: CoordinatorSaid | None = None
     skipped_round: int = -1
-    """The newest round skipped for lack of time."""
+    """The newest round skipped for lack of time..."""
+    skipped_stage: int = 0
+    """...and its stage."""
 
     def handle(self, now_ms: int, event: Event) -> tuple[Action, ...]:
         """Apply `event` at time `now_ms`; returns the actions the runtime must carry out."""
         if isinstance(event, CoordinatorSaid):
             return self._coordinator_said(now_ms, event)
         if isinstance(event, RoundOpened):
-            if event.round <= self.round:
+            if self._at(event.round, event.stage) <= self._at(self.round, self.stage):
                 return ()  # stale or duplicate: the machine never goes back
         elif isinstance(event, RolloutsReady | TrainingFinished | ReportFinished):
-            if event.round < self.round:
-                return ()  # late result of an abandoned round
-            if event.round > self.round:
+            position = self._at(event.round, event.stage)
+            if position < self._at(self.round, self.stage):
+                return ()  # late result of an abandoned round (or stage)
+            if position > self._at(self.round, self.stage):
                 raise IllegalTransition(
-                    f"{type(event).__name__}({event.round}) for a round never opened (current {self.round})"
+                    f"{type(event).__name__}{position} for a round never opened "
+                    f"(current {(self.round, self.stage)})"
                 )
         key = (self.phase, type(event))
         after = TRANSITIONS.get(key)
@@ -310,7 +328,7 @@ class RoundMachine:
         actions: list[Action] = []
         if isinstance(event, RoundOpened):
             if self.phase in IN_PROGRESS:
-                actions.append(AbandonRound(self.round))
+                actions.append(AbandonRound(self.round, self.stage))
             self.round = event.round
             self.stage = event.stage
             self.collect_until_ms = event.collect_until_ms
@@ -320,25 +338,25 @@ class RoundMachine:
         elif isinstance(event, Idle):
             if self._sweep_due(now_ms):
                 self.swept = True
-                actions.append(SweepDht(self.round))
+                actions.append(SweepDht(self.round, self.stage))
             return tuple(actions)
         entering = after is not self.phase or isinstance(event, RoundOpened)
         self.phase = after
         if entering and after in ON_ENTER:
-            actions.append(ON_ENTER[after](self.round))
+            actions.append(ON_ENTER[after](self.round, self.stage))
         return tuple(actions)
 
     def _coordinator_said(self, now_ms: int, said: CoordinatorSaid) -> tuple[Action, ...]:
         previous, self.last_said = self.last_said, said
         if previous is not None:
             self.stage_ms = learn_stage_ms(self.stage_ms, previous, said)
-        if said.round <= self.round:
+        if self._at(said.round, said.stage) <= self._at(self.round, self.stage):
             return ()
         timing = self.timing
         if too_late_to_start(now_ms, said.stage_ends_ms, self.stage_ms, timing.min_round_remaining):
-            if said.round <= self.skipped_round:
+            if self._at(said.round, said.stage) <= self._at(self.skipped_round, self.skipped_stage):
                 return ()  # polls see it again until it ends: skipped once
-            self.skipped_round = said.round
+            self.skipped_round, self.skipped_stage = said.round, said.stage
             return (SkipRound(said.round, said.stage, said.stage_ends_ms - now_ms),)
         remaining = max(0, said.stage_ends_ms - now_ms)
         collect_until = now_ms + int(timing.collect_fraction * remaining)
@@ -362,14 +380,26 @@ class RoundMachine:
 
     # ---- queries the runtime asks (pure) ------------------------------------------------
 
-    def collecting(self, round_number: int) -> bool:
-        """Whether batches for `round_number` are still taken in."""
-        return self.round == round_number and self.phase in COLLECTING_PHASES
+    def collecting(self, round_number: int, stage: int = 0) -> bool:
+        """Whether batches for (`round_number`, `stage`) are still taken in."""
+        return self.round == round_number and self.stage == stage and self.phase in COLLECTING_PHASES
 
     def current_round(self) -> int:
         """The round inbound messages are judged against: a skipped round counts as current
         (the round after it is the next one this peer will open)."""
         return max(self.round, self.skipped_round)
+
+    def current_position(self) -> tuple[int, int]:
+        """`current_round`, with its stage: (round, stage) of the newer of the open and the
+        skipped position."""
+        return max(self._at(self.round, self.stage), self._at(self.skipped_round, self.skipped_stage))
+
+    def _at(self, round_number: int, stage: int) -> tuple[int, int]:
+        """A position as this machine orders it: (round, stage) when each stage is a cycle of
+        its own (`RoundTiming.stages`, a multi-stage game); else (round, 0): a round is one
+        cycle, opened in whichever stage it is first seen, as before games had stages (a
+        single-stage game on a chain contract of 2 stages still plays once a round)."""
+        return (round_number, stage if self.timing.stages else 0)
 
     def round_over(self, now_ms: int) -> bool:
         """Our work outlasted the round in progress: a newer round should abandon it now."""

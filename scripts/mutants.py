@@ -92,7 +92,33 @@ MUTANTS = (
         "\n",
         "announced group count not checked",
     ),
-    Mutant("admission.verdict", A, "if not verdict.ok:", "if False:", "the verifier's verdict ignored"),
+    Mutant(
+        "admission.verdict",
+        A,
+        "if not verdict.ok:\n"
+        '            return self.reject(verdict.reason or "invalid_batch", blame=job.sender)\n'
+        "        if not self.machine",
+        "if False:\n"
+        '            return self.reject(verdict.reason or "invalid_batch", blame=job.sender)\n'
+        "        if not self.machine",
+        "the verifier's verdict ignored",
+    ),
+    Mutant(
+        "admission.input_resolution",
+        A,
+        "        if isinstance(items, Verdict):  # what we hold decides: never cached",
+        "        if isinstance(items, Verdict) and False:",
+        "a later stage's references not resolved against the batches we hold (forged inputs pass)",
+        tests=("tests/test_protocol_acr.py",),
+    ),
+    Mutant(
+        "acr.rescore",
+        "protocol/acr.py",
+        "        if not self.answer.rescore:",
+        "        if True:",
+        "a critique's or resolution's claimed rewards taken on trust",
+        tests=("tests/test_protocol_acr.py",),
+    ),
     Mutant(
         "admission.digest",
         A,
@@ -110,7 +136,8 @@ MUTANTS = (
     Mutant(
         "admission.late_after_verify",
         A,
-        '        if not self.machine.collecting(job.round):\n            return self.reject("late"',
+        "        if not self.machine.collecting(job.round, job.stage):\n"
+        '            return self.reject("late"',
         '        if False:\n            return self.reject("late"',
         "a batch verified after the collect deadline still accepted",
     ),
@@ -131,7 +158,7 @@ MUTANTS = (
     Mutant(
         "admission.may_fetch",
         A,
-        "        if not self.machine.collecting(job.round):\n"
+        "        if not self.machine.collecting(job.round, job.stage):\n"
         '            self.reject("late", blame=None)\n            return False',
         "        if False:\n            return False",
         "fetch started after the round stopped collecting",
@@ -351,14 +378,16 @@ MUTANTS = (
     Mutant(
         "rounds.stale_open",
         R,
-        "if event.round <= self.round:\n                return ()",
-        "if event.round < self.round:\n                return ()",
+        "if self._at(event.round, event.stage) <= self._at(self.round, self.stage):\n"
+        "                return ()",
+        "if self._at(event.round, event.stage) < self._at(self.round, self.stage):\n"
+        "                return ()",
         "a duplicate RoundOpened restarts the round",
     ),
     Mutant(
         "rounds.late_result",
         R,
-        "if event.round < self.round:\n                return ()  # late result",
+        "if position < self._at(self.round, self.stage):\n                return ()  # late result",
         "if False:\n                return ()  # late result",
         "late results of an abandoned round applied",
     ),
@@ -372,7 +401,7 @@ MUTANTS = (
     Mutant(
         "rounds.skip_once",
         R,
-        "if said.round <= self.skipped_round:",
+        "if self._at(said.round, said.stage) <= self._at(self.skipped_round, self.skipped_stage):",
         "if False:",
         "a skipped round is skipped (and recorded) at every poll",
     ),
@@ -476,7 +505,7 @@ MUTANTS = (
     Mutant(
         "driver.skip_record",
         P,
-        "self.rounds.add(skipped_record(action.round, action.stage, now_ms))",
+        "self.rounds.skipped(action.round, action.stage, action.left_ms, now_ms)",
         "pass",
         "a skipped round leaves no record",
         DRIVER_TESTS,

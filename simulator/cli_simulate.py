@@ -37,6 +37,11 @@ def simulate(
         "--coordinator",
         help="schedule (chain-less round clock) or chain (the contract on one in-process chain).",
     ),
+    game: str = typer.Option(
+        None,
+        "--game",
+        help="The swarm's game: single (default) or answer-critique-resolve (three stages a round).",
+    ),
     out: Path = typer.Option(Path("runs/simulate"), "--out", help="Directory for report.json and plots."),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots."),
     solo: bool = typer.Option(
@@ -83,6 +88,7 @@ def simulate(
             fetch_sample=fetch_sample,
             policy=policy,
             coordinator=coordinator,
+            game=game,
         )
     except ScenarioError as error:
         console.print(f"[red]{escape(str(error))}[/red]", soft_wrap=True)  # one line, never wrapped

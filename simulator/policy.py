@@ -30,6 +30,7 @@ from typing import Any
 
 import attrs
 
+from protocol.acr import CRITIQUE, StageItem, score_item
 from protocol.messages import Completion, QuestionGroup, QuestionRef
 from protocol.questions import EVAL_INDEX_BASE
 from simulator.registry import SimTaskRegistry, format_answer, reference_answer
@@ -100,6 +101,14 @@ class SimPolicy:
     def generate(self, questions: Sequence[QuestionRef]) -> list[QuestionGroup]:
         self.pending_cost_s += self.params.generate_cost_s * len(questions) * self.slowdown
         return [self._group(question) for question in questions]
+
+    def generate_items(self, items: Sequence[StageItem]) -> list[QuestionGroup]:
+        """Answer the items of a later stage of answer -> critique -> resolve (protocol/acr.py):
+        a critique picks a right candidate with the task's skill (else any), written in the
+        answer format with the format skill; a resolve mostly follows the critics' majority,
+        else answers the question itself. Rewards by `score_item`, as every verifier does."""
+        self.pending_cost_s += self.params.generate_cost_s * len(items) * self.slowdown
+        return [self._item_group(item) for item in items]
 
     def train(self, groups: Sequence[QuestionGroup]) -> dict[str, float]:
         self.pending_cost_s += self.params.train_cost_s * len(groups) * self.slowdown
@@ -218,6 +227,29 @@ class SimPolicy:
             completions.append(Completion(text=text, reward=self.registry.score(question, text)))
         return QuestionGroup(question=question, completions=tuple(completions))
 
+    def _item_group(self, item: StageItem) -> QuestionGroup:
+        ref = item.ref
+        rng = random.Random(derive_seed(self.seed, self.name, self.steps, item.stage, ref.task, ref.index))
+        completions = []
+        for _ in range(self.params.group_size):
+            text = self._critique(item, rng) if item.stage == CRITIQUE else self._resolve(item, rng)
+            completions.append(Completion(text=text, reward=score_item(item, text, self.registry)))
+        return QuestionGroup(question=ref, completions=tuple(completions))
+
+    def _critique(self, item: StageItem, rng: random.Random) -> str:
+        right = [
+            i for i, text in enumerate(item.candidates, 1) if self.registry.score(item.question, text) >= 1.0
+        ]
+        skilled = right and rng.random() < self.skills.get(item.question.task, 0.0)
+        pick = rng.choice(right) if skilled else rng.randrange(1, len(item.candidates) + 1)
+        return format_answer(str(pick)) if rng.random() < self.format_skill else str(pick)
+
+    def _resolve(self, item: StageItem, rng: random.Random) -> str:
+        majority = item.majority()
+        if majority and rng.random() < 0.8:
+            return item.candidates[majority - 1]
+        return self._answer(item.question, rng)
+
     def _answer(self, question: QuestionRef, rng: random.Random) -> str:
         answer = reference_answer(question)
         if rng.random() < self.format_skill:
@@ -240,6 +272,9 @@ class ForgingPolicy(SimPolicy):
 
     def generate(self, questions: Sequence[QuestionRef]) -> list[QuestionGroup]:
         return [forged_group(group) for group in super().generate(questions)]
+
+    def generate_items(self, items: Sequence[StageItem]) -> list[QuestionGroup]:
+        return [forged_group(group) for group in super().generate_items(items)]
 
 
 def forged_group(group: QuestionGroup) -> QuestionGroup:

@@ -14,6 +14,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from protocol.acr import STAGE_NAMES, TRAIN_STAGES
+from protocol.games import stage_count_of
 from simulator.runner import HONEST, SimulationResult
 
 REPORT_VERSION = 1
@@ -41,12 +43,15 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
     byzantine = [plan for plan in plans if not plan.honest]
     honest_ids = {plan.peer_id for plan in honest}
     rounds: list[dict[str, Any]] = []
+    stage_count = stage_count_of(scenario.game)
     for round_number in range(scenario.rounds):
+        # A multi-stage game's round rows describe its answers (stage 0), comparable with the
+        # single-stage game's; per-stage counts are in "stages" (below).
         done = [
             record
             for plan in honest
             for record in result.records[plan.peer_id]
-            if record.round == round_number and record.completed
+            if record.round == round_number and record.completed and record.stage == 0
         ]
         rewards = [record.reward for record in done if record.reward is not None]
         durations = [record.finished_ms - record.opened_ms for record in done]
@@ -95,9 +100,9 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
     peers = []
     for plan in plans:
         records = result.records[plan.peer_id]
-        completed = [r for r in records if r.completed]
+        completed = [r for r in records if r.completed and r.stage == 0]
         present_rounds = [r for r in range(scenario.rounds) if plan.present_for(r, round_ms)]
-        completed_rounds = {r.round for r in completed}
+        completed_rounds = _rounds_with_every_stage(records, stage_count)
         peers.append(
             {
                 "index": plan.index,
@@ -106,7 +111,7 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
                 "slow": plan.slow,
                 "events": list(plan.events),
                 "rounds_present": len(present_rounds),
-                "rounds_completed": len(completed),
+                "rounds_completed": len(completed) if stage_count == 1 else len(completed_rounds),
                 "present_but_not_completed": [r for r in present_rounds if r not in completed_rounds],
                 "final_reward": _r(completed[-1].reward)
                 if completed and completed[-1].reward is not None
@@ -143,6 +148,8 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
         "verify_cache_misses": result.cache_misses,
         "round_agreement": result.agreement,
     }
+    if stage_count > 1:
+        summary["stages"] = stage_summary(result, stage_count)
     return {
         "report_version": REPORT_VERSION,
         "scenario": scenario.to_json(),
@@ -302,6 +309,57 @@ def _save(fig: Any, path: Path) -> Path:
     return path
 
 
+def _rounds_with_every_stage(records: list[Any], stage_count: int) -> set[int]:
+    stages: dict[int, set[int]] = {}
+    for record in records:
+        if record.completed:
+            stages.setdefault(record.round, set()).add(record.stage)
+    return {round_number for round_number, done in stages.items() if len(done) == stage_count}
+
+
+def stage_summary(result: SimulationResult, stage_count: int) -> list[dict[str, Any]]:
+    """Per stage of a multi-stage game, over every honest peer and round: the (round, stage)
+    cycles present and completed, the batches published and accepted, the mean reward and
+    the rejections, so a reader sees every stage run and what verification turned away."""
+    round_ms = result.round_ms
+    honest = [plan for plan in result.plans if plan.honest]
+    rows = []
+    for stage in range(stage_count):
+        present = sum(
+            1 for plan in honest for r in range(result.scenario.rounds) if plan.present_for(r, round_ms)
+        )
+        done = [
+            record
+            for plan in honest
+            for record in result.records[plan.peer_id]
+            if record.stage == stage and record.completed
+        ]
+        rewards = [record.reward for record in done if record.reward is not None]
+        rejected: Counter[str] = Counter()
+        for record in done:
+            rejected.update(record.rejected)
+        rows.append(
+            {
+                "stage": stage,
+                "name": STAGE_NAMES[stage] if stage < len(STAGE_NAMES) else str(stage),
+                "trained": stage_trains(result.scenario.game, stage),
+                "honest_present": present,
+                "honest_completed": len(done),
+                "rounds_completed": len({record.round for record in done}),
+                "batches_published": sum(1 for record in done if record.rollouts_out),
+                "batches_accepted": sum(len(record.accepted_peers) for record in done),
+                "trained_groups": sum(record.trained_local + record.trained_external for record in done),
+                "reward_mean": _r(statistics.fmean(rewards)) if rewards else None,
+                "rejected": dict(sorted(rejected.items())),
+            }
+        )
+    return rows
+
+
+def stage_trains(game: str, stage: int) -> bool:
+    return game == "single" or stage in TRAIN_STAGES
+
+
 def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     summary = report["summary"]
     scenario = report["scenario"]
@@ -334,6 +392,20 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
             f" ({summary['coordinator_mismatches']} mismatches)",
         ),
         ("rejections (top)", top),
+        *_stage_rows(summary.get("stages", [])),
+    ]
+
+
+def _stage_rows(stages: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [
+        (
+            f"stage {row['stage']} {row['name']}" + (" (trained)" if row["trained"] else ""),
+            f"{row['honest_completed']} / {row['honest_present']} completed "
+            f"in {row['rounds_completed']} rounds; "
+            f"{row['batches_published']} published, {row['batches_accepted']} accepted; "
+            f"reward {row['reward_mean']}; rejected {sum(row['rejected'].values())}",
+        )
+        for row in stages
     ]
 
 

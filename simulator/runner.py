@@ -25,6 +25,7 @@ import trio
 import trio.testing
 
 from protocol.envelope import peer_id_from_seed
+from protocol.games import stage_count_of
 from protocol.messages import QuestionGroup, QuestionRef, SwarmSchedule
 from protocol.verification import VerificationLimits
 from simulator.adversary import Adversary
@@ -182,6 +183,9 @@ class _AuditedPolicy:
     def generate(self, questions: Sequence[QuestionRef]) -> list[QuestionGroup]:
         return self.inner.generate(questions)
 
+    def generate_items(self, items: Sequence[Any]) -> list[QuestionGroup]:
+        return self.inner.generate_items(items)
+
     def train(self, groups: Sequence[QuestionGroup]) -> dict[str, float]:
         for group in groups:
             if not self.audit.honest(group):
@@ -239,7 +243,7 @@ def swarm_schedule(
         swarm_id=SWARM_ID,
         genesis_ms=EPOCH_MS,
         round_ms=int(scenario.round_s * 1000),
-        stage_count=1,
+        stage_count=stage_count_of(scenario.game),  # a round's stages share its length
         seed=scenario.seed,
         tasks=tuple(tasks),
         weights=(),

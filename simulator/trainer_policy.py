@@ -110,6 +110,14 @@ class TimedPolicy:
             groups = forged(groups, self.settings.forge)
         return groups
 
+    def generate_items(self, items: Sequence[Any]) -> list[QuestionGroup]:
+        """A later stage's items (answer -> critique -> resolve), charged like questions."""
+        self.pending_cost_s += self.settings.generate_cost_s * len(items) * self.slowdown
+        groups = self.inner.generate_items(items)
+        if self.forge:
+            groups = forged(groups, self.settings.forge)
+        return groups
+
     def train(self, groups: Sequence[QuestionGroup]) -> dict[str, float]:
         self.pending_cost_s += self.settings.train_cost_s * len(groups) * self.slowdown
         return self.inner.train(groups)

@@ -48,6 +48,11 @@ def node(
     round_seconds: float | None = typer.Option(
         None, "--round-seconds", help=_help("Round length of a new swarm.", "round_seconds")
     ),
+    game: str | None = typer.Option(
+        None,
+        "--game",
+        help=_help('Game of a new swarm: "single" or "answer-critique-resolve".', "game"),
+    ),
     model: str | None = typer.Option(
         None, "--model", help=_help('"tiny", a local model folder or a model id.', "model")
     ),
@@ -147,6 +152,7 @@ def node(
             "listen": tuple(listen) if listen else None,
             "bootstrap": tuple(bootstrap) if bootstrap else None,
             "round_seconds": round_seconds,
+            "game": game,
             "model": model,
             "dashboard_port": dashboard_port,
             "dashboard_host": dashboard_host,

@@ -12,7 +12,7 @@ from typing import Any
 
 import trio
 
-from protocol.admission import Accept, Fetch, FetchJob, Hold, Inbox
+from protocol.admission import Accept, Fetch, FetchJob, Hold, Inbox, NeedInputs
 from protocol.errors import ProtocolError
 from protocol.messages import FetchRequest, FetchResponse
 from swarmp2p.peer_cache import VerifyCache
@@ -119,7 +119,23 @@ class Fetcher:
             return False
         fetched = await (self._from_dht(job) if job.dht_only else self._fetch(job))
         envelope, direct = fetched if fetched is not None else (None, False)
-        return isinstance(self.inbox.fetched(job, envelope, direct), Accept)
+        decision = self.inbox.fetched(job, envelope, direct)
+        if isinstance(decision, NeedInputs):
+            # A later stage's batch built on batches we never fetched: get them, then judge it.
+            await self._fetch_inputs(decision.jobs, depth=job.stage - 1)
+            decision = self.inbox.fetched(job, envelope, direct, inputs_fetched=True)
+        return isinstance(decision, Accept)
+
+    async def _fetch_inputs(self, jobs: tuple[FetchJob, ...], depth: int) -> None:
+        """Fetch referenced batches (from each author, else the DHT) into the inbox's inputs;
+        an input that is itself a later stage's may need its own (`depth` more levels)."""
+        for job in jobs:
+            fetched = await self._fetch(job)
+            envelope = fetched[0] if fetched is not None else None
+            more = self.inbox.input_fetched(job, envelope, last=depth <= 0)
+            if isinstance(more, NeedInputs):
+                await self._fetch_inputs(more.jobs, depth - 1)
+                self.inbox.input_fetched(job, envelope, last=True)
 
     async def _fetch(self, job: FetchJob) -> Fetched:
         """The batch envelope from its announcer (direct stream), else from the DHT."""

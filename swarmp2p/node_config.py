@@ -11,6 +11,7 @@ from typing import Any
 
 import attrs
 
+from protocol.games import GAME_NAMES
 from swarmp2p.config import register_config
 from trainer.config import user_model_cache
 
@@ -46,6 +47,9 @@ class NodeConfig:
     chain_tip_cap_gwei: float = attrs.field(default=2.0, validator=attrs.validators.ge(0.0))
     """The most a chain transaction may tip per gas (maxPriorityFeePerGas)."""
     questions_per_round: int = attrs.field(default=4, validator=attrs.validators.ge(1))
+    game: str = attrs.field(default="single", validator=attrs.validators.in_(GAME_NAMES))
+    """The game of a NEW swarm: "single" or "answer-critique-resolve" (3 stages a round, in its
+    signed schedule; joiners play the swarm's). Chain-less swarms only."""
     n_local: int = attrs.field(default=4, validator=attrs.validators.ge(0))
     n_external: int = attrs.field(default=4, validator=attrs.validators.ge(0))
     max_groups_per_peer: int = attrs.field(default=2, validator=attrs.validators.ge(1))

@@ -11,6 +11,7 @@ from typing import Any
 import attrs
 import trio
 
+from protocol.games import SINGLE, stage_count_of
 from swarmp2p.hello import learn_schedule
 from swarmp2p.node_config import NodeConfig, NodeError
 from swarmp2p.node_policy import eval_settings
@@ -77,6 +78,9 @@ async def choose_coordinator(
 
     if config.chain_rpc:
         from protocol.messages import SwarmSchedule
+
+        if config.game != SINGLE:  # the contract's stages are its own; the game is not carried
+            raise NodeError(f"--game {config.game} needs a chain-less swarm (no --chain-rpc)")
         from swarmp2p.chain import ChainError
         from swarmp2p.chain import open_coordinator as open_chain_coordinator
         from swarmp2p.chain.client import FeePolicy
@@ -111,7 +115,9 @@ async def choose_coordinator(
     else:
         schedule = load_saved_schedule(data_dir)
         if schedule is None:
-            schedule = new_schedule(config.round_seconds, clock.now_ms(), local_rules)
+            schedule = new_schedule(
+                config.round_seconds, clock.now_ms(), local_rules, stage_count_of(config.game)
+            )
             new_swarm = True
     try:
         return ScheduleCoordinator(schedule, clock), schedule, new_swarm

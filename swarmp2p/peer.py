@@ -9,6 +9,10 @@ through four ports (swarmp2p/ports.py): NetworkPort, CoordinatorPort, PolicyPort
 
 One round end to end, and how the parts fit: docs/architecture.md.
 
+Over 400 lines (427): the driver itself is ~330; the rest is the surface tools and tests use
+(`status`, the settings setter, `_state`, `_early`, `_serve_fetch`, `_on_announcement`, the
+re-exports in `__all__`).
+
 Inbound handling never raises out of the Peer: protocol failures become counted rejections
 (`rejections[reason]`) and, when the fault is attributable, a strike against the sender in
 `protocol.scoring.PeerScores`. Anything unexpected while handling ONE message is logged and
@@ -52,7 +56,7 @@ from swarmp2p.peer_settings import (
 )
 from swarmp2p.ports import Clock, CoordinatorError, CoordinatorPort, InboundMessage, NetworkPort, PolicyPort
 from swarmp2p.publisher import Publisher
-from swarmp2p.round_record import RoundHistory, RoundRecord, RoundWork, record_of, skipped_record
+from swarmp2p.round_record import RoundHistory, RoundRecord, RoundWork, record_of
 from swarmp2p.round_steps import Offload
 
 __all__ = [
@@ -302,42 +306,40 @@ class Peer:
         """The machine left `action.round` out (once per round): it finishes the work in hand
         and opens the next round on time."""
         self.counters["rounds_skipped"] += 1
-        log.info(
-            "%s: skipping round %d: %.1fs of it left when we got to it",
-            self.peer_id,
-            action.round,
-            action.left_ms / 1000,
-        )
-        self.rounds.add(skipped_record(action.round, action.stage, now_ms))
+        self.rounds.skipped(action.round, action.stage, action.left_ms, now_ms)
 
     async def _perform(self, action: ev.Action) -> None:
+        # Every action names its (round, stage): work of an abandoned position is dropped.
         if isinstance(action, ev.Generate):
-            await self._generate(action.round)
+            await self._generate(action.round, action.stage)
         elif isinstance(action, ev.Publish):
-            work = self._current(action.round)
+            work = self._current(action.round, action.stage)
             if work is not None:
                 await self.publisher.publish(work)
                 await self._evaluate_while_collecting(work)
         elif isinstance(action, ev.Train):
-            await self._train(action.round)
+            await self._train(action.round, action.stage)
         elif isinstance(action, ev.Report):
-            await self._report(action.round)
+            await self._report(action.round, action.stage)
         elif isinstance(action, ev.AbandonRound):
-            self._abandon(action.round)
-        elif isinstance(action, ev.SweepDht) and self._current(action.round) is not None:
+            self._abandon(action.round, action.stage)
+        elif isinstance(action, ev.SweepDht) and self._current(action.round, action.stage) is not None:
             self.fetcher.sweep()
 
-    def _current(self, round_number: int) -> RoundWork | None:
+    def _current(self, round_number: int, stage: int = 0) -> RoundWork | None:
         work = self._work
-        return work if work is not None and work.round == round_number else None
+        return work if work is not None and (work.round, work.stage) == (round_number, stage) else None
 
-    async def _generate(self, round_number: int) -> None:
-        work = self._current(round_number)
+    async def _generate(self, round_number: int, stage: int = 0) -> None:
+        work = self._current(round_number, stage)
         if work is None:
             return
-        work.questions = self.game.questions(round_number, work.stage, self.peer_id)
+        has_work = steps.stage_questions(work, self.game, self.peer_id, self.inbox.store, self.counters)
         for decision in self.inbox.release_early(round_number):
             self.fetcher.take(decision)
+        if not has_work:  # a later stage with nothing to build on: publish nothing, go on
+            self._feed(ev.RolloutsReady(round_number, stage))
+            return
         ready = await steps.generate(
             work,
             settings=self.settings,
@@ -350,12 +352,15 @@ class Peer:
         )
         if ready:
             self.publisher.keep(round_number, work.stage, work.envelope)
-            self._feed(ev.RolloutsReady(round_number))
+            if self.game.stage_count > 1 and work.batch is not None:
+                # Our own batch is an input of the next stage too (others build on it).
+                self.inbox.store.add(work.batch_digest, work.batch, work.items)
+            self._feed(ev.RolloutsReady(round_number, stage))
 
     async def _evaluate_while_collecting(self, work: RoundWork) -> None:
         """An evaluation deferred after the last train step may fit in the worker's idle time
         between publishing and the collect deadline (swarmp2p/heldout.py)."""
-        if self._current(work.round) is work and self.machine.phase is ev.Phase.COLLECTING:
+        if self._current(work.round, work.stage) is work and self.machine.phase is ev.Phase.COLLECTING:
             work.eval, work.eval_deferred = await self.evaluation.while_collecting(
                 self.policy,
                 self._offload,
@@ -366,9 +371,12 @@ class Peer:
                 len(work.questions),
             )
 
-    async def _train(self, round_number: int) -> None:
-        work = self._current(round_number)
+    async def _train(self, round_number: int, stage: int = 0) -> None:
+        work = self._current(round_number, stage)
         if work is None:
+            return
+        if not self.game.trains(stage):  # the game says this stage is shared, not trained on
+            self._feed(ev.TrainingFinished(round_number, stage))
             return
         self.sampling_state, finished = await steps.train(
             work,
@@ -379,38 +387,41 @@ class Peer:
             policy=self.policy,
             offload=self._offload,
             counters=self.counters,
+            local=self.game.training_groups(stage, work.items, work.local),
         )
         if finished:
-            self._feed(ev.TrainingFinished(round_number))
+            self._feed(ev.TrainingFinished(round_number, stage))
 
-    async def _report(self, round_number: int) -> None:
-        work = self._current(round_number)
+    async def _report(self, round_number: int, stage: int = 0) -> None:
+        work = self._current(round_number, stage)
         if work is None:
             return
+        final = stage == self.game.stage_count - 1
         await steps.report(
             work,
             peer_id=self.peer_id,
-            winners_count=self.settings.winners_count,
+            winners_count=self.settings.winners_count if final else 0,  # one vote per round
             coordinator=self.coordinator,
             counters=self.counters,
         )
-        evaluated, deferred = await self.evaluation.after_round(
-            self.policy,
-            self._offload,
-            self.clock.now_ms,
-            round_number,
-            self.machine.round_ends_ms,
-            work.generate_s,
-            len(work.questions),
-        )
-        work.eval = evaluated or work.eval  # (or the one run in this round's collect window)
-        work.eval_deferred = work.eval_deferred or deferred  # a probe stopped while collecting says more
+        if final:  # the held-out evaluation runs once a round, after its last stage
+            evaluated, deferred = await self.evaluation.after_round(
+                self.policy,
+                self._offload,
+                self.clock.now_ms,
+                round_number,
+                self.machine.round_ends_ms,
+                work.generate_s,
+                len(work.questions),
+            )
+            work.eval = evaluated or work.eval  # (or the one run in this round's collect window)
+            work.eval_deferred = work.eval_deferred or deferred  # a probe stopped while collecting says more
         self.rounds.add(record_of(work, completed=True, finished_ms=self.clock.now_ms()))
-        self._feed(ev.ReportFinished(round_number))
+        self._feed(ev.ReportFinished(round_number, stage))
 
-    def _abandon(self, round_number: int) -> None:
+    def _abandon(self, round_number: int, stage: int = 0) -> None:
         # `_work` already belongs to the new round; the abandoned one was parked in `_abandoned`.
         work, self._abandoned = self._abandoned, None
         self.counters["abandoned"] += 1
-        if work is not None and work.round == round_number:
+        if work is not None and (work.round, work.stage) == (round_number, stage):
             self.rounds.add(record_of(work, completed=False, finished_ms=self.clock.now_ms()))

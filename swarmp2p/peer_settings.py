@@ -11,7 +11,8 @@ from __future__ import annotations
 import attrs
 
 from protocol.admission import AdmissionRules
-from protocol.game import SingleStageGame
+from protocol.game import Game, SingleStageGame
+from protocol.games import GAME_NAMES, SINGLE, make_game
 from protocol.messages import QuestionRef
 from protocol.rounds import RoundTiming
 from protocol.sampling import SamplingRule
@@ -96,6 +97,9 @@ class PeerSettings:
     next round late too. 0 disables. Needs the stage length, learned from the coordinator's
     stage ends, so it applies from the second round a Peer sees; `swarmp2p node` guards the
     first one itself (`join_min_remaining`)."""
+    game: str = attrs.field(default=SINGLE, validator=attrs.validators.in_(GAME_NAMES))
+    """The swarm's game (protocol/games.py): "single", or "answer-critique-resolve" (three stages
+    a round; the coordinator's schedule must say 3 stages). A swarm rule: every peer must agree."""
     evaluation: EvalSettings = attrs.field(factory=EvalSettings)
     """Held-out evaluation (swarmp2p/heldout.py): before the first round and every N rounds,
     after the train step and only when it fits before the next round starts. Off by default."""
@@ -107,6 +111,7 @@ def round_timing(settings: PeerSettings) -> RoundTiming:
         sweep_fraction=settings.sweep_fraction,
         min_round_remaining=settings.min_round_remaining,
         dht_sweep=settings.dht_sweep,
+        stages=settings.game != SINGLE,
     )
 
 
@@ -125,8 +130,12 @@ def admission_rules(settings: PeerSettings, me: str) -> AdmissionRules:
     )
 
 
-def game_of(settings: PeerSettings, registry: TaskRegistry) -> SingleStageGame:
-    """The swarm's game (today always the single-stage reasoning-gym game)."""
+def game_of(settings: PeerSettings, registry: TaskRegistry) -> Game:
+    """The swarm's game, on the swarm's scoring rules."""
+    return make_game(settings.game, _rules_of(settings, registry))
+
+
+def _rules_of(settings: PeerSettings, registry: TaskRegistry) -> SingleStageGame:
     return SingleStageGame(
         seed=settings.seed,
         tasks=tuple(settings.tasks),
@@ -144,7 +153,7 @@ def assigned_questions(
 ) -> tuple[QuestionRef, ...]:
     """The questions `peer_id` must answer in (round, stage) under the swarm's rules: what a peer
     generates for itself and what it re-derives to verify another peer's batch."""
-    return game_of(settings, _NO_REGISTRY).questions(round_number, stage, peer_id)
+    return _rules_of(settings, _NO_REGISTRY).questions(round_number, stage, peer_id)
 
 
 class _NoRegistry:

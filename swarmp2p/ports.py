@@ -127,6 +127,13 @@ class PolicyPort(Protocol):
         """G completions per question, each scored by the local task registry."""
         ...
 
+    def generate_items(self, items: Sequence[Any]) -> list[QuestionGroup]:
+        """G completions per item of a later stage of a multi-stage game (protocol.acr.StageItem:
+        its wire question `ref`, the original question, the candidates, the critics' picks),
+        each scored by `protocol.acr.score_item`. Only called when the swarm's game has such
+        stages; a policy without it cannot play them."""
+        ...
+
     def train(self, groups: Sequence[QuestionGroup]) -> dict[str, float]:
         """One GRPO update on local + external groups. Returns metrics (loss, reward, ...)."""
         ...

@@ -12,7 +12,7 @@ import attrs
 
 from protocol.admission import RoundInbox
 from protocol.game import mean_reward
-from protocol.messages import QuestionGroup, QuestionRef
+from protocol.messages import QuestionGroup, QuestionRef, RolloutBatch
 
 log = logging.getLogger("swarmp2p.peer")
 
@@ -59,7 +59,10 @@ class RoundWork:
     inbox: RoundInbox
     sweep_at_ms: int = 0
     questions: tuple[QuestionRef, ...] = ()
+    items: tuple[Any, ...] = ()
+    """A later stage's items (protocol.acr.StageItem): what `questions` name, with their inputs."""
     local: list[QuestionGroup] = attrs.Factory(list)
+    batch: RolloutBatch | None = None
     rollouts_out: int = 0
     batch_digest: bytes = b""
     envelope: bytes = b""
@@ -120,6 +123,16 @@ class RoundHistory:
         self.limit = limit
         self.records: list[RoundRecord] = []
         self._on_record = on_record
+
+    def skipped(self, round_number: int, stage: int, left_ms: int, now_ms: int) -> None:
+        """The round machine left (round, stage) out: logged and recorded once."""
+        log.info(
+            "%s: skipping round %d: %.1fs of it left when we got to it",
+            self.peer_id,
+            round_number,
+            left_ms / 1000,
+        )
+        self.add(skipped_record(round_number, stage, now_ms))
 
     def add(self, record: RoundRecord) -> None:
         records = self.records

@@ -14,13 +14,14 @@ import hashlib
 import logging
 import math
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import trio
 
+from protocol.acr import InputStore
 from protocol.envelope import seal
-from protocol.game import mean_reward, rank_winners
+from protocol.game import Game, mean_reward, rank_winners
 from protocol.messages import QuestionGroup, RolloutBatch
 from protocol.sampling import SamplingState, observe_round, sample_training_groups
 from protocol.seeds import derive_seed
@@ -50,6 +51,22 @@ def stopping() -> bool:
     return trio.current_effective_deadline() == -math.inf
 
 
+def stage_questions(
+    work: RoundWork, game: Game, peer_id: str, store: InputStore, counters: Counter[str]
+) -> bool:
+    """Set what `work` answers: derived questions, or for a later stage of a multi-stage game
+    items built from the previous stage's batches in `store` (`work.items`; their wire
+    questions in `work.questions`). False: a later stage with nothing to build on."""
+    if not game.builds_on_inputs(work.stage):
+        work.questions = game.questions(work.round, work.stage, peer_id)
+        return True
+    work.items = game.items(work.round, work.stage, peer_id, store)
+    work.questions = tuple(item.ref for item in work.items)
+    if not work.items:
+        counters["stage_without_inputs"] += 1
+    return bool(work.items)
+
+
 async def generate(
     work: RoundWork,
     *,
@@ -64,7 +81,10 @@ async def generate(
     """Answer `work.questions` and seal the batch into `work`. False: nothing to publish."""
     try:
         started_ms = now_ms()
-        groups = list(await offload(policy.generate, work.questions))
+        if work.items:  # a later stage of a multi-stage game: items, not bare questions
+            groups = list(await offload(policy.generate_items, work.items))
+        else:
+            groups = list(await offload(policy.generate, work.questions))
         work.generate_s = (now_ms() - started_ms) / 1000
         batch = RolloutBatch(
             swarm_id=settings.swarm_id,
@@ -83,6 +103,7 @@ async def generate(
         counters["generate_failed"] += 1
         return False
     work.local = groups
+    work.batch = batch
     work.envelope = envelope
     work.batch_digest = hashlib.sha256(envelope).digest()
     return True
@@ -98,12 +119,15 @@ async def train(
     policy: PolicyPort,
     offload: Offload,
     counters: Counter[str],
+    local: Sequence[QuestionGroup] | None = None,
 ) -> tuple[SamplingState, bool]:
-    """Sample the round's training groups from `work.local` and `external`, train, save.
-    Returns the sampling rule's new state and False when the node stopped midway."""
+    """Sample the round's training groups from `local` (default `work.local`; the game's
+    training view of it) and `external`, train, save. Returns the sampling rule's new state
+    and False when the node stopped midway."""
     round_number = work.round
+    own = work.local if local is None else list(local)
     sampled = sample_training_groups(
-        work.local,
+        own,
         external,
         n_local=settings.n_local,
         n_external=settings.n_external,
@@ -115,7 +139,7 @@ async def train(
     sampling_state = observe_round(
         settings.sampling,
         sampling_state,
-        work.local,
+        own,
         external,
         round_number=round_number,
         n_local=settings.n_local,

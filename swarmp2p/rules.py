@@ -100,11 +100,13 @@ def trainer_config_for(schedule: SwarmSchedule, trainer_config: Any) -> Any:
 
 
 def peer_settings_for(schedule: SwarmSchedule, **local: Any) -> Any:
-    """PeerSettings whose shared part (swarm id, seed, tasks, weights, questions per round) is the
-    schedule's; `local` holds the peer's own knobs (n_local, fetch_timeout_s, ...)."""
+    """PeerSettings whose shared part (swarm id, seed, tasks, weights, questions per round, the
+    game, named by the stage count) is the schedule's; `local` holds the peer's own knobs
+    (n_local, fetch_timeout_s, ...)."""
+    from protocol.games import game_of_stage_count
     from swarmp2p.peer import PeerSettings
 
-    shared = {"swarm_id", "seed", "tasks", "questions_per_round", "weights"}
+    shared = {"swarm_id", "seed", "tasks", "questions_per_round", "weights", "game"}
     clash = shared & set(local)
     if clash:
         raise TypeError(f"{sorted(clash)} come from the swarm's schedule, not from local settings")
@@ -114,6 +116,7 @@ def peer_settings_for(schedule: SwarmSchedule, **local: Any) -> Any:
         tasks=schedule.tasks,
         weights=schedule.weights,
         questions_per_round=schedule.questions_per_round,
+        game=game_of_stage_count(schedule.stage_count),
         **local,
     )
 

@@ -25,6 +25,7 @@ from trainer.config import TrainerConfig
 from trainer.generation import Cancelled, sample
 from trainer.grpo import completion_logps, group_advantages, grpo_loss, pack
 from trainer.model import configure_threads, load_model_and_tokenizer, resolve_device
+from trainer.stage_items import generate_items
 from trainer.tasks import ReasoningGymRegistry
 from trainer.warmup import supervised_warmup
 
@@ -93,6 +94,12 @@ class TrainerPolicy:
         if cached is not None:
             return cached
         text, _answer = self.registry.question(ref)
+        ids = self.text_prompt_ids(text)
+        _remember(self._prompt_cache, ref, ids)
+        return ids
+
+    def text_prompt_ids(self, text: str) -> list[int]:
+        """The prompt ids of a user message `text` (chat template when the model has one)."""
         if self._use_chat_template:
             ids = self.tokenizer.apply_chat_template(
                 [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True
@@ -101,9 +108,7 @@ class TrainerPolicy:
         else:
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         # keep the END of an over-long prompt: that is where the answer cue sits
-        ids = list(ids[-self.config.max_prompt_tokens :])
-        _remember(self._prompt_cache, ref, ids)
-        return ids
+        return list(ids[-self.config.max_prompt_tokens :])
 
     def completion_ids(self, ref: QuestionRef, text: str) -> list[int]:
         """Our own sampled ids when we generated `text`; else the text re-tokenized locally, with EOS
@@ -128,9 +133,11 @@ class TrainerPolicy:
         temperature: float,
         generator: Any,
         top_p: float = 1.0,
+        prompts: list[list[int]] | None = None,
     ) -> list[list[int]]:
         self._check_cancel()
-        prompts = [self.prompt_ids(ref) for ref in questions]
+        if prompts is None:
+            prompts = [self.prompt_ids(ref) for ref in questions]
         self.model.eval()
         return sample(
             self.model,
@@ -161,6 +168,11 @@ class TrainerPolicy:
                 completions.append(Completion(text=text, reward=self.registry.score(ref, text)))
             groups.append(QuestionGroup(question=ref, completions=tuple(completions)))
         return groups
+
+    def generate_items(self, items: Sequence[Any]) -> list[QuestionGroup]:
+        """G completions per item of a later stage of answer -> critique -> resolve, from its
+        critique or resolve prompt (trainer/stage_items.py)."""
+        return generate_items(self, items)
 
     def train(self, groups: Sequence[QuestionGroup]) -> dict[str, float]:
         """One GRPO update on `groups` (local and external alike, all as text)."""
