@@ -30,6 +30,9 @@ Failure mapping (everything leaves as a `ChainError` subclass with a one-line re
 A transaction is signed once and, on a transient failure, the SAME signed bytes are sent
 again: a node that already has it answers "already known" / "nonce too low", and we go on
 waiting for its receipt, so a retry can never submit twice.
+
+Over 400 lines (~420): every contract call and transaction with its fee, nonce and revert
+handling in one place, so the rules for sending a transaction are read once.
 """
 
 from __future__ import annotations
