@@ -131,7 +131,9 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
         "reward_cumulative": _r(sum(means)),
         "honest_rounds_present": present_total,
         "honest_rounds_present_not_completed": missed_total,
-        "trained_on_invalid_groups": len(result.invalid_trained),
+        # Honest peers only: a forger trains on its own forged groups every round, which says
+        # nothing about verification (the runner's oracle records every peer's).
+        "trained_on_invalid_groups": sum(1 for peer, _ in result.invalid_trained if peer in honest_ids),
         "byzantine_banned_by_all_honest": sum(
             1
             for plan in byzantine
@@ -383,7 +385,7 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
             f"{summary['honest_rounds_present'] - summary['honest_rounds_present_not_completed']}"
             f" / {summary['honest_rounds_present']} present",
         ),
-        ("groups trained on with forged rewards", str(summary["trained_on_invalid_groups"])),
+        ("forged groups trained on by honest peers", str(summary["trained_on_invalid_groups"])),
         ("byzantine banned by every honest peer", f"{summary['byzantine_banned_by_all_honest']}"),
         ("messages / bytes", f"{summary['messages_total']} / {summary['bytes_total'] / 1e6:.1f} MB"),
         (

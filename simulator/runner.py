@@ -75,7 +75,9 @@ class SimulationResult:
     agreement: list[dict[str, int]]  # per round, sampled mid-round
     banned_by: dict[str, list[str]]  # honest peer -> byzantine/other peers it banned (last incarnation)
     rejections: Counter[str]
-    invalid_trained: list[tuple[str, int]]  # (peer, round) where train() got a group with forged rewards
+    # (peer, round) each time train() got a group with forged rewards, for EVERY peer: a forger
+    # trains on its own forged local groups, so filter by role for what verification let through
+    invalid_trained: list[tuple[str, int]]
     skills: dict[str, float]  # final mean skill per peer (sim policy)
     cache_hits: int
     cache_misses: int

@@ -165,6 +165,23 @@ def test_byzantine_scenarios_are_safe_only_with_verification(scenario_name: str)
     honest_completes_every_present_round(result)
 
 
+def test_report_counts_forged_groups_trained_on_by_honest_peers_only() -> None:
+    """The report's `trained_on_invalid_groups` is the property above as a number: 0 with
+    verification. A forger trains on its own forged local groups every round (4 a round here);
+    those are no breach of verification and were once counted (byzantine10 at 8 peers said 120)."""
+    scenario = load_scenario("byzantine10", peers=8, rounds=6)
+    verified = run_simulation(scenario)
+    forger = next(plan.peer_id for plan in verified.plans if plan.role == "forge")
+    assert {peer for peer, _ in verified.invalid_trained} == {forger}  # the forger's own groups
+    never_trained_on_forgeries(verified)
+    assert build_report(verified)["summary"]["trained_on_invalid_groups"] == 0
+    unverified = run_simulation(scenario, peer_overrides={"verify_rewards": False})
+    honest = {plan.peer_id for plan in unverified.plans if plan.honest}
+    breaches = sum(1 for peer, _ in unverified.invalid_trained if peer in honest)
+    assert breaches > 0
+    assert build_report(unverified)["summary"]["trained_on_invalid_groups"] == breaches
+
+
 def test_partition_heals_and_honest_peers_agree_on_the_round() -> None:
     scenario = Scenario(
         peers=12,
