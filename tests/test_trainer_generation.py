@@ -92,3 +92,21 @@ def test_threads_follow_the_cores_this_process_may_use(monkeypatch: pytest.Monke
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_decoding_uses_the_models_current_cache_keyword_without_a_deprecation_warning() -> None:
+    import warnings
+
+    model = tiny_llama()
+    with warnings.catch_warnings():
+        # transformers 5.2x warns on every forward given `past_key_values=`: a node printed it
+        # among its round lines; the keyword it asks for now is `cache`.
+        warnings.simplefilter("error", FutureWarning)
+        rows = greedy(model, eos_id=39)
+    assert len(rows) == len(PROMPTS)
+    assert generation.cache_keyword(type(model)) in ("cache", "past_key_values")
+
+    class OldStyle(torch.nn.Module):
+        def forward(self, input_ids: torch.Tensor, past_key_values: object = None) -> None: ...
+
+    assert generation.cache_keyword(OldStyle) == "past_key_values"

@@ -8,8 +8,11 @@ saves (G - 1) prompt forwards per question, and rows that ended (EOS) leave the 
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -18,6 +21,19 @@ from trainer.grpo import position_ids_for
 COMPACT_WHEN_ENDED = 8
 """Drop ended rows from the batch once at least 1/COMPACT_WHEN_ENDED of it has ended (a copy of
 the KV cache each time, as one decoding step's cache update already costs)."""
+
+
+@functools.cache
+def cache_keyword(model_class: type) -> str:
+    """The keyword a model's forward takes its KV cache by: `cache` where transformers renamed it
+    (5.2x: `past_key_values` still works there but warns on every call, and goes in 5.40), else
+    `past_key_values` (older releases, and hub models with their own code)."""
+    forward: Any = getattr(model_class, "forward", None)
+    try:
+        parameters = inspect.signature(forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in parameters else "past_key_values"
 
 
 class Cancelled(Exception):
@@ -52,11 +68,12 @@ def sample(
     ids, mask = ids.to(device), mask.to(device)
 
     cache = DynamicCache()
+    cache_arg = cache_keyword(type(model))
     out = model(
         input_ids=ids,
         attention_mask=mask,
         position_ids=position_ids_for(mask),
-        past_key_values=cache,
+        **{cache_arg: cache},
         use_cache=True,
         logits_to_keep=1,
     )
@@ -106,7 +123,7 @@ def sample(
             input_ids=chosen.unsqueeze(1),
             attention_mask=mask,
             position_ids=next_position + step,
-            past_key_values=cache,
+            **{cache_arg: cache},
             use_cache=True,
         )
         logits = out.logits[:, -1, :]
