@@ -270,6 +270,7 @@ def check_report_page(page: Any, report: dict[str, Any]) -> None:
     """What a person must read on a simulation report's dashboard."""
     body = page.inner_text("body")
     assert "no rounds yet" not in body
+    assert "none yet" not in body  # a finished report's empty tables never fill: "none in this ..."
     assert not re.search(r"\{'|\{\"|\[\{", body), "a raw Python dict or JSON on the page"
     assert page.inner_text("#round") == str(report["rounds"][-1]["round"])
     assert page.inner_text("#phase") == "finished"

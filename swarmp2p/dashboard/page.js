@@ -130,12 +130,13 @@ function nameCell(tr, name, peerId) {
   cell(tr, name, "l"); const id = cell(tr, peerId ? peerId.slice(0, 12) + "…" + peerId.slice(-6) : "", "id");
   if (peerId) id.title = peerId;
 }
+let emptyNote = "none yet";  // a node's tables fill as it runs; a finished report's never will
 function fillTable(id, rows, fill) {
   const body = $(id); body.replaceChildren();
   for (const row of rows) { const tr = document.createElement("tr"); fill(tr, row); body.appendChild(tr); }
   if (!rows.length) {
     const tr = document.createElement("tr"), cols = body.closest("table").querySelectorAll("th").length || 1;
-    const td = cell(tr, "none yet", "l muted"); td.colSpan = cols; body.appendChild(tr);
+    const td = cell(tr, emptyNote, "l muted"); td.colSpan = cols; body.appendChild(tr);
   }
 }
 let schedule = null;
@@ -168,6 +169,7 @@ function render(body) {
   drawChart($("chart"), v.reward_series || [], {empty: "no rounds yet", ylabel: "reward"});
   const evalX = body.eval_x || "round";
   const live = !v.source || v.source === "node";
+  emptyNote = live ? "none yet" : "none in this " + v.source;
   drawChart($("evalchart"), v.eval_series || [], {empty: live ? "no held-out evaluation yet" :
     "no held-out evaluation in this " + v.source, xlabel: evalX,
     ylabel: "accuracy / reward", legend: true, startX: v.eval_start, startLabel: "start"});
