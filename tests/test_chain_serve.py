@@ -89,3 +89,28 @@ def test_unknown_methods_and_bad_json_are_errors_not_crashes(served: tuple[Embed
     assert post(b"{not json")["error"]["code"] == -32700
     batch = json.dumps([{"jsonrpc": "2.0", "id": i, "method": "eth_chainId"} for i in range(2)]).encode()
     assert [a["id"] for a in post(batch)] == [0, 1]
+
+
+def test_a_block_is_stamped_with_the_time_it_is_mined(served: tuple[EmbeddedChain, str]) -> None:
+    """eth-tester alone stamps a block with the time its predecessor was mined: the contract's
+    stageStartedAt was then the chain's previous transaction's time, and a devnet node saw each
+    new stage as (nearly) over and skipped it (tests/test_chain_devnet_rounds.py, end to end)."""
+    from web3 import HTTPProvider, Web3
+
+    chain, _ = served
+    head_s = chain.w3.eth.get_block("latest")["timestamp"]
+    now_s = [head_s + 1_000.7]  # a wall clock well past the last block
+    rpc = EmbeddedRpc(chain.tester, chain.w3.eth.chain_id, now_s=lambda: now_s[0])
+    server = EmbeddedRpcServer(rpc).start()
+    try:
+        manager = ContractClient(Web3(HTTPProvider(server.url)), chain.address, load_artifact().abi,
+                                 chain.manager_account)  # fmt: skip
+        manager.transact("updateStageAndRound")
+        assert manager.call("roundInfo")[3] == head_s + 1_000  # stageStartedAt: whole seconds
+        manager.transact("updateStageAndRound")  # the same second: timestamps still increase
+        assert manager.call("roundInfo")[3] == head_s + 1_001
+        now_s[0] += 60
+        manager.transact("updateStageAndRound")
+        assert manager.call("roundInfo")[3] == head_s + 1_060
+    finally:
+        server.stop()

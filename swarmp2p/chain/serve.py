@@ -4,9 +4,11 @@
 Only what a swarm needs is served (the methods below: web3's HTTP client, `ContractClient` and
 `swarmp2p chain ...` use no others); anything else is a JSON-RPC "method not found". One
 request at a time (py-evm is not thread-safe); every transaction is mined at once, like anvil's
-automine. eth-tester's answers (snake_case keys, Python ints) are turned into JSON-RPC's wire
-format (camelCase keys, hex quantities); a revert is JSON-RPC error 3 "execution reverted:
-<reason>", as geth and anvil answer.
+automine, in a block stamped with the time it is mined at (`stamp_pending_block`; eth-tester
+alone stamps a block with the time its PREDECESSOR was mined). eth-tester's answers
+(snake_case keys, Python ints) are turned into JSON-RPC's wire format (camelCase keys, hex
+quantities); a revert is JSON-RPC error 3 "execution reverted: <reason>", as geth and anvil
+answer.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -64,6 +68,24 @@ def _call_params(call: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def stamp_pending_block(tester: Any, now_s: float) -> int:
+    """Stamp the block eth-tester is about to mine with `now_s` (whole seconds, and at least one
+    past its parent's, as block timestamps must increase); returns the stamp.
+
+    eth-tester opens the next block when it mines one, with that moment's time, so a block mined
+    later carries the time its predecessor was mined at. A contract reading `block.timestamp`
+    then sees the past: the coordinator's `stageStartedAt` was the previous transaction's time,
+    so a node reading `stageStartedAt + stageDuration` found each new stage (nearly) over when it
+    began and skipped every round after its first. Anvil stamps blocks with the time it mines them.
+    """
+    chain = tester.backend.chain
+    header = chain.header
+    stamp = max(int(now_s), chain.get_canonical_head().timestamp + 1)
+    if header.timestamp != stamp:
+        chain.header = header.copy(timestamp=stamp)
+    return stamp
+
+
 class RpcError(Exception):
     def __init__(self, code: int, message: str, data: str | None = None) -> None:
         super().__init__(message)
@@ -75,9 +97,10 @@ class RpcError(Exception):
 class EmbeddedRpc:
     """JSON-RPC methods over one EthereumTester (the one of an EmbeddedChain)."""
 
-    def __init__(self, tester: Any, chain_id: int) -> None:
+    def __init__(self, tester: Any, chain_id: int, *, now_s: Callable[[], float] = time.time) -> None:
         self.tester = tester
         self.chain_id = chain_id
+        self.now_s = now_s  # wall time, for the timestamps of mined blocks
         self.lock = threading.Lock()
 
     def handle(self, request: dict[str, Any]) -> dict[str, Any]:
@@ -152,6 +175,7 @@ class EmbeddedRpc:
         return list(self.tester.get_accounts())
 
     def _eth_sendRawTransaction(self, raw: str) -> str:
+        stamp_pending_block(self.tester, self.now_s())  # mined at once: at this time
         return self.tester.send_raw_transaction(raw)
 
     def _eth_getTransactionReceipt(self, tx_hash: str) -> Any:
