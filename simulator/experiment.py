@@ -209,6 +209,15 @@ class _Spy:
     def load(self) -> bool:
         return self.inner.load()
 
+    cancellable = False
+    """PolicyPort: a simulated learner's wrapper: a cancel scope ends its virtual compute time."""
+
+    def cancel(self) -> None:
+        pass
+
+    def reset_cancel(self) -> None:
+        pass
+
     def evaluate(self) -> dict[str, Any]:
         result = self.inner.evaluate()
         self.evals.append({"updates": len(self.updates), **_eval_summary(result)})

@@ -160,6 +160,15 @@ class SimPolicy:
         self.steps = checkpoint.steps
         return True
 
+    cancellable = False
+    """PolicyPort: a cancel scope ends the simulated compute time; cancel() has nothing to stop."""
+
+    def cancel(self) -> None:
+        pass
+
+    def reset_cancel(self) -> None:
+        pass
+
     def evaluate(self) -> dict[str, Any]:
         """One answer per held-out question (the same questions every time, sampled from a seed
         fixed by the policy's state: the same policy gives the same result). Accuracy counts

@@ -200,8 +200,21 @@ class _AuditedPolicy:
     def load(self) -> bool:
         return self.inner.load()
 
+    def evaluate(self) -> dict[str, Any]:
+        return self.inner.evaluate()
+
+    @property
+    def cancellable(self) -> bool:
+        return bool(self.inner.cancellable)
+
+    def cancel(self) -> None:
+        self.inner.cancel()
+
+    def reset_cancel(self) -> None:
+        self.inner.reset_cancel()
+
     def __getattr__(self, name: str) -> Any:
-        # Optional capabilities (evaluate, ...) are the inner policy's, present or not.
+        # What the simulator reads off the inner policy (take_cost, mean_skill, ...).
         return getattr(self.inner, name)
 
 

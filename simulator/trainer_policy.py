@@ -126,6 +126,16 @@ class TimedPolicy:
         if self.settings.checkpoints:
             self.inner.save()
 
+    cancellable = False
+    """PolicyPort: its calls are charged as virtual time, which a cancel scope ends (the
+    inner trainer is not cancelled through it)."""
+
+    def cancel(self) -> None:
+        pass
+
+    def reset_cancel(self) -> None:
+        pass
+
     def evaluate(self) -> dict[str, Any]:
         """The trainer's held-out evaluation (swarmp2p/heldout.py calls it when due), charged
         `eval_cost_s` of virtual time per question."""

@@ -18,8 +18,9 @@ Peer (swarmp2p/peer.py) WHEN to call it, so that `swarmp2p node` and the simulat
   collect deadline, and the model is still the one the deferred step left), if it fits before
   that deadline (training must not wait for it); else it is tried after the next train step.
 - Stopped at the deadline: whatever the estimate said, an evaluation still running `slack_s`
-  before its deadline is stopped (the policy's `cancel()`, then `reset_cancel()`; a cancel scope
-  on virtual time), counted (`eval_stopped`) and said as a deferral: no round is ever late for it.
+  before its deadline is stopped (a cancellable policy's `cancel()`, then `reset_cancel()`; a
+  cancel scope on virtual time), counted (`eval_stopped`) and said as a deferral: no round is
+  ever late for it.
 - Probed: after `probe_after` deferrals in a row it is tried anyway (stopped at the deadline if
   it does not finish), so that one duration measured under a load spike cannot defer it forever.
 
@@ -36,12 +37,15 @@ import logging
 import math
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
 
 from trainer.evaluation import evaluation_due
+
+if TYPE_CHECKING:
+    from swarmp2p.ports import PolicyPort
 
 log = logging.getLogger("swarmp2p.peer")
 
@@ -73,16 +77,26 @@ class EvalSettings:
     finish): a measurement taken under a load spike must not defer evaluation forever. 0: never."""
 
 
-def _stopping() -> bool:
-    return trio.current_effective_deadline() == -math.inf
+def _never() -> bool:
+    return False
 
 
 class HeldOutEvaluation:
     """One peer's evaluation schedule and results. `counters` is the Peer's Counter: it gains
-    `evaluations`, `eval_deferred`, `eval_stopped` and `eval_failed`."""
+    `evaluations`, `eval_deferred`, `eval_stopped` and `eval_failed`. `stopping` says whether
+    the node is stopping (its stop also cancels the policy): an evaluation that fails then is
+    not a failure, and the node's cancel is not undone."""
 
-    def __init__(self, settings: EvalSettings, counters: Counter[str], name: str = "") -> None:
+    def __init__(
+        self,
+        settings: EvalSettings,
+        counters: Counter[str],
+        name: str = "",
+        *,
+        stopping: Callable[[], bool] | None = None,
+    ) -> None:
         self.settings = settings
+        self.stopping = stopping or _never
         self.counters = counters
         self.name = name
         self.rounds_done = 0  # rounds this peer finished (trained and reported)
@@ -148,24 +162,22 @@ class HeldOutEvaluation:
 
     async def run(
         self,
-        policy: Any,
+        policy: PolicyPort,
         offload: Callable[..., Awaitable[Any]],
         now_ms: Callable[[], int],
         round_number: int | None,
         budget_s: float = math.inf,
     ) -> tuple[dict[str, Any] | None, bool]:
         """Evaluate now, stopped after `budget_s`. (result, False) when it ran; (None, True)
-        when it was stopped at the budget; (None, False) when the policy cannot evaluate,
-        failed (counted, logged) or the node is stopping."""
+        when it was stopped at the budget; (None, False) when it failed (counted, logged) or the
+        node is stopping."""
         if round_number is None:
             self.tried_before_train = True
-        if getattr(policy, "evaluate", None) is None:
-            return None, False
         started = now_ms()
         try:
-            result, stopped = await _bounded(policy, offload, budget_s)
+            result, stopped = await _bounded(policy, offload, budget_s, self.stopping)
         except Exception:
-            if _stopping():
+            if self.stopping():
                 return None, False
             log.exception("%s: held-out evaluation failed", self.name)
             self.counters["eval_failed"] += 1
@@ -178,7 +190,7 @@ class HeldOutEvaluation:
 
     async def after_round(
         self,
-        policy: Any,
+        policy: PolicyPort,
         offload: Callable[..., Awaitable[Any]],
         now_ms: Callable[[], int],
         round_number: int,
@@ -189,7 +201,7 @@ class HeldOutEvaluation:
         """A round finished (trained and reported): evaluate if due and it fits before
         `round_ends_ms`. Returns (the result, None), (None, the deferral) or (None, None)."""
         self.rounds_done += 1
-        if not self.due() or getattr(policy, "evaluate", None) is None:
+        if not self.due():
             return None, None
         needed = self.needed_s(generate_s, generated_questions)
         window = (round_ends_ms - now_ms()) / 1000
@@ -197,7 +209,7 @@ class HeldOutEvaluation:
 
     async def while_collecting(
         self,
-        policy: Any,
+        policy: PolicyPort,
         offload: Callable[..., Awaitable[Any]],
         now_ms: Callable[[], int],
         round_number: int,
@@ -219,7 +231,7 @@ class HeldOutEvaluation:
 
     async def _attempt(
         self,
-        policy: Any,
+        policy: PolicyPort,
         offload: Callable[..., Awaitable[Any]],
         now_ms: Callable[[], int],
         round_number: int,
@@ -291,27 +303,29 @@ class HeldOutEvaluation:
 
 
 async def _bounded(
-    policy: Any, offload: Callable[..., Awaitable[Any]], budget_s: float
+    policy: PolicyPort,
+    offload: Callable[..., Awaitable[Any]],
+    budget_s: float,
+    stopping: Callable[[], bool] = _never,
 ) -> tuple[dict[str, Any] | None, bool]:
     """`policy.evaluate` through `offload`, stopped after `budget_s`: (result, False) or
     (None, True). Stopping takes both a cancel scope (it ends the simulator's virtual compute
-    time) and, for a policy with `cancel()` / `reset_cancel()` (trainer/policy.py), a call to
-    `cancel()` from a watchdog task: a worker thread is not interrupted by a cancel scope, and
-    the trainer stops at its next decoding step. Other exceptions propagate."""
-    cancel = getattr(policy, "cancel", None)
-    reset = getattr(policy, "reset_cancel", None)
+    time) and, for a `cancellable` policy (trainer/policy.py), a call to `cancel()` from a
+    watchdog task: a worker thread is not interrupted by a cancel scope, and the trainer stops
+    at its next decoding step (then `reset_cancel()`, unless the node is `stopping`: its own
+    cancel must stand). Other exceptions propagate."""
     fired = False
 
     async def watchdog() -> None:
         nonlocal fired
         await trio.sleep(budget_s)
         fired = True
-        cancel()
+        policy.cancel()
 
     result: dict[str, Any] | None = None
     error: Exception | None = None
     async with trio.open_nursery() as nursery:
-        if cancel is not None and reset is not None and math.isfinite(budget_s):
+        if policy.cancellable and math.isfinite(budget_s):
             nursery.start_soon(watchdog)
         try:
             with trio.move_on_after(budget_s):
@@ -319,9 +333,9 @@ async def _bounded(
         except Exception as caught:  # raised after the nursery: never wrapped in a group
             error = caught
         nursery.cancel_scope.cancel()
-    ours = fired and not _stopping()
+    ours = fired and not stopping()
     if ours:
-        reset()  # the next generate/train must not see our cancel
+        policy.reset_cancel()  # the next generate/train must not see our cancel
     if error is not None and not ours:
         raise error
     return result, result is None

@@ -29,7 +29,7 @@ import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -50,6 +50,12 @@ from swarmp2p.node_setup import (
 )
 from swarmp2p.round_log import ROUNDS_FILE, RoundLog, TimedPolicy
 from swarmp2p.swarm_file import save_schedule
+
+if TYPE_CHECKING:
+    from swarmp2p.identity import Identity
+    from swarmp2p.net.adapter import LibP2PNetwork
+    from swarmp2p.peer import Peer
+    from swarmp2p.ports import Clock, CoordinatorPort
 
 __all__ = ["NODE_FILE", "NODE_TRAINER_DEFAULTS", "DataDirBusy", "Node", "NodeConfig", "NodeError", "run_node"]
 
@@ -101,9 +107,8 @@ class Node:
             return
         self.echo(f"{reason}: stopping…")
         self._stopping.set()
-        cancel = getattr(self.policy, "cancel", None)
-        if cancel is not None:
-            cancel()  # the trainer stops at its next step, so the worker thread returns promptly
+        if self.policy is not None:
+            self.policy.cancel()  # the trainer stops at its next step, so the worker thread returns promptly
         self._run_scope.cancel()
 
     async def run(self, *, task_status: trio.TaskStatus[dict[str, Any]] = trio.TASK_STATUS_IGNORED) -> None:
@@ -180,7 +185,7 @@ class Node:
         self.echo("stopped")
 
     async def _run_with_network(
-        self, identity: Any, network: Any, task_status: trio.TaskStatus[dict[str, Any]]
+        self, identity: Identity, network: LibP2PNetwork, task_status: trio.TaskStatus[dict[str, Any]]
     ) -> None:
         from swarmp2p.clocks import RealClock
         from swarmp2p.schedule import ScheduleCoordinator
@@ -194,7 +199,7 @@ class Node:
             except Exception as error:  # upkeep keeps re-dialing pinned bootstrap peers
                 echo(f"bootstrap {addr} not reachable yet: {error}")
 
-        coordinator, schedule, new_swarm = await choose_coordinator(
+        coordinator, schedule, new_swarm, chain = await choose_coordinator(
             config, self.trainer_config, network=network, clock=clock, data_dir=self.data_dir
         )
         # The policy is built once the swarm's rules are known (a joiner learns them from its
@@ -256,14 +261,14 @@ class Node:
 
         feed = RolloutFeed()
         chain_board = None
-        if callable(getattr(coordinator, "leaderboard", None)):  # on a chain: the contract's table
+        if chain is not None:  # on a chain: the contract's table
             from swarmp2p.dashboard.chain_board import ChainLeaderboard
 
             chain_board = ChainLeaderboard()
 
         def status() -> dict[str, Any]:
             snapshot = peer.status()
-            snapshot["rollouts"] = feed.observe(getattr(peer, "_state", None), identity.peer_id)
+            snapshot["rollouts"] = feed.observe(peer.current_work, identity.peer_id)
             snapshot["peer_rewards"] = feed.peer_rewards()  # the leaderboard's rewards of others
             snapshot["peer_rejections"] = peer_faults(peer)  # per peer: messages blamed on it
             # The ids, not just their count: the dashboard's "Connected peers" lists them.
@@ -271,10 +276,9 @@ class Node:
             snapshot["network"] = network.status()
             snapshot["hellos"] = dict(hello_stats)
             snapshot["schedule"] = attrs.asdict(schedule)
-            chain_status = getattr(coordinator, "status", None)
-            if chain_status is not None:  # a chain coordinator: its submissions, also as counters
-                snapshot["chain"] = chain_status()
-                snapshot["counters"] = {**snapshot.get("counters", {}), **coordinator.health.counters()}
+            if chain is not None:  # a chain coordinator: its submissions, also as counters
+                snapshot["chain"] = chain.status()
+                snapshot["counters"] = {**snapshot.get("counters", {}), **chain.health.counters()}
             if chain_board is not None:
                 chain_board.apply(snapshot)
             return snapshot
@@ -300,7 +304,7 @@ class Node:
             nursery.start_soon(publish_hellos, network, own_hello, schedule.swarm_id, config.hello_interval_s)
             nursery.start_soon(receive_hellos, network, hellos, hello_stats, schedule, echo)
             if chain_board is not None and config.dashboard_port:
-                nursery.start_soon(chain_board.watch, coordinator, max(5.0, schedule.round_ms / 2000))
+                nursery.start_soon(chain_board.watch, chain, max(5.0, schedule.round_ms / 2000))
             if config.dashboard_port:
                 from swarmp2p.dashboard import serve_dashboard
 
@@ -322,8 +326,14 @@ class Node:
             await trio.sleep_forever()
 
     def _make_peer(
-        self, *, identity: Any, network: Any, coordinator: Any, clock: Any, setup: SwarmSetup
-    ) -> Any:
+        self,
+        *,
+        identity: Identity,
+        network: LibP2PNetwork,
+        coordinator: CoordinatorPort,
+        clock: Clock,
+        setup: SwarmSetup,
+    ) -> Peer:
         """The round loop, logging each finished round (and to TensorBoard when asked)."""
         from swarmp2p.peer import Peer
 
@@ -347,6 +357,7 @@ class Node:
             registry=setup.registry,
             clock=clock,
             on_round_complete=rounds_log,
+            stopping=self._stopping.is_set,
         )
 
     def _open_scalar_log(self) -> Any:
@@ -370,7 +381,7 @@ class Node:
         return self.board
 
     def _report_initial_eval(
-        self, peer: Any, initial_eval: tuple[dict[str, Any], float], *, setup: SwarmSetup, round_s: float
+        self, peer: Peer, initial_eval: tuple[dict[str, Any], float], *, setup: SwarmSetup, round_s: float
     ) -> None:
         """Record the evaluation run before joining as the peer's first, and say whether evaluations
         will fit into this swarm's rounds."""

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from swarmp2p.heldout import EvalSettings
 from swarmp2p.node_config import NodeError
+
+if TYPE_CHECKING:
+    from swarmp2p.ports import PolicyPort
 
 
 def eval_settings(trainer_config: Any) -> EvalSettings:
@@ -46,7 +49,7 @@ def eval_fit_advice(settings: EvalSettings, seconds: float, round_s: float, per_
 
 
 async def evaluate_before_train(
-    policy: Any, settings: EvalSettings, stopping: trio.Event, echo: Callable[[str], None]
+    policy: PolicyPort, settings: EvalSettings, stopping: trio.Event, echo: Callable[[str], None]
 ) -> tuple[dict[str, Any], float] | None:
     """The held-out evaluation before the first round, run before the node joins (and before a
     new swarm's genesis), so it never eats into a round. (result, seconds) or None."""
@@ -93,10 +96,8 @@ def build_policy(
     return policy
 
 
-async def save_policy(policy: Any, echo: Callable[[str], None]) -> None:
-    reset = getattr(policy, "reset_cancel", None)
-    if reset is not None:
-        reset()
+async def save_policy(policy: PolicyPort, echo: Callable[[str], None]) -> None:
+    policy.reset_cancel()  # the stop's cancel must not stop the save
     try:
         with trio.move_on_after(10):
             await trio.to_thread.run_sync(policy.save)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
 import trio
@@ -16,6 +16,10 @@ from swarmp2p.hello import learn_schedule
 from swarmp2p.node_config import NodeConfig, NodeError
 from swarmp2p.node_policy import eval_settings
 from swarmp2p.swarm_file import check_schedule, load_saved_schedule, new_schedule
+
+if TYPE_CHECKING:
+    from swarmp2p.chain.coordinator import ChainCoordinator
+    from swarmp2p.ports import CoordinatorPort
 
 log = logging.getLogger("swarmp2p.node")
 
@@ -66,10 +70,12 @@ def swarm_setup(schedule: Any, config: NodeConfig, trainer_config: Any) -> Swarm
 
 async def choose_coordinator(
     config: NodeConfig, trainer_config: Any, *, network: Any, clock: Any, data_dir: Path
-) -> tuple[Any, Any, bool]:
-    """(coordinator, schedule, whether this node has just created a new swarm). The round clock
-    is a chain when --chain-rpc is given; else the schedule learned from a bootstrap's hello; else
-    the one saved in swarm.json by an earlier run; else a new swarm's."""
+) -> tuple[CoordinatorPort, Any, bool, ChainCoordinator | None]:
+    """(coordinator, schedule, whether this node has just created a new swarm, the chain
+    coordinator or None). The round clock is a chain when --chain-rpc is given (then the same
+    object comes back last too: its status, submission health and leaderboard are the
+    dashboard's); else the schedule learned from a bootstrap's hello; else the one saved in
+    swarm.json by an earlier run; else a new swarm's."""
     from swarmp2p.peer import derive_seed
     from swarmp2p.rules import rules_of_config
     from swarmp2p.schedule import ScheduleCoordinator
@@ -108,7 +114,7 @@ async def choose_coordinator(
             **local_rules,
         )
         check_schedule(schedule, "the swarm rules from your config")
-        return coordinator, schedule, False
+        return coordinator, schedule, False, coordinator
     new_swarm = False
     if config.bootstrap:
         schedule = await learn_schedule(network, config.bootstrap, config.join_timeout_s)
@@ -120,7 +126,7 @@ async def choose_coordinator(
             )
             new_swarm = True
     try:
-        return ScheduleCoordinator(schedule, clock), schedule, new_swarm
+        return ScheduleCoordinator(schedule, clock), schedule, new_swarm, None
     except ValueError as error:
         raise NodeError(f"unusable swarm schedule: {error}") from None
 

@@ -88,6 +88,8 @@ class Peer:
         on_round_complete: called with each RoundRecord (completed or abandoned); exceptions
             from it are logged, never propagated.
         verify_cache: a VerifyCache to share (the simulator shares one across all peers).
+        stopping: says whether the node is stopping (`swarmp2p node`'s stop): held-out
+            evaluation then leaves the policy's cancel set and counts no failure.
     """
 
     def __init__(
@@ -103,6 +105,7 @@ class Peer:
         offload: Offload | None = None,
         on_round_complete: Callable[[RoundRecord], None] | None = None,
         verify_cache: VerifyCache | None = None,
+        stopping: Callable[[], bool] | None = None,
     ) -> None:
         if len(signing_seed) != 32:
             raise ValueError("signing_seed must be 32 bytes (an Ed25519 seed)")
@@ -136,7 +139,9 @@ class Peer:
         self.rounds = RoundHistory(self.peer_id, settings.history_limit, on_round_complete)
         self.history = self.rounds.records
         self.sampling_state = SamplingState()  # what the sampling rule remembers between rounds
-        self.evaluation = HeldOutEvaluation(settings.evaluation, self.counters, self.peer_id)
+        self.evaluation = HeldOutEvaluation(
+            settings.evaluation, self.counters, self.peer_id, stopping=stopping
+        )
         self.topic = announce_topic(settings.swarm_id)
         self.idle = IdleWait(clock)
         self.fetcher = Fetcher(
@@ -212,6 +217,11 @@ class Peer:
 
     def banned_peers(self) -> list[str]:
         return sorted(self.scores.banned)
+
+    @property
+    def current_work(self) -> RoundWork | None:
+        """The round being played now (None between rounds): what the dashboard's rollout feed shows."""
+        return self._work
 
     # Kept for tests and tools that look inside a running peer.
     @property

@@ -101,6 +101,10 @@ class RoundInfo:
 
 
 class CoordinatorPort(Protocol):
+    """The round clock. What only a chain coordinator has (its status, submission health,
+    leaderboard) is not part of the port: node_setup.choose_coordinator hands the chain
+    coordinator itself to the node alongside."""
+
     async def current(self) -> RoundInfo: ...
 
     async def register(self, peer_id: str) -> None:
@@ -147,8 +151,23 @@ class PolicyPort(Protocol):
     def evaluate(self) -> dict[str, Any]:
         """Answer the fixed held-out set once per question. Returns {step, accuracy, reward,
         questions, per_task: {task: {accuracy, reward, n}}, samples: [{task, index, completion,
-        reference, correct, reward}], seconds} (+ `simulated: True` from the simulated learner).
-        Optional at run time: a policy without it is never evaluated (swarmp2p/heldout.py)."""
+        reference, correct, reward}], seconds} (+ `simulated: True` from the simulated learner)."""
+        ...
+
+    @property
+    def cancellable(self) -> bool:
+        """True when `cancel()` stops a running call at its next step (the trainer, in a worker
+        thread that a cancel scope cannot interrupt). False: `cancel` and `reset_cancel` are
+        no-ops (the simulated learner: a cancel scope ends its virtual compute time)."""
+        ...
+
+    def cancel(self) -> None:
+        """Ask the running (or next) call to stop at its next step (a node's stop, an evaluation
+        past its deadline)."""
+        ...
+
+    def reset_cancel(self) -> None:
+        """Undo `cancel()`: the next call runs."""
         ...
 
 

@@ -45,11 +45,21 @@ class TimedPolicy:
     def evaluate(self) -> Any:
         return self._timed("evaluate")
 
+    @property
+    def cancellable(self) -> bool:
+        return bool(self._policy.cancellable)
+
+    def cancel(self) -> None:
+        self._policy.cancel()
+
+    def reset_cancel(self) -> None:
+        self._policy.reset_cancel()
+
     def take_timings(self) -> dict[str, float]:
         taken, self.seconds = self.seconds, {}
         return taken
 
-    def __getattr__(self, name: str) -> Any:  # registry, cancel, reset_cancel, model, ...
+    def __getattr__(self, name: str) -> Any:  # registry, model, ...
         return getattr(self._policy, name)
 
 

@@ -77,6 +77,9 @@ class TrainerPolicy:
         )
 
     # --- cancellation ---
+    cancellable = True
+    """PolicyPort: `cancel()` stops a running call at its next step."""
+
     def cancel(self) -> None:
         """Ask the running (or next) call to stop at its next step boundary."""
         self._cancel.set()
