@@ -33,8 +33,8 @@ import attrs
 from protocol.acr import CRITIQUE, StageItem, score_item
 from protocol.messages import Completion, QuestionGroup, QuestionRef
 from protocol.questions import EVAL_INDEX_BASE
+from protocol.seeds import derive_seed
 from simulator.registry import SimTaskRegistry, format_answer, reference_answer
-from swarmp2p.peer import derive_seed
 
 
 @attrs.frozen

@@ -27,6 +27,7 @@ import trio.testing
 from protocol.envelope import peer_id_from_seed
 from protocol.games import stage_count_of
 from protocol.messages import QuestionGroup, QuestionRef, SwarmSchedule
+from protocol.seeds import derive_seed
 from protocol.verification import VerificationLimits
 from simulator.adversary import Adversary
 from simulator.network import LinkModel, Partition, SimClock, SimWorld
@@ -35,7 +36,7 @@ from simulator.recording import RecordingCoordinator
 from simulator.registry import DEFAULT_TASKS, FORMAT_REWARD, SimTaskRegistry
 from simulator.scenario import Scenario
 from swarmp2p.clocks import TrioClock
-from swarmp2p.peer import Peer, RoundRecord, announce_topic, derive_seed
+from swarmp2p.peer import Peer, RoundRecord, announce_topic
 from swarmp2p.peer_cache import VerifyCache
 from swarmp2p.rules import peer_settings_for
 from swarmp2p.schedule import ScheduleCoordinator

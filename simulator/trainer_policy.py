@@ -34,7 +34,7 @@ from typing import Any
 import attrs
 
 from protocol.messages import Completion, QuestionGroup, QuestionRef, SwarmSchedule
-from swarmp2p.peer import derive_seed
+from protocol.seeds import derive_seed
 
 
 @attrs.frozen

@@ -76,7 +76,7 @@ async def choose_coordinator(
     object comes back last too: its status, submission health and leaderboard are the
     dashboard's); else the schedule learned from a bootstrap's hello; else the one saved in
     swarm.json by an earlier run; else a new swarm's."""
-    from swarmp2p.peer import derive_seed
+    from protocol.seeds import derive_seed
     from swarmp2p.rules import rules_of_config
     from swarmp2p.schedule import ScheduleCoordinator
 
