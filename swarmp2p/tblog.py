@@ -39,14 +39,10 @@ class TensorBoardLog(ScalarLog):
     """One run's event files under `log_dir`."""
 
     def __init__(self, log_dir: Path | str) -> None:
+        check_tensorboard(log_dir)  # the package and the folder, each a one-line error
+        from torch.utils.tensorboard import SummaryWriter
+
         try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError as error:
-            raise TensorBoardUnavailable(
-                f"--tensorboard needs the tensorboard package ({error}); pip install tensorboard"
-            ) from None
-        try:
-            Path(log_dir).mkdir(parents=True, exist_ok=True)
             self._writer = SummaryWriter(log_dir=str(log_dir), flush_secs=10)
         except OSError as error:
             raise TensorBoardUnavailable(f"cannot write TensorBoard logs to {log_dir}: {error}") from None
