@@ -47,7 +47,7 @@ from protocol.game import SingleStageGame
 from protocol.messages import QuestionGroup, QuestionRef, RolloutBatch
 from protocol.seeds import unit_interval
 from protocol.tasks import TaskRegistry
-from protocol.verification import Verdict
+from protocol.verification import Verdict, group_shape_error
 
 ANSWER, CRITIQUE, RESOLVE = 0, 1, 2
 STAGE_COUNT = 3
@@ -265,11 +265,9 @@ class AnswerCritiqueResolveGame:
         if len(items) != len(groups):
             return _reject("missing_input")  # unresolved: never accept what we could not check
         for group in groups:
-            if not limits.min_completions <= len(group.completions) <= limits.max_completions:
-                return _reject("bad_group_size")
-            for completion in group.completions:
-                if len(completion.text.encode("utf-8", errors="surrogatepass")) > limits.max_text_bytes:
-                    return _reject("text_too_long")
+            shape_error = group_shape_error(group, limits)
+            if shape_error is not None:
+                return _reject(shape_error)
         if not self.answer.rescore:
             return Verdict(ok=True, reason=None, groups_checked=0)
         registry = self.answer.registry

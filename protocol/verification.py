@@ -20,7 +20,7 @@ from collections.abc import Collection
 import attrs
 
 from protocol import limits as wire_limits
-from protocol.messages import QuestionRef, RolloutBatch
+from protocol.messages import QuestionGroup, QuestionRef, RolloutBatch
 from protocol.tasks import TaskRegistry
 
 
@@ -43,6 +43,17 @@ class Verdict:
 
 def _reject(reason: str, groups_checked: int = 0) -> Verdict:
     return Verdict(ok=False, reason=reason, groups_checked=groups_checked)
+
+
+def group_shape_error(group: QuestionGroup, limits: VerificationLimits) -> str | None:
+    """The rejection reason when a group's completion count or a completion's UTF-8 size is out
+    of bounds, else None. Every game checks a group's shape this way before re-scoring it."""
+    if not limits.min_completions <= len(group.completions) <= limits.max_completions:
+        return "bad_group_size"
+    for completion in group.completions:
+        if len(completion.text.encode("utf-8", errors="surrogatepass")) > limits.max_text_bytes:
+            return "text_too_long"
+    return None
 
 
 def verify_batch(
@@ -68,11 +79,9 @@ def verify_batch(
     expected = None if expected_questions is None else frozenset(expected_questions)
     seen: set[QuestionRef] = set()
     for group in groups:
-        if not limits.min_completions <= len(group.completions) <= limits.max_completions:
-            return _reject("bad_group_size")
-        for completion in group.completions:
-            if len(completion.text.encode("utf-8", errors="surrogatepass")) > limits.max_text_bytes:
-                return _reject("text_too_long")
+        shape_error = group_shape_error(group, limits)
+        if shape_error is not None:
+            return _reject(shape_error)
         if group.question.task not in known_tasks:
             return _reject("unknown_task")
         if expected is not None and group.question not in expected:
