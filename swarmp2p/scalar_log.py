@@ -13,7 +13,9 @@ swarmp2p/wandblog.py) only says how one point is written. So both tools show the
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 TRAIN_SCALARS = {
@@ -118,6 +120,16 @@ def combined(logs: Sequence[ScalarLog | None]) -> ScalarLog | None:
 class ScalarLogUnavailable(Exception):
     """A requested log cannot be written (its package is missing, its folder is not writable).
     One line, said at start-up rather than after a long run."""
+
+
+def ensure_writable_folder(log_dir: Path | str, what: str, error: type[ScalarLogUnavailable]) -> None:
+    """Create `log_dir` and check it can be written, or raise `error` naming `what` is written."""
+    try:
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as reason:
+        raise error(f"cannot write {what} to {log_dir}: {reason}") from None
+    if not os.access(log_dir, os.W_OK):
+        raise error(f"cannot write {what} to {log_dir}: not writable")
 
 
 def open_scalar_log(

@@ -8,10 +8,9 @@ dependency already; it needs the `tensorboard` package for the event-file format
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from swarmp2p.scalar_log import ScalarLog, ScalarLogUnavailable
+from swarmp2p.scalar_log import ScalarLog, ScalarLogUnavailable, ensure_writable_folder
 
 
 class TensorBoardUnavailable(ScalarLogUnavailable):
@@ -27,12 +26,7 @@ def check_tensorboard(log_dir: Path | str) -> None:
         raise TensorBoardUnavailable(
             f"--tensorboard needs the tensorboard package ({error}); pip install tensorboard"
         ) from None
-    try:
-        Path(log_dir).mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise TensorBoardUnavailable(f"cannot write TensorBoard logs to {log_dir}: {error}") from None
-    if not os.access(log_dir, os.W_OK):
-        raise TensorBoardUnavailable(f"cannot write TensorBoard logs to {log_dir}: not writable")
+    ensure_writable_folder(log_dir, "TensorBoard logs", TensorBoardUnavailable)
 
 
 class TensorBoardLog(ScalarLog):

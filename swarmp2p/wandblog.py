@@ -9,12 +9,11 @@ at start-up, never a failure later.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from swarmp2p.scalar_log import ScalarLog, ScalarLogUnavailable
+from swarmp2p.scalar_log import ScalarLog, ScalarLogUnavailable, ensure_writable_folder
 
 
 class WandbUnavailable(ScalarLogUnavailable):
@@ -29,12 +28,7 @@ class WandbLog(ScalarLog):
             import wandb
         except ImportError as error:
             raise WandbUnavailable(f"--wandb needs the wandb package ({error}); pip install wandb") from None
-        try:
-            Path(log_dir).mkdir(parents=True, exist_ok=True)
-        except OSError as error:
-            raise WandbUnavailable(f"cannot write W&B runs to {log_dir}: {error}") from None
-        if not os.access(log_dir, os.W_OK):
-            raise WandbUnavailable(f"cannot write W&B runs to {log_dir}: not writable")
+        ensure_writable_folder(log_dir, "W&B runs", WandbUnavailable)
         try:
             self._run = wandb.init(
                 mode="offline",
