@@ -18,6 +18,19 @@ ROUND_SECONDS = 24.0  # three 8-second stages: three tiny-model processes share 
 STAGES = 3
 
 
+def start_acr_swarm(nodes: list[NodeProcess]) -> list[dict[str, Any]]:
+    """Start nodes[0] with the game (it founds the swarm: its signed schedule says 3 stages), then
+    the others bootstrapping from it; each node's info, in order."""
+    nodes[0].args += ["--game", "answer-critique-resolve", "--round-seconds", str(ROUND_SECONDS)]
+    nodes[0].start()
+    boot = nodes[0].info()
+    assert boot["schedule"]["stage_count"] == STAGES
+    for node in nodes[1:]:
+        node.args += ["--bootstrap", boot["listen_addrs"][0]]
+        node.start()
+    return [boot] + [node.info() for node in nodes[1:]]
+
+
 def by_position(node: NodeProcess) -> dict[tuple[int, int], dict[str, Any]]:
     return {(record["round"], record["stage"]): record for record in node.rounds()}
 
@@ -26,15 +39,8 @@ def by_position(node: NodeProcess) -> dict[tuple[int, int], dict[str, Any]]:
 def test_three_nodes_play_every_stage_of_answer_critique_resolve(tmp_path: Path, warm_model: Path) -> None:
     config = write_config(tmp_path / "swarm.toml")
     nodes = [NodeProcess(tmp_path / f"node{i}", config, warm_model, []) for i in range(3)]
-    nodes[0].args += ["--game", "answer-critique-resolve", "--round-seconds", str(ROUND_SECONDS)]
     try:
-        nodes[0].start()
-        boot = nodes[0].info()
-        assert boot["schedule"]["stage_count"] == STAGES
-        for node in nodes[1:]:
-            node.args += ["--bootstrap", boot["listen_addrs"][0]]
-            node.start()
-        ids = [boot["peer_id"]] + [node.info()["peer_id"] for node in nodes[1:]]
+        ids = [info["peer_id"] for info in start_acr_swarm(nodes)]
         wait_for(lambda: all(node.rounds() for node in nodes), 3 * ROUND_SECONDS, "a first record everywhere")
         first = max(node.rounds()[0]["round"] for node in nodes) + 1
         checked = [first, first + 1]

@@ -24,7 +24,7 @@ from typing import Any
 
 import attrs
 import pytest
-from test_node_acr import ROUND_SECONDS, STAGES, by_position
+from test_node_acr import ROUND_SECONDS, STAGES, by_position, start_acr_swarm
 from test_node_swarm import NodeProcess, swarm_report, wait_for, warm_model, write_config
 
 __all__ = ["warm_model"]
@@ -154,15 +154,9 @@ def test_nodes_reject_forged_critiques_and_complete_every_stage(tmp_path: Path, 
         NodeProcess(tmp_path / f"node{i}", config, warm_model, ["--dashboard-port", str(port)])
         for i, port in enumerate(ports)
     ]
-    nodes[0].args += ["--game", "answer-critique-resolve", "--round-seconds", str(ROUND_SECONDS)]
     try:
-        nodes[0].start()
-        boot = nodes[0].info()
-        assert boot["schedule"]["stage_count"] == STAGES
-        for node in nodes[1:]:
-            node.args += ["--bootstrap", boot["listen_addrs"][0]]
-            node.start()
-        infos = [boot] + [node.info() for node in nodes[1:]]
+        infos = start_acr_swarm(nodes)
+        boot = infos[0]
         honest = [(info["peer_id"], info["listen_addrs"][0]) for info in infos]
         ids = [peer for peer, _ in honest]
         wait_for(lambda: all(node.rounds() for node in nodes), 3 * ROUND_SECONDS, "a first record everywhere")
