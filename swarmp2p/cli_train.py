@@ -62,6 +62,12 @@ def train(
         False, "--constant-lr", help="Keep lr constant (default: cosine to 10% over this run's steps)."
     ),
     save_every: int = typer.Option(10, "--save-every", min=1, help="Checkpoint every N steps."),
+    select: bool = typer.Option(
+        True,
+        "--select/--no-select",
+        help="Keep the weights of the best validation evaluation (OUT/best-model) and report the "
+        "test split on them and on the start.",
+    ),
     tensorboard: Path = typer.Option(
         None,
         "--tensorboard",
@@ -87,6 +93,7 @@ def train(
     from trainer.evaluation import eval_due
     from trainer.model import ModelLoadError
     from trainer.plot import plot_rewards
+    from trainer.selection import BestByValidation
     from trainer.tasks import TaskError
 
     console = Console(stderr=True, soft_wrap=True)  # errors stay one line whatever the width
@@ -202,6 +209,13 @@ def train(
             console.print(f"format warm-up: {warmup} steps, loss {losses[0]:.2f} -> {losses[-1]:.2f}")
     evals: list[dict] = []
     last_eval_at: int | None = None
+    # Selection reads validation only; on any other split it would choose on what it reports.
+    selecting = select and config.eval_split == "validation" and config.eval_every > 0
+    best = BestByValidation()
+
+    def record_test(key: str, result: dict, **extra: object) -> None:
+        fields = {k: result[k] for k in ("step", "accuracy", "reward", "per_task", "questions", "split")}
+        log.write(json.dumps({key: {**fields, **extra}}) + "\n")
 
     def maybe_evaluate() -> None:
         nonlocal last_eval_at
@@ -209,10 +223,12 @@ def train(
             result = policy.evaluate()
             last_eval_at = policy.step
             evals.append(result)
-            record = {"eval": {k: result[k] for k in ("step", "accuracy", "reward", "per_task", "seconds")}}
-            log.write(json.dumps(record) + "\n")
+            fields = ("step", "accuracy", "reward", "per_task", "questions", "split", "seconds")
+            log.write(json.dumps({"eval": {k: result[k] for k in fields}}) + "\n")
             if board is not None:
                 board.evaluation(iteration, result)
+            if selecting:
+                best.offer(policy.step, result["accuracy"], policy.model)
 
     rng = random.Random(config.seed * 1_000_003 + policy.step)
     rewards: list[float] = []
@@ -229,6 +245,9 @@ def train(
             console=console,
         ) as progress,
     ):
+        if selecting:
+            test_start = policy.evaluate("test")
+            record_test("test_start", test_start)
         maybe_evaluate()
         bar = progress.add_task("train", total=steps, status="")
         for _ in range(steps):
@@ -249,7 +268,15 @@ def train(
                 f"loss {metrics.get('loss', 0.0):+.3f} groups {int(metrics['groups_used'])}/{questions}",
             )
     if policy.step % save_every != 0:  # the loop already saved this step otherwise
-        policy.save()
+        policy.save()  # the last weights: a resumed run continues from here, not from the selection
+    selected = None
+    if selecting and best.step is not None:
+        best.restore(policy.model)
+        selected = policy.evaluate("test")
+        with open(out / "metrics.jsonl", "a", encoding="utf-8") as log:
+            record_test("test_selected", selected, selected_step=best.step, validation_accuracy=best.accuracy)
+        policy.model.save_pretrained(out / "best-model")
+        policy.tokenizer.save_pretrained(out / "best-model")
     dir_lock.release()
     if board is not None:
         board.close()
@@ -267,6 +294,13 @@ def train(
         console.print(
             f"held-out accuracy: step {first['step']} {first['accuracy']:.3f} -> step {last['step']} "
             f"{last['accuracy']:.3f} ({last['accuracy'] - first['accuracy']:+.3f}), "
-            f"{last['questions']} questions"
+            f"{last['questions']} questions, {last['split']} split"
+        )
+    if selected is not None:
+        console.print(
+            f"test accuracy (the reported figure): start {test_start['accuracy']:.3f} -> "
+            f"{selected['accuracy']:.3f} ({selected['accuracy'] - test_start['accuracy']:+.3f}) with the "
+            f"weights of step {best.step}, chosen by validation accuracy {best.accuracy:.3f}; "
+            f"{selected['questions']} test questions; weights in {out / 'best-model'}"
         )
     console.print(f"curves: {png}")

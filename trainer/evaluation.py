@@ -27,8 +27,11 @@ from trainer.tasks import ReasoningGymRegistry
 CORRECT = 0.999  # a correctness score at or above this counts as a right answer
 
 
-def eval_questions(registry: ReasoningGymRegistry, config: TrainerConfig) -> list[QuestionRef]:
-    return registry.eval_questions(config.eval_questions, config.eval_seed, config.eval_split)
+def eval_questions(
+    registry: ReasoningGymRegistry, config: TrainerConfig, split: str | None = None
+) -> list[QuestionRef]:
+    """The fixed held-out set of `split` (default: `config.eval_split`)."""
+    return registry.eval_questions(config.eval_questions, config.eval_seed, split or config.eval_split)
 
 
 def eval_due(config: TrainerConfig, updates: int, last_eval_at: int | None) -> bool:
@@ -116,17 +119,19 @@ def evaluate(
     config: TrainerConfig,
     answer: Callable[[Sequence[QuestionRef], int], list[str]],
     step: int,
+    split: str | None = None,
 ) -> dict[str, Any]:
-    """Answer the held-out set with `answer(refs, k)` (k texts per question, question-major,
-    k = `eval_samples`) and summarize."""
+    """Answer the held-out set of `split` (default: `config.eval_split`) with `answer(refs, k)`
+    (k texts per question, question-major, k = `eval_samples`) and summarize."""
     started = time.perf_counter()
-    refs = eval_questions(registry, config)
+    split = split or config.eval_split
+    refs = eval_questions(registry, config, split)
     texts = answer(refs, config.eval_samples)
     result = {
         "step": step,
         **summarize(registry, refs, texts, config.eval_generations_to_log, config.eval_samples),
         "samples_per_question": config.eval_samples,
-        "split": config.eval_split,
+        "split": split,
     }
     result["seconds"] = time.perf_counter() - started
     return result
