@@ -2,8 +2,10 @@
 
     python scripts/learning_curve.py --seeds 1,2,3 --steps 300 --out runs/learning
 
-Evaluates on the `test` held-out split by default (`--split validation` for the split that runs
-are watched and settings chosen on): a reported result must come from questions no choice saw.
+The curve is the `validation` split, which `swarmp2p train` evaluates every `--eval-every` steps
+and keeps the best weights of; the reported result is the `test` split, which each run evaluates
+twice: on the start and on the weights its validation curve chose (trainer/selection.py). No
+choice sees a test question. `--split test` instead draws the curve on test, with no selection.
 
 Runs `swarmp2p train --seed S --fresh` once per seed, each in its own data dir, at most `--jobs`
 at a time (one torch thread each), all from ONE pre-built tiny model (built here first into the
@@ -39,9 +41,30 @@ def run_seed(seed: int, args: argparse.Namespace, base: Path) -> subprocess.Pope
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
 
 
-def evals_of(folder: Path) -> list[dict]:
+def records_of(folder: Path, key: str) -> list[dict]:
     lines = (folder / "out" / "metrics.jsonl").read_text().splitlines()
-    return [record["eval"] for record in map(json.loads, lines) if "eval" in record]
+    return [record[key] for record in map(json.loads, lines) if key in record]
+
+
+def evals_of(folder: Path) -> list[dict]:
+    return records_of(folder, "eval")
+
+
+def selection_of(folder: Path) -> dict | None:
+    """The run's test figures: start, selected weights, the step chosen; None without selection."""
+    starts, selected = records_of(folder, "test_start"), records_of(folder, "test_selected")
+    if not starts or not selected:
+        return None
+    return {
+        "test_start": starts[-1]["accuracy"],
+        "test_selected": selected[-1]["accuracy"],
+        "gain": selected[-1]["accuracy"] - starts[-1]["accuracy"],
+        "selected_step": selected[-1]["selected_step"],
+        "validation_accuracy": selected[-1]["validation_accuracy"],
+        "test_per_task_start": {t: v["accuracy"] for t, v in starts[-1]["per_task"].items()},
+        "test_per_task_selected": {t: v["accuracy"] for t, v in selected[-1]["per_task"].items()},
+        "test_questions": selected[-1]["questions"],
+    }
 
 
 def finished(folder: Path, steps: int) -> bool:
@@ -57,7 +80,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--eval-every", type=int, default=25)
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--split", choices=("test", "validation"), default="test", help="held-out split")
+    parser.add_argument(
+        "--split", choices=("test", "validation"), default="validation",
+        help="the curve's split (validation: with selection and a test report; test: the curve only)",
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("runs/learning"))
     parser.add_argument("--reuse", action="store_true", help="keep the runs of seeds already finished")
     parser.add_argument("extra", nargs="*", help="more `swarmp2p train` flags, after --")
@@ -107,15 +133,42 @@ def main() -> None:
         "questions": sum(t["n"] for t in curves[seeds[0]][0]["per_task"].values()),
         "wall_s": time.time() - started,
     }  # fmt: skip
+    selections = {seed: selection_of(args.out / f"seed-{seed}") for seed in seeds}
+    if all(selections.values()):
+        test_gains = [selections[s]["gain"] for s in seeds]
+        summary["test"] = {
+            "per_seed": {str(s): selections[s] for s in seeds},
+            "gain_mean": statistics.mean(test_gains),
+            "gain_min": min(test_gains),
+            "gain_max": max(test_gains),
+            "start_mean": statistics.mean(selections[s]["test_start"] for s in seeds),
+            "selected_mean": statistics.mean(selections[s]["test_selected"] for s in seeds),
+        }
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    plot(args.out / "curve.png", table, curves, seeds, args.split)
+    plot(args.out / "curve.png", table, curves, seeds, args.split, selections)
     per_seed = ", ".join(f"{g:+.3f}" for g in gains)
     print(f"held-out ({args.split}) accuracy step 0 -> {steps[-1]}: "
           f"{table[0]['mean']:.3f} -> {table[-1]['mean']:.3f} (gain per seed {per_seed})")  # fmt: skip
+    if "test" in summary:
+        test = summary["test"]
+        chosen = ", ".join(
+            f"seed {s}: {selections[s]['test_start']:.3f} -> {selections[s]['test_selected']:.3f} "
+            f"(step {selections[s]['selected_step']})" for s in seeds
+        )  # fmt: skip
+        print(f"test accuracy at the validation-chosen weights: {test['start_mean']:.3f} -> "
+              f"{test['selected_mean']:.3f}, gain {test['gain_mean']:+.3f} "
+              f"(min {test['gain_min']:+.3f}, max {test['gain_max']:+.3f}); {chosen}")  # fmt: skip
     print(f"{args.out / 'curve.png'}, {args.out / 'summary.json'}")
 
 
-def plot(path: Path, table: list[dict], curves: dict[int, list[dict]], seeds: list[int], split: str) -> None:
+def plot(
+    path: Path,
+    table: list[dict],
+    curves: dict[int, list[dict]],
+    seeds: list[int],
+    split: str,
+    selections: dict[int, dict | None],
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -127,12 +180,21 @@ def plot(path: Path, table: list[dict], curves: dict[int, list[dict]], seeds: li
         axis.plot(x, [e["accuracy"] for e in curves[seed]], color="tab:blue", alpha=0.25, lw=1)
     axis.fill_between(x, [r["min"] for r in table], [r["max"] for r in table], color="tab:blue", alpha=0.15,
                       label=f"min-max over {len(seeds)} seeds")  # fmt: skip
-    axis.plot(x, [r["mean"] for r in table], "o-", color="tab:blue", lw=2, label="mean over seeds")
+    axis.plot(x, [r["mean"] for r in table], "o-", color="tab:blue", lw=2, label=f"{split}: mean over seeds")
+    chosen = [(seed, selection) for seed, selection in selections.items() if selection]
+    if chosen:  # the reported figures: test on the start and on each run's chosen weights
+        axis.scatter([0] * len(chosen), [c["test_start"] for _, c in chosen], marker="s", color="tab:red",
+                     zorder=3, label="test: start")  # fmt: skip
+        axis.scatter([c["selected_step"] for _, c in chosen], [c["test_selected"] for _, c in chosen],
+                     marker="*", s=120, color="tab:red", zorder=3,
+                     label="test: weights chosen on validation")  # fmt: skip
     axis.set_xlabel("GRPO step (swarmp2p train, defaults)")
-    axis.set_ylabel(f"held-out accuracy, {split} split")
-    low, top = min(r["min"] for r in table), max(r["max"] for r in table)
+    axis.set_ylabel("held-out accuracy")
+    points = [r["min"] for r in table] + [r["max"] for r in table]
+    points += [c[key] for _, c in chosen for key in ("test_start", "test_selected")]
+    low, top = min(points), max(points)
     axis.set_ylim(max(0.0, low - 0.05), min(1.0, top + 0.05))  # fit the data: a 0-1 axis hid the change
-    axis.set_title(f"held-out ({split} split) accuracy over {len(seeds)} seeds, one base model", fontsize=10)
+    axis.set_title(f"held-out accuracy over {len(seeds)} seeds, one base model", fontsize=10)
     axis.grid(alpha=0.3)
     axis.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
     figure.tight_layout()
