@@ -60,7 +60,9 @@ def sharing(
     eval_every: int = typer.Option(
         5, "--eval-every", help="Held-out evaluation every N rounds (and at start/end)."
     ),
-    eval_questions: int = typer.Option(32, "--eval-questions", help="Held-out questions per task (trainer)."),
+    eval_questions: int = typer.Option(
+        100, "--eval-questions", help="Held-out questions per task (trainer)."
+    ),
     eval_split: str = typer.Option(
         "test", "--eval-split", help="Held-out split (trainer): test for results, or validation."
     ),
@@ -68,7 +70,11 @@ def sharing(
     fetch_sample: int = typer.Option(
         None, "--fetch-sample", help="Batches fetched per peer and round (default: all; sim: 8)."
     ),
-    warmup_steps: int = typer.Option(20, "--warmup-steps", help="Supervised warm-up of the shared start."),
+    warmup_steps: int = typer.Option(
+        -1,
+        "--warmup-steps",
+        help="Supervised format warm-up of the shared start (-1: only for an un-pre-trained tiny model).",
+    ),
     jobs: int = typer.Option(2, "--jobs", help="Runs in parallel (one process and one core each)."),
     out: Path = typer.Option(
         Path("runs/sharing"), "--out", help="Directory for table.md/json, plots, settings."

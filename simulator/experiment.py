@@ -90,7 +90,7 @@ class ExperimentSettings:
     questions_per_round: int = 16
     group_size: int = 8
     eval_every: int = 5
-    eval_questions: int = 32
+    eval_questions: int = 100
     """Held-out questions per task (trainer); the simulated learner answers its own 16."""
     eval_split: str = "test"
     """The held-out split the trainer evaluates: `test`, because the table is a reported result
