@@ -202,6 +202,12 @@ class Node:
         coordinator, schedule, new_swarm, chain = await choose_coordinator(
             config, self.trainer_config, network=network, clock=clock, data_dir=self.data_dir
         )
+        bootnodes = None
+        if chain is not None:  # the contract's bootnode list: peers without --bootstrap
+            from swarmp2p.contract_peers import ContractBootnodes
+
+            bootnodes = ContractBootnodes(chain, network, dial=not config.bootstrap, echo=echo)
+            await bootnodes.sync()
         # The policy is built once the swarm's rules are known (a joiner learns them from its
         # bootstrap's hello): its task mix, format reward and even the tiny model's tokenizer follow them.
         setup = await trio.to_thread.run_sync(swarm_setup, schedule, config, self.trainer_config)
@@ -303,6 +309,8 @@ class Node:
             await nursery.start(peer.run)
             nursery.start_soon(publish_hellos, network, own_hello, schedule.swarm_id, config.hello_interval_s)
             nursery.start_soon(receive_hellos, network, hellos, hello_stats, schedule, echo)
+            if bootnodes is not None:
+                nursery.start_soon(bootnodes.watch)
             if chain_board is not None and config.dashboard_port:
                 nursery.start_soon(chain_board.watch, chain, max(5.0, schedule.round_ms / 2000))
             if config.dashboard_port:

@@ -347,6 +347,11 @@ class ChainCoordinator:
     async def bootnodes(self) -> list[str]:
         return list(await self._run(self.client.call, "getBootnodes"))
 
+    async def in_worker(self, operation: Callable[..., T], *args: Any) -> T:
+        """Run a synchronous `operation` (given `self.client`, say) on the serialized worker,
+        with the same error mapping: for reads and transactions beyond the port."""
+        return await self._run(operation, *args)
+
 
 def open_coordinator(
     rpc_url: str | None = None,
