@@ -39,7 +39,7 @@ def train(
         Path("runs/train"), "--out", help="Output folder: reward_curve.png, metrics.jsonl."
     ),
     config_file: Path = typer.Option(None, "--config", help="TOML file with a \\[trainer] section."),
-    device: str = typer.Option(None, "--device", help="auto, cpu, cuda or mps."),
+    device: str = typer.Option(None, "--device", help="auto, cpu, cuda, cuda:N or mps."),
     tasks: str = typer.Option(None, "--tasks", help="Comma-separated reasoning-gym tasks."),
     format_reward: float = typer.Option(
         None, "--format-reward", help="Weight of the format reward in [0, 1]."

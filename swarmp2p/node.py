@@ -92,6 +92,8 @@ class Node:
         self.echo = echo
         self.config_file = config_file
         self.data_dir = Path(config.data_dir)
+        self.device = ""
+        """The device the trainer runs on, described (trainer.device.describe), once checked."""
         self.policy: TimedPolicy | None = None
         """Set once the trainer is built (a stop asks it to cancel; the way out saves it)."""
         self.board: Any = None
@@ -117,7 +119,18 @@ class Node:
         from swarmp2p.datadir import DataDirInUse, lock_data_dir
 
         configure_logging(self.config.log_level)
+        from swarmp2p.model_auto import choose_hardware
         from swarmp2p.model_source import ModelUnreachable, check_model_reachable
+        from trainer.device import DeviceError
+
+        try:  # the device checked (and --model auto picked) before anything starts
+            hardware = await trio.to_thread.run_sync(choose_hardware, self.config, self.trainer_config)
+        except DeviceError as error:
+            raise NodeError(f"--device: {error}") from None
+        self.config, self.trainer_config = hardware.config, hardware.trainer_config
+        self.device = hardware.device
+        if hardware.auto_line:
+            self.echo(hardware.auto_line)
 
         try:  # seconds, not transformers' minute of retries, for a hub id with no network
             await trio.to_thread.run_sync(check_model_reachable, self.config.model)
@@ -213,7 +226,7 @@ class Node:
         setup = await trio.to_thread.run_sync(swarm_setup, schedule, config, self.trainer_config)
         if setup.notice is not None:
             echo(setup.notice)
-        echo(f"peer id {identity.peer_id}; loading the model ({config.model})…")
+        echo(f"peer id {identity.peer_id}; loading the model ({config.model}) on {self.device}…")
         built = functools.partial(
             build_policy,
             setup.trainer_config,
