@@ -101,6 +101,7 @@ def test_two_nodes_find_each_other_through_the_contract_alone(tmp_path: Path, an
         try:
             nodes[0].start()
             first = nodes[0].info()
+            assert first["schedule"]["round_ms"] == STAGE_SECONDS * 1000  # the contract's stageDuration
             wait_for(lambda: set(listed().call()) == set(first["listen_addrs"]), 30, "node0 on the contract")
             nodes[1].start()
             second = nodes[1].info()
