@@ -98,6 +98,7 @@ def new_key_command(
     assert path is not None
     key = secrets.token_bytes(32)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)  # e.g. the new data dir a join line names
         write_key_file(path, key)
     except FileExistsError:
         _fail(f"{path} already exists; refusing to overwrite a key")

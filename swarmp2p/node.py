@@ -36,7 +36,7 @@ import trio
 
 from swarmp2p.heldout import describe as describe_eval
 from swarmp2p.hello import OwnHello, open_hellos, publish_hellos, receive_hellos
-from swarmp2p.join_command import join_command
+from swarmp2p.join_command import join_lines
 from swarmp2p.node_config import NODE_TRAINER_DEFAULTS, DataDirBusy, NodeConfig, NodeError
 from swarmp2p.node_logging import configure_logging, thread_counts
 from swarmp2p.node_policy import build_policy, eval_fit_advice, evaluate_before_train, save_policy
@@ -313,9 +313,10 @@ class Node:
             addr = network.listen_addrs()[0]
             # Say how to join before waiting for a round start: the hello is served already.
             echo(f"listening on {addr}")
+            joining = join_lines(config, self.data_dir, addr, self.config_file)
             echo(
                 f"swarm {schedule.swarm_id}: round {schedule.round_ms / 1000:g}s. To join from another "
-                f"terminal:\n  {join_command(config, self.data_dir, addr, self.config_file)}"
+                "terminal:\n  " + "\n  ".join(joining)
             )
             if isinstance(coordinator, ScheduleCoordinator):
                 await join_at_round_start(coordinator, clock, config.join_min_remaining)

@@ -116,6 +116,9 @@ def test_two_nodes_find_each_other_through_the_contract_alone(tmp_path: Path, an
                 "both nodes to accept each other's rollouts",
             )
             assert "bootnode" in nodes[1].output()
+            # Its join lines name the chain and a key of the joiner's own (they once named neither).
+            assert f"--contract {chain.address}" in nodes[0].output()
+            assert "swarmp2p chain new-key " in nodes[0].output()
             for node in nodes:
                 assert node.stop(signal.SIGTERM) == 0, node.output()
         except BaseException:
