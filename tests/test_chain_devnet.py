@@ -29,10 +29,12 @@ STAGE_SECONDS = 6
 
 
 class Devnet:
-    def __init__(self, directory: Path, nodes: int, backend: str) -> None:
+    def __init__(
+        self, directory: Path, nodes: int, backend: str, stage_seconds: float = STAGE_SECONDS
+    ) -> None:
         args = [
             sys.executable, "-m", "swarmp2p.cli", "chain", "devnet", "--nodes", str(nodes),
-            "--dir", str(directory), "--stage-seconds", str(STAGE_SECONDS), "--port", "0",
+            "--dir", str(directory), "--stage-seconds", f"{stage_seconds:g}", "--port", "0",
             "--backend", backend,
         ]  # fmt: skip
         self.process = subprocess.Popen(
