@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -16,7 +17,9 @@ def register(app: typer.Typer) -> None:
 
 def train(
     model: str = typer.Option(
-        None, "--model", help='"tiny" (built offline), a Hugging Face id, or a folder.'
+        None,
+        "--model",
+        help='"tiny" (built offline), "auto" (by accelerator memory), a Hugging Face id, or a folder.',
     ),
     steps: int = typer.Option(200, "--steps", min=1, help="GRPO updates to run."),
     questions: int = typer.Option(
@@ -126,6 +129,8 @@ def train(
 
     quiet_library_warnings()
 
+    if config.model == "auto":  # by accelerator memory, from the default pools (docs/node.md)
+        config = _pick_auto_model(config, console)
     try:  # seconds, not transformers' minute of retries, for a hub id with no network
         check_model_reachable(config.model)
     except ModelUnreachable as error:
@@ -270,3 +275,23 @@ def train(
             f"{last['questions']} questions"
         )
     console.print(f"curves: {png}")
+
+
+def _pick_auto_model(config: Any, console: Any) -> Any:
+    """`config` with `--model auto` resolved (swarmp2p/model_auto.py), the pick said in one line;
+    a device this machine lacks is a one-line error (exit 2)."""
+    import attrs
+    from rich.markup import escape
+
+    from swarmp2p.model_auto import ModelPools, hub_reachability, pick_model
+    from trainer.device import DeviceError, probe, resolve_device
+
+    facts = probe()
+    try:
+        device = resolve_device(config.device, facts)
+    except DeviceError as error:
+        console.print(f"[red]--device: {escape(str(error))}[/red]")
+        raise typer.Exit(2) from None
+    pick = pick_model(ModelPools(), device, facts, hub_reachability())
+    console.print(escape(pick.line()))
+    return attrs.evolve(config, model=pick.model)

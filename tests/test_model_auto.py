@@ -139,3 +139,32 @@ def test_a_node_with_model_auto_and_no_accelerator_runs_the_tiny_model(tmp_path:
         assert node.stop(signal.SIGTERM) == 0, node.output()
     finally:
         node.stop(signal.SIGKILL, timeout_s=5)
+
+
+def test_train_with_model_auto_and_no_accelerator_trains_the_tiny_model(tmp_path: Path) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: auto picks from a pool there")
+    config = tmp_path / "train.toml"
+    config.write_text(
+        '[trainer]\ntasks = ["basic_arithmetic"]\nmax_new_tokens = 8\ntiny_hidden_size = 32\n'
+        "tiny_pretrain_steps = 0\nnum_generations = 2\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "swarmp2p.cli", "train", "--model", "auto", "--config", str(config),
+         "--steps", "1", "--questions", "1", "--threads", "1", "--eval-every", "0",
+         "--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "model auto: tiny (no accelerator: cpu (fp32); the embedded tiny model)" in output
+    assert "model 'tiny'" in output
+    bad = subprocess.run(
+        [sys.executable, "-m", "swarmp2p.cli", "train", "--model", "auto", "--device", "cuda:99",
+         "--data-dir", str(tmp_path / "data2"), "--out", str(tmp_path / "out2")],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    errors = [line for line in bad.stderr.splitlines() if line.strip()]
+    assert bad.returncode == 2 and len(errors) == 1 and "--device: device 'cuda:99'" in errors[0], bad.stderr
