@@ -21,7 +21,8 @@ Entering a phase emits that phase's action (`ON_ENTER`).
   (neither IDLE nor DONE), first emits AbandonRound(old).
 
 Decisions the machine makes before the table (`CoordinatorSaid`, the answer of one poll of
-the coordinator): it learns the stage length from successive answers, and a newer round
+the coordinator): it takes the stage length the coordinator publishes, or else learns it from
+successive answers, and a newer round
 either opens (a RoundOpened with the deadlines the machine computes from `RoundTiming`:
 collect, DHT sweep, round end) or, when too little of its stage is left to be worth
 starting, is skipped once (`SkipRound`; the phase is left alone, so work in hand finishes
@@ -93,6 +94,9 @@ class CoordinatorSaid:
     stage: int
     stage_count: int
     stage_ends_ms: int
+    stage_ms: int = 0
+    """The stage length the coordinator publishes (a contract's stageDuration); 0 when it
+    publishes none: the machine then learns it from successive answers."""
 
 
 @attrs.frozen
@@ -348,7 +352,11 @@ class RoundMachine:
 
     def _coordinator_said(self, now_ms: int, said: CoordinatorSaid) -> tuple[Action, ...]:
         previous, self.last_said = self.last_said, said
-        if previous is not None:
+        if isinstance(said.stage_ms, int) and said.stage_ms > 0:
+            # Published: known from the first answer, where learning needs two (a node joining
+            # late into its first round could not tell it was too late to start it).
+            self.stage_ms = said.stage_ms
+        elif previous is not None:
             self.stage_ms = learn_stage_ms(self.stage_ms, previous, said)
         if self._at(said.round, said.stage) <= self._at(self.round, self.stage):
             return ()

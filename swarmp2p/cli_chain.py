@@ -98,6 +98,7 @@ def new_key_command(
     assert path is not None
     key = secrets.token_bytes(32)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)  # e.g. the new data dir a join line names
         write_key_file(path, key)
     except FileExistsError:
         _fail(f"{path} already exists; refusing to overwrite a key")
@@ -248,7 +249,7 @@ def devnet_command(
                 f"{kind} on {devnet.rpc}; SwarmCoordinator {devnet.contract} ({stage_seconds:g} s rounds)"
             )
             typer.echo(f"{nodes} funded key(s) (100 ETH each) and identities under {directory.resolve()}")
-            typer.echo("run each node in its own terminal (the first one is the others' bootstrap):")
+            typer.echo("run each node in its own terminal (they meet through the contract's bootnode):")
             for node in devnet.nodes:
                 typer.echo(f"  {node.command}")
             typer.echo(f"state: swarmp2p chain status --rpc {devnet.rpc} --contract {devnet.contract}")

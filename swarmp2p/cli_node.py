@@ -54,7 +54,15 @@ def node(
         help=_help('Game of a new swarm: "single" or "answer-critique-resolve".', "game"),
     ),
     model: str | None = typer.Option(
-        None, "--model", help=_help('"tiny", a local model folder or a model id.', "model")
+        None,
+        "--model",
+        help=_help('"tiny", "auto" (by accelerator memory), a local model folder or a model id.', "model"),
+    ),
+    device: str | None = typer.Option(
+        None,
+        "--device",
+        help="auto, cpu, cuda, cuda:N or mps; bf16 only on a CUDA device that supports it "
+        "(default: \\[trainer] device, else auto).",
     ),
     dashboard_port: int | None = typer.Option(
         None, "--dashboard-port", help=_help("Dashboard port; 0 = off.", "dashboard_port")
@@ -178,6 +186,7 @@ def node(
             "eval_split": eval_split,
             "eval_generations_to_log": eval_generations_to_log,
             "threads": threads,
+            "device": device,
         },
         defaults=NODE_TRAINER_DEFAULTS,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -16,7 +17,9 @@ def register(app: typer.Typer) -> None:
 
 def train(
     model: str = typer.Option(
-        None, "--model", help='"tiny" (built offline), a Hugging Face id, or a folder.'
+        None,
+        "--model",
+        help='"tiny" (built offline), "auto" (by accelerator memory), a Hugging Face id, or a folder.',
     ),
     steps: int = typer.Option(200, "--steps", min=1, help="GRPO updates to run."),
     questions: int = typer.Option(
@@ -39,7 +42,7 @@ def train(
         Path("runs/train"), "--out", help="Output folder: reward_curve.png, metrics.jsonl."
     ),
     config_file: Path = typer.Option(None, "--config", help="TOML file with a \\[trainer] section."),
-    device: str = typer.Option(None, "--device", help="auto, cpu, cuda or mps."),
+    device: str = typer.Option(None, "--device", help="auto, cpu, cuda, cuda:N or mps."),
     tasks: str = typer.Option(None, "--tasks", help="Comma-separated reasoning-gym tasks."),
     format_reward: float = typer.Option(
         None, "--format-reward", help="Weight of the format reward in [0, 1]."
@@ -133,6 +136,8 @@ def train(
 
     quiet_library_warnings()
 
+    if config.model == "auto":  # by accelerator memory, from the default pools (docs/node.md)
+        config = _pick_auto_model(config, console)
     try:  # seconds, not transformers' minute of retries, for a hub id with no network
         check_model_reachable(config.model)
     except ModelUnreachable as error:
@@ -304,3 +309,23 @@ def train(
             f"{selected['questions']} test questions; weights in {out / 'best-model'}"
         )
     console.print(f"curves: {png}")
+
+
+def _pick_auto_model(config: Any, console: Any) -> Any:
+    """`config` with `--model auto` resolved (swarmp2p/model_auto.py), the pick said in one line;
+    a device this machine lacks is a one-line error (exit 2)."""
+    import attrs
+    from rich.markup import escape
+
+    from swarmp2p.model_auto import ModelPools, hub_reachability, pick_model
+    from trainer.device import DeviceError, probe, resolve_device
+
+    facts = probe()
+    try:
+        device = resolve_device(config.device, facts)
+    except DeviceError as error:
+        console.print(f"[red]--device: {escape(str(error))}[/red]")
+        raise typer.Exit(2) from None
+    pick = pick_model(ModelPools(), device, facts, hub_reachability())
+    console.print(escape(pick.line()))
+    return attrs.evolve(config, model=pick.model)

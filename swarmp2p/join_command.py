@@ -18,11 +18,31 @@ def free_sibling_dir(data_dir: Path) -> Path:
     return candidate
 
 
-def join_command(config: NodeConfig, data_dir: Path, addr: str, config_file: Path | None = None) -> str:
+def join_lines(config: NodeConfig, data_dir: Path, addr: str, config_file: Path | None = None) -> list[str]:
+    """What to paste in another terminal to join this node's swarm: `join_command`, preceded on
+    a chain by the step that makes the joiner's own Ethereum key (a key shared by two nodes
+    races on nonces, and a peer id belongs to the account that registered it)."""
+    new_dir = free_sibling_dir(data_dir)
+    command = join_command(config, data_dir, addr, config_file, new_dir=new_dir)
+    if not config.chain_rpc:
+        return [command]
+    key = shlex.join(["swarmp2p", "chain", "new-key", str(new_dir / "eth.key")])
+    return [f"{key}  # prints its address: fund it (gas), then", command]
+
+
+def join_command(
+    config: NodeConfig,
+    data_dir: Path,
+    addr: str,
+    config_file: Path | None = None,
+    *,
+    new_dir: Path | None = None,
+) -> str:
     """The exact shell command that joins this node's swarm from another terminal: a real data
     dir (never a placeholder the shell would read as a redirection), this node's config file and
-    model, every argument quoted for a POSIX shell; no sudo."""
-    new_dir = free_sibling_dir(data_dir)
+    model, on a chain its RPC and contract with a key of the joiner's own, every argument quoted
+    for a POSIX shell; no sudo."""
+    new_dir = new_dir or free_sibling_dir(data_dir)
     args = ["swarmp2p", "node", "--data-dir", str(new_dir)]
     if config_file is not None:
         args += ["--config", str(Path(config_file).resolve())]
@@ -40,5 +60,8 @@ def join_command(config: NodeConfig, data_dir: Path, addr: str, config_file: Pat
         if Path(model).exists():
             model = str(Path(model).resolve())
         args += ["--model", model]
+    if config.chain_rpc:  # without these the joiner would start a chain-less swarm of its own
+        args += ["--chain-rpc", config.chain_rpc, "--contract", config.contract]
+        args += ["--eth-key", str(new_dir / "eth.key")]
     args += ["--bootstrap", addr]
     return shlex.join(args)

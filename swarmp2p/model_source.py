@@ -39,16 +39,16 @@ def _offline() -> bool:
     )
 
 
-def check_model_reachable(model: str, timeout_s: float = 5.0) -> None:
-    """Raise ModelUnreachable when `model` is a hub id that is not in the local Hugging Face cache
-    and the hub cannot be reached (offline mode, or a TCP connection fails within `timeout_s`)."""
-    if not _is_hub_id(model) or _cached(model):
-        return
+def is_cached(model: str) -> bool:
+    """Whether `model` loads without the hub: not a hub id (tiny, a folder), or already cached."""
+    return not _is_hub_id(model) or _cached(model)
+
+
+def hub_problem(timeout_s: float = 5.0) -> str | None:
+    """Why the Hugging Face hub cannot be reached now (offline mode, or a TCP connection that
+    fails within `timeout_s`), or None when it can."""
     if _offline():
-        raise ModelUnreachable(
-            f"model {model!r} is not in the Hugging Face cache and offline mode is on "
-            "(HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE); download it first or pass a local folder"
-        )
+        return "offline mode is on (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)"
     from huggingface_hub import constants
 
     endpoint = urlsplit(constants.ENDPOINT)
@@ -58,7 +58,24 @@ def check_model_reachable(model: str, timeout_s: float = 5.0) -> None:
         socket.create_connection((host, port), timeout=timeout_s).close()
     except OSError as error:
         reason = error.strerror or str(error) or type(error).__name__
+        return f"{host}:{port} cannot be reached ({reason})"
+    return None
+
+
+def check_model_reachable(model: str, timeout_s: float = 5.0) -> None:
+    """Raise ModelUnreachable when `model` is a hub id that is not in the local Hugging Face cache
+    and the hub cannot be reached (offline mode, or a TCP connection fails within `timeout_s`)."""
+    if is_cached(model):
+        return
+    problem = hub_problem(timeout_s)
+    if problem is None:
+        return
+    if _offline():
         raise ModelUnreachable(
-            f"model {model!r} is not in the Hugging Face cache and {host}:{port} cannot be reached "
-            f"({reason}); download it where there is a network, or pass a local folder"
-        ) from None
+            f"model {model!r} is not in the Hugging Face cache and offline mode is on "
+            "(HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE); download it first or pass a local folder"
+        )
+    raise ModelUnreachable(
+        f"model {model!r} is not in the Hugging Face cache and {problem}; download it where "
+        "there is a network, or pass a local folder"
+    )

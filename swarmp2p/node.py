@@ -36,7 +36,7 @@ import trio
 
 from swarmp2p.heldout import describe as describe_eval
 from swarmp2p.hello import OwnHello, open_hellos, publish_hellos, receive_hellos
-from swarmp2p.join_command import join_command
+from swarmp2p.join_command import join_lines
 from swarmp2p.node_config import NODE_TRAINER_DEFAULTS, DataDirBusy, NodeConfig, NodeError
 from swarmp2p.node_logging import configure_logging, thread_counts
 from swarmp2p.node_policy import build_policy, eval_fit_advice, evaluate_before_train, save_policy
@@ -92,6 +92,8 @@ class Node:
         self.echo = echo
         self.config_file = config_file
         self.data_dir = Path(config.data_dir)
+        self.device = ""
+        """The device the trainer runs on, described (trainer.device.describe), once checked."""
         self.policy: TimedPolicy | None = None
         """Set once the trainer is built (a stop asks it to cancel; the way out saves it)."""
         self.board: Any = None
@@ -117,7 +119,18 @@ class Node:
         from swarmp2p.datadir import DataDirInUse, lock_data_dir
 
         configure_logging(self.config.log_level)
+        from swarmp2p.model_auto import choose_hardware
         from swarmp2p.model_source import ModelUnreachable, check_model_reachable
+        from trainer.device import DeviceError
+
+        try:  # the device checked (and --model auto picked) before anything starts
+            hardware = await trio.to_thread.run_sync(choose_hardware, self.config, self.trainer_config)
+        except DeviceError as error:
+            raise NodeError(f"--device: {error}") from None
+        self.config, self.trainer_config = hardware.config, hardware.trainer_config
+        self.device = hardware.device
+        if hardware.auto_line:
+            self.echo(hardware.auto_line)
 
         try:  # seconds, not transformers' minute of retries, for a hub id with no network
             await trio.to_thread.run_sync(check_model_reachable, self.config.model)
@@ -202,12 +215,18 @@ class Node:
         coordinator, schedule, new_swarm, chain = await choose_coordinator(
             config, self.trainer_config, network=network, clock=clock, data_dir=self.data_dir
         )
+        bootnodes = None
+        if chain is not None:  # the contract's bootnode list: peers without --bootstrap
+            from swarmp2p.contract_peers import ContractBootnodes
+
+            bootnodes = ContractBootnodes(chain, network, dial=not config.bootstrap, echo=echo)
+            await bootnodes.sync()
         # The policy is built once the swarm's rules are known (a joiner learns them from its
         # bootstrap's hello): its task mix, format reward and even the tiny model's tokenizer follow them.
         setup = await trio.to_thread.run_sync(swarm_setup, schedule, config, self.trainer_config)
         if setup.notice is not None:
             echo(setup.notice)
-        echo(f"peer id {identity.peer_id}; loading the model ({config.model})…")
+        echo(f"peer id {identity.peer_id}; loading the model ({config.model}) on {self.device}…")
         built = functools.partial(
             build_policy,
             setup.trainer_config,
@@ -294,15 +313,18 @@ class Node:
             addr = network.listen_addrs()[0]
             # Say how to join before waiting for a round start: the hello is served already.
             echo(f"listening on {addr}")
+            joining = join_lines(config, self.data_dir, addr, self.config_file)
             echo(
                 f"swarm {schedule.swarm_id}: round {schedule.round_ms / 1000:g}s. To join from another "
-                f"terminal:\n  {join_command(config, self.data_dir, addr, self.config_file)}"
+                "terminal:\n  " + "\n  ".join(joining)
             )
             if isinstance(coordinator, ScheduleCoordinator):
                 await join_at_round_start(coordinator, clock, config.join_min_remaining)
             await nursery.start(peer.run)
             nursery.start_soon(publish_hellos, network, own_hello, schedule.swarm_id, config.hello_interval_s)
             nursery.start_soon(receive_hellos, network, hellos, hello_stats, schedule, echo)
+            if bootnodes is not None:
+                nursery.start_soon(bootnodes.watch)
             if chain_board is not None and config.dashboard_port:
                 nursery.start_soon(chain_board.watch, chain, max(5.0, schedule.round_ms / 2000))
             if config.dashboard_port:

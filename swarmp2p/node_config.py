@@ -13,6 +13,7 @@ import attrs
 
 from protocol.games import GAME_NAMES
 from swarmp2p.config import register_config
+from swarmp2p.model_auto import LARGE_POOL, SMALL_POOL
 from trainer.config import user_model_cache
 
 
@@ -36,6 +37,15 @@ class NodeConfig:
     round_seconds: float = attrs.field(default=30.0, validator=_positive)
     """Round length of a NEW swarm (joiners take the swarm's own from its hellos)."""
     model: str = "tiny"
+    """"tiny", "auto" (by the accelerator's memory: swarmp2p/model_auto.py), a local model folder
+    or a Hugging Face model id."""
+    model_pool: tuple[str, ...] = SMALL_POOL
+    """Models `--model auto` tries in order on an accelerator with at least model_pool_min_gib."""
+    model_pool_large: tuple[str, ...] = LARGE_POOL
+    """Models `--model auto` tries in order with at least model_pool_large_min_gib."""
+    model_pool_min_gib: float = attrs.field(default=8.0, validator=attrs.validators.ge(0.0))
+    """Below this much accelerator memory (and with none) `--model auto` takes the tiny model."""
+    model_pool_large_min_gib: float = attrs.field(default=40.0, validator=attrs.validators.ge(0.0))
     dashboard_port: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     """Port of the local dashboard (127.0.0.1); 0 = no dashboard."""
     dashboard_host: str = "127.0.0.1"

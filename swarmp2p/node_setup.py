@@ -108,7 +108,7 @@ async def choose_coordinator(
         schedule = SwarmSchedule(
             swarm_id=f"chain-{contract[2:14]}",
             genesis_ms=0,
-            round_ms=int(config.round_seconds * 1000),
+            round_ms=await _chain_round_ms(coordinator, config.round_seconds),
             stage_count=1,
             seed=derive_seed("chain", contract),
             **local_rules,
@@ -129,6 +129,25 @@ async def choose_coordinator(
         return ScheduleCoordinator(schedule, clock), schedule, new_swarm, None
     except ValueError as error:
         raise NodeError(f"unusable swarm schedule: {error}") from None
+
+
+async def _chain_round_ms(coordinator: ChainCoordinator, round_seconds: float) -> int:
+    """The round length the contract publishes (stageDuration x stageCount), which its stage
+    manager is expected to keep; --round-seconds only when it publishes none or cannot be read
+    yet (a chain down at start is not fatal: the round loop retries). It sizes what a round
+    length sizes: the printed round, the evaluation-fit advice, the leaderboard's refresh."""
+    from swarmp2p.ports import CoordinatorError
+
+    fallback = int(round_seconds * 1000)
+    try:
+        info = await coordinator.current()
+    except CoordinatorError as error:
+        log.warning("chain: no stage duration (%s); rounds of %gs assumed", error.reason, round_seconds)
+        return fallback
+    if info.stage_ms <= 0:
+        log.info("chain: the contract publishes no stage duration; rounds of %gs assumed", round_seconds)
+        return fallback
+    return info.stage_ms * max(1, info.stage_count)
 
 
 async def join_at_round_start(coordinator: Any, clock: Any, min_remaining: float) -> None:

@@ -278,7 +278,8 @@ class Peer:
             log.exception("%s: coordinator poll failed", self.peer_id)
             self.counters["coordinator_error"] += 1
             return
-        self._feed(ev.CoordinatorSaid(info.round, info.stage, info.stage_count, info.stage_ends_ms))
+        said = ev.CoordinatorSaid(info.round, info.stage, info.stage_count, info.stage_ends_ms, info.stage_ms)
+        self._feed(said)
 
     def _feed(self, event: ev.Event) -> None:
         now = self.clock.now_ms()

@@ -98,6 +98,9 @@ class RoundInfo:
     stage: int
     stage_count: int
     stage_ends_ms: int
+    stage_ms: int = 0
+    """How long a stage lasts, as the coordinator publishes it (the contract's stageDuration);
+    0 when it publishes none."""
 
 
 class CoordinatorPort(Protocol):

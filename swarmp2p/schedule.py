@@ -48,6 +48,7 @@ class ScheduleCoordinator:
             stage=stage,
             stage_count=self.schedule.stage_count,
             stage_ends_ms=self.stages.stage_ends_ms(round_number, stage),
+            stage_ms=self.stages.stage_ms,
         )
 
     async def current(self) -> RoundInfo:

@@ -79,9 +79,9 @@ def test_current_follows_the_schedule(chain: EmbeddedChain) -> None:
     before = chain.stage_advances
     seen = trio.run(main)
     assert seen == [
-        RoundInfo(round=0, stage=0, stage_count=2, stage_ends_ms=STAGE_MS),
-        RoundInfo(round=1, stage=1, stage_count=2, stage_ends_ms=4 * STAGE_MS),
-        RoundInfo(round=1, stage=1, stage_count=2, stage_ends_ms=4 * STAGE_MS),
+        RoundInfo(round=0, stage=0, stage_count=2, stage_ends_ms=STAGE_MS, stage_ms=STAGE_MS),
+        RoundInfo(round=1, stage=1, stage_count=2, stage_ends_ms=4 * STAGE_MS, stage_ms=STAGE_MS),
+        RoundInfo(round=1, stage=1, stage_count=2, stage_ends_ms=4 * STAGE_MS, stage_ms=STAGE_MS),
     ]
     assert chain.stage_advances - before == 3  # one transaction per stage, never skipped
 

@@ -44,8 +44,11 @@ def test_bf16_only_on_cuda_never_on_cpu() -> None:
     """bf16 matmuls on CPU were measured 19x slower: the trainer picks fp32 there (and on MPS)."""
     import torch
 
+    from trainer.device import CudaDevice, DeviceFacts
     from trainer.model import dtype_for
 
-    assert dtype_for("cpu") is torch.float32
-    assert dtype_for("mps") is torch.float32
-    assert dtype_for("cuda") is torch.bfloat16
+    ampere = DeviceFacts(cuda=(CudaDevice("A100", 40 * 1024**3, (8, 0)),), mps=True)
+    assert dtype_for("cpu", ampere) is torch.float32
+    assert dtype_for("mps", ampere) is torch.float32
+    assert dtype_for("cuda", ampere) is torch.bfloat16
+    assert dtype_for("cpu") is torch.float32  # this machine, probed

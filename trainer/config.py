@@ -24,7 +24,6 @@ rate tried, and reasoning-gym's harder defaults (arc_1d, bf, propositional_logic
 swarm at reward 0.03-0.09 for 31 rounds. Any reasoning-gym task can be configured instead."""
 DEFAULT_DIFFICULTY = 0
 
-DEVICES = ("auto", "cpu", "cuda", "mps")
 LOSS_AGGREGATIONS = ("token", "sequence")
 
 
@@ -34,6 +33,13 @@ def user_model_cache() -> str:
 
     root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return str(Path(root) / "swarmp2p" / "models")
+
+
+def _device(instance: object, attribute: attrs.Attribute, value: str) -> None:
+    from trainer.device import parse_device
+
+    if parse_device(value) != value:  # raises DeviceError (a ValueError) for a non-device
+        raise ValueError(f"write the device as {parse_device(value)!r}, got {value!r}")
 
 
 def _positive(_instance: Any, attribute: attrs.Attribute, value: float) -> None:
@@ -76,7 +82,9 @@ class TrainerConfig:
     """Where the built tiny model is cached; "" = `<data_dir>/models`. `swarmp2p node` and `train`
     default to the user's cache (`user_model_cache()`), so every data dir on a machine shares one
     build instead of pre-training its own."""
-    device: str = attrs.field(default="auto", validator=v.in_(DEVICES))
+    device: str = attrs.field(default="auto", converter=str, validator=_device)
+    """auto (cuda, else mps, else cpu), cpu, cuda, cuda:N (N as this process numbers them: after
+    CUDA_VISIBLE_DEVICES) or mps. bf16 only on a CUDA device that supports it (trainer/device.py)."""
     threads: int = attrs.field(default=0, validator=[v.instance_of(int), _non_negative])
     """CPU threads for torch; 0 = all cores."""
     tiny_hidden_size: int = attrs.field(default=128, validator=[v.instance_of(int), _positive])

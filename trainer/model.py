@@ -6,37 +6,31 @@ import os
 from pathlib import Path
 from typing import Any
 
+from trainer import device as device_rules
 from trainer.config import TrainerConfig
+from trainer.device import DeviceFacts
 
 
 class ModelLoadError(Exception):
     """The configured model could not be found or loaded (one-line reason)."""
 
 
-def resolve_device(requested: str) -> str:
+def resolve_device(requested: str, facts: DeviceFacts | None = None) -> str:
+    """The device to run on (trainer/device.py; `facts`: what this machine has, probed from torch
+    when not given). Raises ModelLoadError (one line) for a device this machine lacks."""
+    try:
+        return device_rules.resolve_device(requested, facts if facts is not None else device_rules.probe())
+    except device_rules.DeviceError as error:
+        raise ModelLoadError(f"trainer.device: {error}") from None
+
+
+def dtype_for(device: str, facts: DeviceFacts | None = None) -> Any:
+    """bf16 on a CUDA device with bf16 tensor cores (half the memory); fp32 elsewhere: bf16
+    matmuls on CPU are many times slower (19x measured), and MPS bf16 support is patchy."""
     import torch
 
-    if requested == "auto":
-        if torch.cuda.is_available():
-            return "cuda"
-        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-            return "mps"
-        return "cpu"
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise ModelLoadError("trainer.device is 'cuda' but no CUDA device is available")
-    if requested == "mps" and not (
-        getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
-    ):
-        raise ModelLoadError("trainer.device is 'mps' but MPS is not available")
-    return requested
-
-
-def dtype_for(device: str) -> Any:
-    """bf16 on CUDA (half the memory, tensor cores); fp32 elsewhere: bf16 matmuls on CPU are
-    many times slower (19x measured), and MPS bf16 support is patchy."""
-    import torch
-
-    return torch.bfloat16 if device == "cuda" else torch.float32
+    facts = facts if facts is not None else device_rules.probe()
+    return getattr(torch, device_rules.dtype_name(device, facts))
 
 
 def available_cores() -> int:

@@ -253,9 +253,11 @@ class ChainCoordinator:
         round_, stage, stage_count, started_at_s, duration_s = self.client.call("roundInfo")
         if self.embedded is not None:
             ends_ms = self.embedded.schedule.stage_ends_ms(round_, stage)
+            stage_ms = self.embedded.schedule.stage_ms
         else:
-            ends_ms = started_at_s * 1000 + (duration_s * 1000 if duration_s > 0 else self._default_stage_ms)
-        return RoundInfo(round=round_, stage=stage, stage_count=stage_count, stage_ends_ms=ends_ms)
+            stage_ms = duration_s * 1000  # the operator's hint: 0 when it published none
+            ends_ms = started_at_s * 1000 + (stage_ms or self._default_stage_ms)
+        return RoundInfo(round_, stage, stage_count, ends_ms, stage_ms)
 
     async def register(self, peer_id: str) -> None:
         await self._run(self._register, check_peer_id(peer_id))
@@ -346,6 +348,11 @@ class ChainCoordinator:
 
     async def bootnodes(self) -> list[str]:
         return list(await self._run(self.client.call, "getBootnodes"))
+
+    async def in_worker(self, operation: Callable[..., T], *args: Any) -> T:
+        """Run a synchronous `operation` (given `self.client`, say) on the serialized worker,
+        with the same error mapping: for reads and transactions beyond the port."""
+        return await self._run(operation, *args)
 
 
 def open_coordinator(

@@ -4,8 +4,9 @@ Starts a chain on 127.0.0.1 (anvil when it is installed, else the embedded py-ev
 over HTTP by swarmp2p/chain/serve.py), deploys the SwarmCoordinator from the chain's first
 account (which holds every role and advances the rounds), writes a funded key (0600) and a
 libp2p identity for each of N nodes, publishes the first node's address as the contract's
-bootnode, and returns the exact `swarmp2p node` command of every node (absolute paths, quoted
-for a POSIX shell). The caller (the CLI) then runs the stage manager until stopped.
+bootnode (the nodes find each other through it: no --bootstrap), and returns the exact
+`swarmp2p node` command of every node (absolute paths, quoted for a POSIX shell). The caller
+(the CLI) then runs the stage manager until stopped.
 """
 
 from __future__ import annotations
@@ -157,10 +158,8 @@ def start_devnet(
                 "--listen",
                 listen,
             ]
-            if made:  # everyone dials the first node; hellos then spread the others' addresses
-                args += ["--bootstrap", f"{made[0].listen}/p2p/{made[0].peer_id}"]
             made.append(DevnetNode(data_dir, eth_key, address, identity.peer_id, listen, shlex.join(args)))
-        if made:
+        if made:  # no --bootstrap: every node dials the contract's bootnodes (the first node)
             manager.transact("addBootnodes", [f"{made[0].listen}/p2p/{made[0].peer_id}"])
         devnet = Devnet(chain.url, contract, manager_key, stage_seconds, stage_count, tuple(made))
         (directory / DEVNET_FILE).write_text(json.dumps(devnet.to_json(), indent=2) + "\n")

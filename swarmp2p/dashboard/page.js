@@ -150,6 +150,19 @@ function tick() {
   $("clock").textContent = "swarm clock: round " + r + ", stage " + (Math.floor(into / stageMs) + 1) + "/" +
     schedule.stage_count;
 }
+// A chain node's submissions (ChainCoordinator.status()): failures in a row are the first thing
+// an operator must see (its rewards are not on the contract), not a counter in a closed table.
+function renderChain(chain) {
+  $("chain_card").style.display = chain ? "" : "none";
+  if (!chain) return;
+  const failing = isNum(chain.failing_in_a_row) ? chain.failing_in_a_row : 0;
+  const value = $("chain_subs");
+  value.textContent = failing ? failing + " failing in a row" : (chain.submitted || 0) + " on chain";
+  value.className = "v" + (failing ? " bad" : "");
+  $("chain_note").textContent = failing ? "last: " + (chain.last_error || "unknown") :
+    (chain.late_skipped || 0) + " late, skipped · " + (chain.failed || 0) + " failed in all";
+}
+
 function render(body) {
   const v = body.view || {};
   $("source").textContent = v.source && v.source !== "node" ? "· " + v.source : "";
@@ -160,6 +173,7 @@ function render(body) {
   text("round", body.round); text("phase", body.phase);
   text("peer_count", body.peer_count);
   text("last_reward", fmt(v.last_reward, 3));
+  renderChain(body.chain || null);
   schedule = v.schedule || null; tick();
   const last = body.eval || null;
   text("eval_accuracy", last ? fmt(last.accuracy, 3) : null);
