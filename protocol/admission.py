@@ -188,7 +188,6 @@ class Inbox:
         # Peers the runtime reports connected (at round open): established before any batch of
         # theirs verified, so a fresh swarm's first round is not left to the unknown share.
         self.connected: frozenset[str] = frozenset()
-        self.unknown_fetch_limit = max(1, int(rules.max_fetch_per_round * rules.unknown_fetch_share))
         # A multi-stage game's inputs: this round's accepted batches (and our own), by stage.
         self.store = InputStore()
 
@@ -214,6 +213,13 @@ class Inbox:
             fetch_probability=fetch_probability(self.rules.fetch_sample, connected),
         )
         return self.current
+
+    @property
+    def unknown_fetch_limit(self) -> int:
+        """How many fetches a round gives senders that are not `established` (the runtime may
+        replace `rules` once it learns the swarm's, so this is derived, never cached)."""
+        rules = self.rules
+        return max(1, int(rules.max_fetch_per_round * rules.unknown_fetch_share))
 
     def peers_connected(self, peers: Iterable[str]) -> None:
         """The runtime's connected peers, now (reported when a round opens)."""
