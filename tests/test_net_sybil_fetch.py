@@ -30,6 +30,7 @@ from protocol.messages import RolloutAnnouncement, SwarmSchedule
 from simulator.policy import CheckpointStore, SimPolicy
 from simulator.registry import SimTaskRegistry
 from swarmp2p.clocks import TrioClock
+from swarmp2p.dashboard import normalize_status, render_metrics
 from swarmp2p.hello import hello_topic, open_hello
 from swarmp2p.identity import Identity
 from swarmp2p.net import NetworkSettings, open_libp2p_network
@@ -153,6 +154,12 @@ def test_two_honest_nodes_train_on_each_other_every_round_under_300_next_round_s
         assert trained[round_number] == ((b,), (a,)), (round_number, trained)
     for peer in peers:
         # The sybils were heard, and held to their allowances, counted by reason.
-        rejections = peer.status()["rejections"]
+        status = peer.status()
+        rejections = status["rejections"]
         assert rejections.get("future_round_limit", 0) > 0, rejections
         assert rejections.get("fetch_limit", 0) == 0, rejections
+        # ...and the same counts are Prometheus series on /metrics.
+        metrics = render_metrics(normalize_status(status), 0)[0].decode()
+        count = float(rejections["future_round_limit"])
+        series = f'swarmp2p_rejections_total{{reason="future_round_limit"}} {count}'
+        assert series in metrics.splitlines()
