@@ -39,6 +39,7 @@ from swarmp2p.peer import Peer, PeerSettings
 from swarmp2p.peer_settings import announce_topic
 from swarmp2p.round_record import RoundRecord
 from swarmp2p.schedule import ScheduleCoordinator
+from tests.test_metrics_export import assert_every_status_counter_exported
 
 SWARM = "sybil"
 ROUND_MS = 4000
@@ -83,6 +84,7 @@ def test_two_honest_nodes_train_on_each_other_every_round_under_300_next_round_s
     sybils = [Sybil(i) for i in range(SYBILS)]
     records: dict[str, dict[int, RoundRecord]] = {}
     peers: list[Peer] = []
+    snapshots: list[dict[str, Any]] = []
 
     async def offload(fn: Any, *args: Any) -> Any:
         await trio.sleep(0)
@@ -142,6 +144,11 @@ def test_two_honest_nodes_train_on_each_other_every_round_under_300_next_round_s
                 await nursery.start(peer.run)
             nursery.start_soon(attack, [net_a, net_b], clock)
             await trio.sleep(ROUNDS * ROUND_MS / 1000)
+            # What swarmp2p/node.py serves as /api/status, from the attacked nodes themselves.
+            for peer, net in zip(peers, (net_a, net_b), strict=True):
+                snapshot = {**peer.status(), "network": net.status(), "hellos": {"hellos_accepted": 0}}
+                snapshot["peers"] = sorted(net.connected_peers())
+                snapshots.append(snapshot)
             nursery.cancel_scope.cancel()
 
     trio.run(main)
@@ -152,9 +159,9 @@ def test_two_honest_nodes_train_on_each_other_every_round_under_300_next_round_s
     assert len(both) >= ROUNDS - 2, trained
     for round_number in both:
         assert trained[round_number] == ((b,), (a,)), (round_number, trained)
-    for peer in peers:
+    assert len(snapshots) == 2
+    for status in snapshots:
         # The sybils were heard, and held to their allowances, counted by reason.
-        status = peer.status()
         rejections = status["rejections"]
         assert rejections.get("future_round_limit", 0) > 0, rejections
         assert rejections.get("fetch_limit", 0) == 0, rejections
@@ -163,3 +170,4 @@ def test_two_honest_nodes_train_on_each_other_every_round_under_300_next_round_s
         count = float(rejections["future_round_limit"])
         series = f'swarmp2p_rejections_total{{reason="future_round_limit"}} {count}'
         assert series in metrics.splitlines()
+        assert_every_status_counter_exported(status)  # and so is every other status count
