@@ -14,6 +14,12 @@ bytes or nothing, the sweep is due, a round opened) and gets a decision back:
     Accept(sender, groups) the batch verified: it joins the round's training pool
     None                   nothing to do (our own publish echoed back)
 
+Keys are free, so senders are told apart by whether they are `established` (a batch of theirs
+verified before, or connected to us): unknown keys may take only `unknown_fetch_share` of the
+round's fetch budget and park only `max_early_unknown` next-round announcements in all, and
+the runtime runs established senders' fetches first (`fetch_lane`). A few hundred throwaway keys
+then cannot crowd an honest peer's batch out of a round (issue 15).
+
 The rules, in the order they are applied, are the methods `heard`, `consider`, `sweep`,
 `top_up` and `fetched`. Nothing here does IO or reads a clock: the round's timing comes from
 the `RoundMachine` the inbox is given, cryptography and caching from an `Opener` (the
@@ -108,6 +114,13 @@ class AdmissionRules:
     """0: fetch every announced batch; N: about N per round (see `fetch_probability`)."""
     ban_on_proof: bool = True
     known_peer_rounds: int = 10
+    unknown_fetch_share: float = 0.25
+    """The share of `max_fetch_per_round` that senders we have no reason to trust may take (see
+    `Inbox.established`): keys are free, so without it a few hundred throwaway keys announcing
+    first fill the budget and the honest peers' batches go unfetched (issue 15)."""
+    max_early_unknown: int = 16
+    """How many announcements for the NEXT round (held until it opens) unknown senders may park,
+    in all; each sender parks at most one. Established senders are held to the fetch budget."""
 
 
 @attrs.define
@@ -120,6 +133,7 @@ class RoundInbox:
     announced: dict[str, bytes] = attrs.Factory(dict)  # sender -> announced digest
     duplicates: Counter[str] = attrs.Factory(Counter)
     fetches: int = 0
+    unknown_fetches: int = 0  # of `fetches`, those for senders not `established`
     fetch_hash_prefix: Any = None  # sha256 state over (seed, round, me), see `fetch_priority`
     # sampled out, kept for top-ups: sender -> (priority, announcement) (a `Defer`)
     deferred: dict[str, tuple[float, RolloutAnnouncement]] = attrs.Factory(dict)
@@ -170,6 +184,10 @@ class Inbox:
         # Announcements for the NEXT position (round, or stage of a multi-stage game) that
         # arrived before our own poll saw it open, by round (one position per round is ever next).
         self.early: dict[int, dict[str, tuple[RolloutAnnouncement, bytes]]] = {}
+        self.early_unknown: Counter[int] = Counter()  # how many of `early[round]` are not established
+        # Peers the runtime reports connected (at round open): established before any batch of
+        # theirs verified, so a fresh swarm's first round is not left to the unknown share.
+        self.connected: frozenset[str] = frozenset()
         # A multi-stage game's inputs: this round's accepted batches (and our own), by stage.
         self.store = InputStore()
 
@@ -195,6 +213,34 @@ class Inbox:
             fetch_probability=fetch_probability(self.rules.fetch_sample, connected),
         )
         return self.current
+
+    @property
+    def unknown_fetch_limit(self) -> int:
+        """How many fetches a round gives senders that are not `established` (the runtime may
+        replace `rules` once it learns the swarm's, so this is derived, never cached)."""
+        rules = self.rules
+        return max(1, int(rules.max_fetch_per_round * rules.unknown_fetch_share))
+
+    def peers_connected(self, peers: Iterable[str]) -> None:
+        """The runtime's connected peers, now (reported when a round opens)."""
+        self.connected = frozenset(peers)
+
+    def established(self, sender: str) -> bool:
+        """A sender with a reason to trust it: a batch of its verified before, or connected to us.
+        A throwaway key has neither; an announcement alone does not make a sender established."""
+        return sender in self.connected or self.scores.valid.get(sender, 0) > 0
+
+    def unknown_budget_full(self) -> bool:
+        """Would an unknown sender's announcement be refused now, for this round or the next?"""
+        state = self.current
+        return (state is not None and state.unknown_fetches >= self.unknown_fetch_limit) or any(
+            count >= self.rules.max_early_unknown for count in self.early_unknown.values()
+        )
+
+    def fetch_lane(self, sender: str) -> int:
+        """The runtime's fetch queue runs lane 0 before lane 1: established senders first, so
+        fetches of unknown keys (which may time out) never delay theirs."""
+        return 0 if self.established(sender) else 1
 
     def queued(self, job: FetchJob) -> None:
         """The runtime queued the fetch of a `Fetch` decision."""
@@ -240,6 +286,10 @@ class Inbox:
         if announcement.round <= current + 1:
             early = self.early.setdefault(announcement.round, {})
             if len(early) < rules.max_fetch_per_round and announcement.peer_id not in early:
+                if not self.established(sender):
+                    if self.early_unknown[announcement.round] >= rules.max_early_unknown:
+                        return self.reject("future_round_limit", blame=None)
+                    self.early_unknown[announcement.round] += 1
                 early[announcement.peer_id] = (announcement, opened.digest)
                 return Hold(announcement.round, announcement.stage)
         return self.reject("future_round", blame=None)
@@ -249,6 +299,8 @@ class Inbox:
         that came before it did (in sender order), and forget older ones."""
         for stale in [r for r in self.early if r < round_number]:
             del self.early[stale]
+        for stale in [r for r in self.early_unknown if r <= round_number]:
+            del self.early_unknown[stale]
         early = self.early.pop(round_number, {})
         return [self.consider(*early[sender]) for sender in sorted(early)]
 
@@ -273,6 +325,9 @@ class Inbox:
             return self.reject("oversized", blame=sender)
         if state.fetches >= self.rules.max_fetch_per_round:
             return self.reject("fetch_limit", blame=None)
+        unknown = not self.established(sender)
+        if unknown and state.unknown_fetches >= self.unknown_fetch_limit:
+            return self.reject("fetch_unknown_limit", blame=None)
         state.announced[sender] = announcement.batch_digest
         self.known[sender] = state.round
         if state.fetch_probability < 1.0:
@@ -281,6 +336,8 @@ class Inbox:
                 state.deferred[sender] = deferred = _new_tuple(Defer, (priority, announcement))
                 self.counters["fetch_deferred"] += 1
                 return deferred
+        if unknown:
+            state.unknown_fetches += 1
         return Fetch(job_for(announcement))
 
     def _priority(self, state: RoundInbox, sender: str) -> float:

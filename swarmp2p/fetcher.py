@@ -15,6 +15,7 @@ import trio
 from protocol.admission import Accept, Fetch, FetchJob, Hold, Inbox, NeedInputs
 from protocol.errors import ProtocolError
 from protocol.messages import FetchRequest, FetchResponse
+from swarmp2p.fetch_queue import LaneQueue
 from swarmp2p.peer_cache import VerifyCache
 from swarmp2p.peer_settings import PeerSettings, batch_dht_key
 from swarmp2p.ports import InboundMessage, NetworkError, NetworkPort
@@ -43,22 +44,22 @@ class Fetcher:
         self.cache = cache
         self.counters = inbox.counters
         self._on_hold = on_hold  # an announcement for the next round: the swarm has moved on
-        self._send: trio.MemorySendChannel[FetchJob] | None = None
+        self._queue: LaneQueue[FetchJob] | None = None
         # True when `request` and `dht_get` always return within their own timeout (the
         # simulator's network does). Then our own deadline around them would never fire, and a
         # cancel scope per fetch is a visible cost at 100 peers.
         self._waits_bounded = network.bounds_waits is True
 
     def start(self, nursery: trio.Nursery) -> None:
-        send, receive = trio.open_memory_channel[FetchJob](self.settings.max_fetch_per_round)
-        self._send = send
+        self._queue = queue = LaneQueue[FetchJob](self.settings.max_fetch_per_round)
         for _ in range(self.settings.fetch_concurrency):
-            nursery.start_soon(self._worker, receive.clone())
+            nursery.start_soon(self._worker, queue)
 
     def enqueue(self, job: FetchJob) -> None:
-        assert self._send is not None
+        assert self._queue is not None
         try:
-            self._send.send_nowait(job)
+            # The inbox picks the lane: established senders' fetches run before unknown keys'.
+            self._queue.put_nowait(job, self.inbox.fetch_lane(job.sender))
             self.inbox.queued(job)
         except trio.WouldBlock:
             self.inbox.reject("fetch_queue_full", blame=None)
@@ -92,7 +93,14 @@ class Fetcher:
             self.inbox.reject("internal_error", blame=None)
 
     def on_announcement(self, message: InboundMessage) -> None:
-        self.take(self.inbox.heard(message.transport_sender, message.data))
+        sender = message.transport_sender
+        inbox = self.inbox
+        if inbox.unknown_budget_full() and not inbox.established(sender):
+            # Peers connect during a round too (a node opens round 0 before the others are up):
+            # before a sender is refused as an unknown key, learn who is connected now. Only
+            # then: this runs per delivery, and asking the network costs a walk of its peers.
+            inbox.peers_connected(self.network.connected_peers())
+        self.take(inbox.heard(sender, message.data))
 
     def sweep(self) -> None:
         """The sweep is due: queue DHT lookups for the batches of known peers that announced
@@ -100,9 +108,10 @@ class Fetcher:
         for job in self.inbox.sweep(self.network.connected_peers()):
             self.enqueue(job)
 
-    async def _worker(self, receive: trio.MemoryReceiveChannel[FetchJob]) -> None:
-        async with receive:
-            async for job in receive:
+    async def _worker(self, queue: LaneQueue[FetchJob]) -> None:
+        async with queue.worker():
+            while True:
+                job = await queue.get()
                 try:
                     accepted = await self._fetch_and_verify(job)
                 except Exception:

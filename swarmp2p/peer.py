@@ -303,8 +303,10 @@ class Peer:
     def _open(self, round_number: int, now_ms: int) -> None:
         self._abandoned = self._work  # kept for the record if the machine abandons it
         stage = self.machine.stage
-        connected = len(self.network.connected_peers()) if self.settings.fetch_sample else 0
-        inbox = self.inbox.open_round(round_number, stage, connected)
+        connected = self.network.connected_peers()
+        self.inbox.peers_connected(connected)  # established senders: fetched before unknown keys
+        sampled_over = len(connected) if self.settings.fetch_sample else 0
+        inbox = self.inbox.open_round(round_number, stage, sampled_over)
         self._work = RoundWork(
             round=round_number,
             stage=stage,

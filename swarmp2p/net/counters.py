@@ -14,6 +14,7 @@ class DropCounters:
         "gossip_outbound_queue_full",
         "gossip_subscription_queue_full",
         "gossip_rate_limited",
+        "gossip_origin_rate_limited",  # one origin key over its allowance (net/origin_limit.py)
         "gossip_oversized_publish",
         # Inbound gossip py-libp2p refuses (it only logs them at debug level).
         "gossip_bad_signature",

@@ -28,6 +28,7 @@ from libp2p.pubsub.validators import signature_validator
 from libp2p.tools.timed_cache.last_seen_cache import LastSeenCache
 
 from swarmp2p.net.counters import DropCounters
+from swarmp2p.net.origin_limit import OriginRateLimiter
 from swarmp2p.net.settings import NetworkSettings
 
 logger = logging.getLogger(__name__)
@@ -135,9 +136,12 @@ class CountingPubsub(Pubsub):
         outbound_queue_size: int,
         subscription_queue_size: int,
         max_seen_messages: int = 65536,
+        origin_limiter: OriginRateLimiter | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(host, router, **kwargs)
+        self.origin_limiter = origin_limiter
+        self._my_id_bytes = self.my_id.to_bytes()
         stock = self.seen_messages
         self.seen_messages = _CappedSeenCache(stock.ttl, stock.sweep_interval, max_seen_messages, counters)
         stock.stop()  # its sweeper thread
@@ -198,6 +202,11 @@ class CountingPubsub(Pubsub):
             return
         if self._is_msg_seen(msg):
             self._drop_counters.add("gossip_seen_duplicate")
+            return
+        limiter = self.origin_limiter
+        if limiter is not None and msg.from_id != self._my_id_bytes and not limiter.allow(msg.from_id):
+            # Before the signature check and the node's decode: a flooding key costs a lookup.
+            self._drop_counters.add("gossip_origin_rate_limited")
             return
         scorer = getattr(self.router, "scorer", None)
         try:
@@ -302,6 +311,7 @@ def build_gossip(host: IHost, settings: NetworkSettings, counters: DropCounters)
         counters=counters,
         outbound_queue_size=settings.outbound_queue_size,
         subscription_queue_size=settings.subscription_queue_size,
+        origin_limiter=OriginRateLimiter(settings.origin_rate_per_s, settings.origin_burst),
         max_seen_messages=settings.max_seen_messages,
         # Both sides must sign strictly: a signing-policy mismatch drops every message.
         strict_signing=True,

@@ -33,6 +33,11 @@ class NetworkSettings:
     flood_publish: bool = True
     # Raised from 10/s: a round's announcements from 20 peers arrive in one burst.
     max_messages_per_topic_per_second: float = attrs.field(default=1000.0, validator=_positive)
+    # Per origin key, checked before signatures are verified (net/origin_limit.py): a burst,
+    # then a steady rate. An honest key sends about one announcement a round and a hello every
+    # few seconds.
+    origin_rate_per_s: float = attrs.field(default=10.0, validator=_positive)
+    origin_burst: float = attrs.field(default=50.0, validator=_positive)
     outbound_queue_size: int = attrs.field(default=4096, validator=_positive)
     subscription_queue_size: int = attrs.field(default=4096, validator=_positive)
     # Gossip carries announcements and hellos only; py-libp2p drops RPCs over 1 MiB without a word,
