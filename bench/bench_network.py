@@ -444,6 +444,8 @@ def wait(  # type: ignore[no-untyped-def]
     while not predicate():
         if time.monotonic() > deadline:
             raise SystemExit(f"timed out waiting for {what}")
+        if workers and all(process.poll() is not None for process in workers):
+            raise SystemExit(f"every process exited while waiting for {what}")
         if memory is not None and workers is not None:
             memory.sample(workers)
         time.sleep(0.1 if memory is None else 0.5)

@@ -17,8 +17,10 @@ import argparse
 import itertools
 import json
 import os
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def proc_children() -> dict[int, list[int]]:
@@ -121,6 +123,18 @@ def main() -> None:
         path.with_suffix(".tmp").write_text(json.dumps(result))
         path.with_suffix(".tmp").replace(path)
 
+    def answer(future: Any, deadline: float) -> Any:
+        """The call's result, waiting in short slices: a call to hivemind's DHT process never
+        returns once that process has died, so each slice also checks that it is alive."""
+        while True:
+            try:
+                return future.result(timeout=min(0.5, max(0.01, deadline - time.time())))
+            except TimeoutError:
+                if not dht.is_alive():
+                    raise RuntimeError("the DHT process died") from None
+                if time.time() >= deadline:
+                    raise
+
     exchanges = len(sizes) * args.messages
     for exchange in range(exchanges):
         if exchange % args.messages == 0:
@@ -131,9 +145,8 @@ def main() -> None:
         key = f"bench_round_{exchange}"
         my_id = exchange * args.procs + args.index
         try:
-            # Futures with a timeout: a call to a DHT process that has died never returns.
             future = dht.store(key, os.urandom(size), get_dht_time() + 300, subkey=me, return_future=True)
-            stored = future.result(timeout=args.round_timeout)
+            stored = answer(future, at + args.round_timeout)
         except Exception as error:  # a failure of the stack is what we measure: count it, go on
             count(f"store: {type(error).__name__}")
             stored = False
@@ -144,9 +157,7 @@ def main() -> None:
         deadline = at + args.round_timeout
         while time.time() < deadline and dht.is_alive():
             try:
-                found = dht.get(key, latest=True, return_future=True).result(
-                    timeout=max(0.1, deadline - time.time())
-                )
+                found = answer(dht.get(key, latest=True, return_future=True), deadline)
             except Exception as error:
                 count(f"get: {type(error).__name__}")
                 found = None
@@ -162,8 +173,10 @@ def main() -> None:
             time.sleep(args.poll)
         save(finished=False)
         if not dht.is_alive():
-            # hivemind's DHT runs in a child process; once it has died every call would hang.
-            raise SystemExit(f"hivemind's DHT process died in round {exchange} ({size} B batches)")
+            # os._exit: a normal exit waits forever on hivemind's threads for the dead process.
+            print(f"hivemind's DHT process died in round {exchange} ({size} B batches)", file=sys.stderr)
+            sys.stderr.flush()
+            os._exit(1)
     # Keep serving the DHT until every peer is done (or the grace time passes): a peer that
     # left early would make the others' late reads look like losses of the stack.
     (out / f"done-{args.index}").write_text("1")
