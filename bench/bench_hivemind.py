@@ -69,6 +69,8 @@ def ratio(ours: float, theirs: float) -> str:
         return "-"
     if math.isinf(theirs):
         return "0x (theirs never completed)" if not math.isinf(ours) else "-"
+    if math.isinf(ours):
+        return "inf (ours never completed)"
     if theirs == 0:
         return "-"
     return f"{ours / theirs:.2f}x"

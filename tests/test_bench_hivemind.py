@@ -173,6 +173,12 @@ def test_table_ratios_and_targets() -> None:
     ]
 
 
+def test_ratio_of_rounds_that_never_completed() -> None:
+    assert bench_hivemind.ratio(math.inf, 3.0) == "inf (ours never completed)"
+    assert bench_hivemind.ratio(1.0, math.inf) == "0x (theirs never completed)"
+    assert bench_hivemind.ratio(1.0, 4.0) == "0.25x"
+
+
 def test_a_missing_hivemind_python_is_one_line() -> None:
     assert "HIVEMIND_PYTHON" in bench_hivemind.check_hivemind("")
     assert bench_hivemind.check_hivemind("/nonexistent/python") == "/nonexistent/python does not exist"
