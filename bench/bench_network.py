@@ -20,6 +20,7 @@ baseline, then ours).
     python bench/bench_network.py                      # 5, 10, 20 processes x 10 KB, 200 KB, 1 MB
     python bench/bench_network.py --procs 5 --sizes 10000 --messages 20
     python bench/bench_network.py --procs 5,20 --sizes 10000 --conn-manager both
+    python bench/bench_network.py --all-to-all --procs 20 --interval 8   # every process publishes per round
 
 Targets (issue 6): p99 < 0.5 s at 20 processes with 10 KB batches; 1 MB batches with nothing lost.
 """
