@@ -20,6 +20,7 @@ baseline, then ours).
     python bench/bench_network.py                      # 5, 10, 20 processes x 10 KB, 200 KB, 1 MB
     python bench/bench_network.py --procs 5 --sizes 10000 --messages 20
     python bench/bench_network.py --procs 5,20 --sizes 10000 --conn-manager both
+    python bench/bench_network.py --all-to-all --procs 20 --interval 8   # every process publishes per round
 
 Targets (issue 6): p99 < 0.5 s at 20 processes with 10 KB batches; 1 MB batches with nothing lost.
 """
@@ -27,6 +28,7 @@ Targets (issue 6): p99 < 0.5 s at 20 processes with 10 KB batches; 1 MB batches 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -89,6 +91,9 @@ def worker(args: argparse.Namespace) -> None:
             idle_after = resource.getrusage(resource.RUSAGE_SELF)
             idle_cpu = idle_after.ru_utime + idle_after.ru_stime - idle_before.ru_utime - idle_before.ru_stime
             idle_s = max(1e-9, time.time() - idle_from)
+            # --all-to-all: every process publishes in every exchange (a swarm round: each peer
+            # shares its batch and wants everyone else's); message id = exchange * procs + publisher.
+            fanin = args.procs if args.all_to_all else 1
             received: dict[int, float] = {}
             heard: dict[int, float] = {}  # when the announcement arrived (gossip latency)
             published: dict[int, float] = {}
@@ -108,7 +113,7 @@ def worker(args: argparse.Namespace) -> None:
                         return
 
             def expected_size(msg_id: int) -> int:
-                return sizes[msg_id // args.messages]
+                return sizes[msg_id // (args.messages * fanin)]
 
             async def listen(nursery: trio.Nursery) -> None:
                 async for message in channel:
@@ -116,12 +121,15 @@ def worker(args: argparse.Namespace) -> None:
                     heard[msg_id] = time.time()
                     nursery.start_soon(fetch, msg_id, message.transport_sender)
 
-            total = len(sizes) * args.messages
+            total = len(sizes) * args.messages * fanin
+            cpu_marks: list[float] = []  # CPU seconds when each batch size's exchanges begin
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(listen, nursery)
                 for msg_id in range(total):
-                    at = start + msg_id * args.interval
+                    at = start + (msg_id // fanin) * args.interval
                     await trio.sleep(max(0.0, at - time.time()))
+                    if msg_id % (args.messages * fanin) == 0:
+                        cpu_marks.append(cpu_seconds())
                     if msg_id % args.procs == args.index:
                         payloads[msg_id] = os.urandom(expected_size(msg_id))
                         published[msg_id] = time.time()
@@ -136,6 +144,7 @@ def worker(args: argparse.Namespace) -> None:
                     while not all((out / f"done-{i}").exists() for i in range(args.procs)):
                         await trio.sleep(0.1)
                 nursery.cancel_scope.cancel()
+            cpu_marks.append(cpu_seconds())
             cpu_after = resource.getrusage(resource.RUSAGE_SELF)
             cpu = (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime)
             result = {
@@ -146,6 +155,8 @@ def worker(args: argparse.Namespace) -> None:
                 "errors": errors,
                 "published": published,
                 "cpu_s": cpu,
+                # Per batch size: the last size's share runs on through the end-of-run wait.
+                "cpu_by_size": [b - a for a, b in itertools.pairwise(cpu_marks)],
                 "idle_cpu_s": idle_cpu,
                 "idle_s": idle_s,
                 "drops": net.counters.snapshot(),
@@ -155,15 +166,36 @@ def worker(args: argparse.Namespace) -> None:
     trio.run(main)
 
 
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 # ---- orchestration --------------------------------------------------------------------------
 
 
 def run_config(
-    procs: int, sizes: list[int], messages: int, interval: float, conn_manager: str, idle_s: float
+    procs: int,
+    sizes: list[int],
+    messages: int,
+    interval: float,
+    conn_manager: str,
+    idle_s: float,
+    *,
+    all_to_all: bool = False,
+    command: list[str] | None = None,
+    grace_s: float = 30.0,
 ) -> dict[int, dict[str, Any]]:
+    """Run one swarm of `procs` worker processes and summarize it per batch size.
+
+    `command` is the worker's command line without arguments (default: this script's worker
+    on our adapter); bench_hivemind.py passes its hivemind worker, which speaks the same file
+    protocol in `out`: `addr` from the first process, `ready-i`, then `start` (a wall-clock
+    time) from here, `done-i` and `result-i.json` from each worker.
+    """
     with tempfile.TemporaryDirectory(prefix="bench-net-") as tmp:
         out = Path(tmp)
-        base = [sys.executable, __file__, "--worker", "--out", tmp, "--procs", str(procs)]
+        base = [*(command or [sys.executable, __file__, "--worker"]), "--out", tmp, "--procs", str(procs)]
         base += [
             "--sizes",
             ",".join(map(str, sizes)),
@@ -174,55 +206,128 @@ def run_config(
             "--conn-manager",
             conn_manager,
         ]
+        if all_to_all:
+            base.append("--all-to-all")
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        workers = [subprocess.Popen([*base, "--index", "0"], env=env, stderr=subprocess.DEVNULL)]
+        launched = time.time()
+
+        # Each worker's stderr goes to a file: a crash's last line is reported as its reason.
+        def launch(i: int, extra: list[str]) -> subprocess.Popen[bytes]:
+            with open(out / f"stderr-{i}", "wb") as stderr:
+                return subprocess.Popen([*base, "--index", str(i), *extra], env=env, stderr=stderr)
+
+        workers = [launch(0, [])]
+        memory = MemorySampler()
         try:
-            wait(lambda: (out / "addr").exists(), 60, "the first process")
+            wait(lambda: (out / "addr").exists(), 120, "the first process", workers, memory)
             addr = (out / "addr").read_text()
             for i in range(1, procs):
-                cmd = [*base, "--index", str(i), "--bootstrap", addr]
-                workers.append(subprocess.Popen(cmd, env=env, stderr=subprocess.DEVNULL))
-            wait(lambda: all((out / f"ready-{i}").exists() for i in range(procs)), 30 + 6 * procs, "the mesh")
-            (out / "start").write_text(str(time.time() + 2.0 + idle_s))
-            for process in workers:
-                process.wait(timeout=120 + len(sizes) * messages * interval)
-            results = [json.loads((out / f"result-{i}.json").read_text()) for i in range(procs)]
+                workers.append(launch(i, ["--bootstrap", addr]))
+            ready = lambda: all((out / f"ready-{i}").exists() for i in range(procs))  # noqa: E731
+            wait(ready, 60 + 10 * procs, "the swarm to be ready", workers, memory)
+            # Start-up: from launching the first process until every one is connected and ready.
+            startup_s = time.time() - launched
+            start = time.time() + 2.0 + idle_s
+            (out / "start").write_text(str(start))
+            deadline = time.monotonic() + 60 + grace_s + len(sizes) * messages * interval
+            while any(process.poll() is None for process in workers) and time.monotonic() < deadline:
+                memory.sample(workers)
+                time.sleep(0.5)
+            # A worker that crashed or hung leaves no result: its peer is reported as crashed
+            # and every batch it should have received as lost, not the whole configuration.
+            results: list[dict[str, Any] | None] = []
+            crashes: dict[str, int] = {}
+            for i in range(procs):
+                path = out / f"result-{i}.json"
+                results.append(json.loads(path.read_text()) if path.exists() else None)
+                if results[-1] is None or not results[-1].get("finished", True):
+                    reason = crash_reason(out / f"stderr-{i}") or f"exit code {workers[i].poll()}"
+                    crashes[reason] = crashes.get(reason, 0) + 1
         finally:
             for process in workers:
                 if process.poll() is None:
                     process.kill()
+    windows = [start + k * messages * interval for k in range(1, len(sizes))]
+    rows = summarize(results, sizes, messages, start, interval, all_to_all=all_to_all, idle_s=idle_s)
+    peaks = memory.peaks(windows)
+    for s_index, row in enumerate(rows.values()):
+        row["startup_s"] = startup_s
+        row["crash_reasons"] = crashes
+        row["peak_mib"] = statistics.mean(peaks[s_index]) if peaks[s_index] else float("nan")
+    return rows
+
+
+def summarize(
+    results: list[dict[str, Any] | None],
+    sizes: list[int],
+    messages: int,
+    start: float,
+    interval: float,
+    *,
+    all_to_all: bool = False,
+    idle_s: float = 0.0,
+) -> dict[int, dict[str, Any]]:
+    """Per batch size: latency percentiles, losses, errors and CPU from the workers' results.
+
+    Without `all_to_all` one exchange is one publisher's batch and its latency runs from that
+    publish until the last process holds it. With it, one exchange is a round in which every
+    process publishes, and its latency runs from the round's scheduled start until every
+    process holds every other process's batch; a round in which any batch never arrived has
+    no such time and counts as infinite (so p99 says so).
+    """
+    procs = len(results)
+    # A worker that wrote no result, or one it did not mark finished (hivemind's worker saves
+    # after every round), crashed; the rounds it did report still count.
+    crashed = sum(1 for r in results if r is None or not r.get("finished", True))
+    alive = [r for r in results if r is not None]
+    fanin = procs if all_to_all else 1
     published: dict[int, float] = {}
-    for result in results:
+    for result in alive:
         published.update({int(k): v for k, v in result["published"].items()})
     reasons: dict[str, int] = {}
-    for result in results:
+    drop_kinds: dict[str, int] = {}
+    for result in alive:
         for reason, count in result["errors"].items():
             reasons[reason] = reasons.get(reason, 0) + count
-    drop_kinds: dict[str, int] = {}
-    for result in results:
         for kind, count in result["drops"].items():
             drop_kinds[kind] = drop_kinds.get(kind, 0) + count
     rows: dict[int, dict[str, Any]] = {}
     for s_index, size in enumerate(sizes):
-        ids = range(s_index * messages, (s_index + 1) * messages)
         latencies, gossip, lost = [], [], 0
-        for msg_id in ids:
-            done, heard = [], []
-            for result in results:
-                if str(msg_id) in result["published"]:
-                    continue
-                t = result["received"].get(str(msg_id))
-                if t is None:
-                    lost += 1
-                else:
-                    done.append(t)
-                h = result["heard"].get(str(msg_id))
-                if h is not None:
-                    heard.append(h)
-            if msg_id in published and done:
-                latencies.append(max(done) - published[msg_id])
-            if msg_id in published and heard:
-                gossip.append(max(heard) - published[msg_id])
+        for exchange in range(s_index * messages, (s_index + 1) * messages):
+            ids = range(exchange * fanin, (exchange + 1) * fanin)
+            round_done: list[float] = []
+            complete = True
+            for msg_id in ids:
+                done, heard = [], []
+                for index, result in enumerate(results):
+                    if all_to_all and msg_id % procs == index:
+                        continue  # its own batch
+                    if result is None:
+                        lost += 1  # a crashed process holds nothing
+                        complete = False
+                        continue
+                    if str(msg_id) in result["published"]:
+                        continue
+                    t = result["received"].get(str(msg_id))
+                    if t is None:
+                        lost += 1
+                        complete = False
+                    else:
+                        done.append(t)
+                    h = result["heard"].get(str(msg_id))
+                    if h is not None:
+                        heard.append(h)
+                round_done += done
+                if not all_to_all and msg_id in published and done:
+                    latencies.append(max(done) - published[msg_id])
+                if not all_to_all and msg_id in published and heard:
+                    gossip.append(max(heard) - published[msg_id])
+                if all_to_all and heard:
+                    gossip.append(max(heard) - (start + exchange * interval))
+            if all_to_all:
+                scheduled = start + exchange * interval
+                latencies.append(max(round_done) - scheduled if complete and round_done else float("inf"))
         latencies.sort()
         gossip.sort()
         rows[size] = {
@@ -230,20 +335,96 @@ def run_config(
             "p99": percentile(latencies, 0.99),
             # Until the LAST process heard the announcement: the gossip share of the latency.
             "gossip_p99": percentile(gossip, 0.99),
-            "fetch_errors": sum(sum(r["errors"].values()) for r in results),
+            "fetch_errors": sum(sum(r["errors"].values()) for r in alive),
             "error_reasons": reasons,
             "drop_kinds": drop_kinds,
             "lost": lost,
-            "cpu_s": statistics.mean(r["cpu_s"] for r in results) / len(sizes),
+            "crashed": crashed,
+            "cpu_s": mean([cpu_share(r, s_index, len(sizes)) for r in alive]),
             # Normalised to `idle_s`: workers see the start file at slightly different times.
-            "idle_cpu_s": statistics.mean(r["idle_cpu_s"] / r["idle_s"] for r in results) * idle_s,
+            "idle_cpu_s": mean([r["idle_cpu_s"] / r["idle_s"] for r in alive]) * idle_s,
             # Message drops only: failed dials and re-dials are connection churn, not lost data.
             "drops": sum(
-                v for r in results for k, v in r["drops"].items() if k not in DropCounters.NOT_DATA_LOSS
+                v for r in alive for k, v in r["drops"].items() if k not in DropCounters.NOT_DATA_LOSS
             ),
-            "dial_failed": sum(r["drops"].get("dial_failed", 0) for r in results),
+            "dial_failed": sum(r["drops"].get("dial_failed", 0) for r in alive),
         }
     return rows
+
+
+def crash_reason(path: Path) -> str:
+    """The distinct exception lines of a worker's stderr (the first is usually the cause),
+    then its last line."""
+    lines = [line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    found = [line for line in lines if re.match(r"^[\w.]+(Error|Exception|Exit)\b.*", line)]
+    if lines and lines[-1] not in found:
+        found.append(lines[-1])
+    found = list(dict.fromkeys(re.sub(r"12D3Koo\w+", "<peer>", line)[:160] for line in found))
+    return " / ".join(found)
+
+
+def mean(values: list[float]) -> float:
+    return statistics.mean(values) if values else float("nan")
+
+
+def cpu_share(result: dict[str, Any], s_index: int, n_sizes: int) -> float:
+    """CPU seconds one process spent on one batch size (an even split when not measured per size)."""
+    by_size = result.get("cpu_by_size")
+    if by_size and len(by_size) == n_sizes:
+        return float(by_size[s_index])
+    return float(result["cpu_s"]) / n_sizes
+
+
+class MemorySampler:
+    """Peak proportional set size (PSS) of each worker's process tree, per time window.
+
+    Sampled from /proc here rather than reported by the workers: a hivemind peer is three
+    processes (the worker, its forked DHT process, the Go p2pd daemon), and forked processes
+    share pages, so PSS summed over the tree is its memory without counting shared pages twice.
+    """
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, list[float]]] = []
+
+    def sample(self, workers: list[subprocess.Popen[bytes]]) -> None:
+        children: dict[int, list[int]] = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    stat = (entry / "stat").read_text()
+                except OSError:
+                    continue
+                ppid = int(stat.rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry.name))
+        self.samples.append((time.time(), [tree_pss_mib(w.pid, children) for w in workers]))
+
+    def peaks(self, boundaries: list[float]) -> list[list[float]]:
+        """Per window (split at `boundaries`), each worker's peak; earlier samples go to window 0."""
+        peaks: list[list[float]] = [[] for _ in range(len(boundaries) + 1)]
+        for t, values in self.samples:
+            window = sum(1 for b in boundaries if t >= b)
+            row = peaks[window]
+            for i, value in enumerate(values):
+                if i < len(row):
+                    row[i] = max(row[i], value)
+                else:
+                    row.append(value)
+        return peaks
+
+
+def tree_pss_mib(root: int, children: dict[int, list[int]]) -> float:
+    total_kib, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        stack.extend(children.get(pid, []))
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total_kib += int(line.split()[1])
+                    break
+        except OSError:
+            continue  # exited between the listing and the read
+    return total_kib / 1024
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -253,12 +434,22 @@ def percentile(values: list[float], q: float) -> float:
     return values[k]
 
 
-def wait(predicate, timeout_s: float, what: str) -> None:  # type: ignore[no-untyped-def]
+def wait(  # type: ignore[no-untyped-def]
+    predicate,
+    timeout_s: float,
+    what: str,
+    workers: list[subprocess.Popen[bytes]] | None = None,
+    memory: MemorySampler | None = None,
+) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:
             raise SystemExit(f"timed out waiting for {what}")
-        time.sleep(0.1)
+        if workers and all(process.poll() is not None for process in workers):
+            raise SystemExit(f"every process exited while waiting for {what}")
+        if memory is not None and workers is not None:
+            memory.sample(workers)
+        time.sleep(0.1 if memory is None else 0.5)
 
 
 def main() -> None:
@@ -276,6 +467,11 @@ def main() -> None:
         help="py-libp2p connection manager: ours, py-libp2p's defaults, or both (default first)",
     )
     parser.add_argument("--idle", type=float, default=10.0, help="idle seconds measured before the exchanges")
+    parser.add_argument(
+        "--all-to-all",
+        action="store_true",
+        help="every process publishes in every exchange (a swarm round); latency until all hold all",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", default="", help=argparse.SUPPRESS)
@@ -322,7 +518,9 @@ def main() -> None:
         task = progress.add_task("configurations", total=len(configs))
         for procs, manager in configs:
             load_before = os.getloadavg()[0]
-            rows = run_config(procs, sizes, args.messages, args.interval, manager, args.idle)
+            rows = run_config(
+                procs, sizes, args.messages, args.interval, manager, args.idle, all_to_all=args.all_to_all
+            )
             load = f"{load_before:.1f}-{os.getloadavg()[0]:.1f}"
             first = next(iter(rows.values()))  # errors and drops are per run, all sizes together
             if first["error_reasons"]:

@@ -1,0 +1,211 @@
+"""The round exchange on our libp2p adapter and on the reference stack (hivemind's DHT), side by side.
+
+One round: every process shares a batch and wants every other process's batch. Ours: each
+process gossips an announcement and serves its batch over /swarmp2p/fetch/1.0.0; the others
+fetch it on hearing the announcement (bench_network.py --all-to-all; its worker and
+orchestration are reused). Reference: what RL Swarm does with hivemind, each process stores
+its batch in the DHT under key = round, subkey = its peer id, then reads the key until it
+holds every batch (bench/hivemind_worker.py, run with hivemind's own Python).
+
+Per (processes, batch size, stack): p50 / p99 of the time from a round's start until every
+process holds every batch (a round in which any batch never arrived is infinite); batches lost
+(not held 30 s after the round); processes that crashed or hung (their reason under the table);
+CPU seconds per process (a hivemind peer is three processes: the worker, its forked DHT
+process and the Go p2pd daemon, all counted); peak memory per process (PSS, shared pages
+counted once); start-up of the swarm (from launching the first process until every one is
+ready). Ratios are ours / hivemind's. Configurations run interleaved (ours, then hivemind's, per
+process count) so both see the same load on a shared machine.
+
+hivemind lives in its own virtual environment (it pins its own torch, protobuf and grpc):
+
+    python3 -m venv ~/hm-venv && ~/hm-venv/bin/pip install hivemind
+    python bench/bench_hivemind.py --hivemind-python ~/hm-venv/bin/python    # or HIVEMIND_PYTHON=...
+    python bench/bench_hivemind.py --procs 5 --sizes 10000 --rounds 3        # a quick look
+
+Targets (issue 14): at 20 processes with 10 KB batches, our p99 at most 1/8 of hivemind's and
+our CPU per process at most half of hivemind's; 1 MB batches with nothing lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_network import run_config  # noqa: E402
+
+STACKS = ("ours", "hivemind")
+
+
+def check_hivemind(python: str) -> str:
+    """Empty when `python` can import hivemind; otherwise the one-line reason it cannot."""
+    if not python:
+        return "no hivemind Python given (--hivemind-python or HIVEMIND_PYTHON)"
+    if not Path(python).exists():
+        return f"{python} does not exist"
+    probe = subprocess.run(
+        [python, "-c", "import hivemind; print(hivemind.__version__)"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if probe.returncode != 0:
+        lines = probe.stderr.strip().splitlines()
+        return f"{python} cannot import hivemind: {lines[-1] if lines else probe.returncode}"
+    return ""
+
+
+def ratio(ours: float, theirs: float) -> str:
+    if math.isnan(ours) or math.isnan(theirs):
+        return "-"
+    if math.isinf(theirs):
+        return "0x (theirs never completed)" if not math.isinf(ours) else "-"
+    if math.isinf(ours):
+        return "inf (ours never completed)"
+    if theirs == 0:
+        return "-"
+    return f"{ours / theirs:.2f}x"
+
+
+def seconds(value: float) -> str:
+    if math.isinf(value):
+        return "never"
+    if math.isnan(value):
+        return "-"
+    return f"{value:.2f}"
+
+
+def markdown_table(results: list[dict[str, Any]]) -> str:
+    """One row per (procs, batch, stack); ratio columns (ours / hivemind) on our rows."""
+    header = (
+        "| procs | batch | stack | p50 s | p99 s | p99 ours/hm | lost | crashed | CPU s/proc "
+        "| CPU ours/hm | peak MiB/proc | MiB ours/hm | start-up s | start-up ours/hm |"
+    )
+    lines = [header, "|---" * 14 + "|"]
+    by_key = {(r["procs"], r["size"], r["stack"]): r for r in results}
+    for r in results:
+        theirs = by_key.get((r["procs"], r["size"], "hivemind")) if r["stack"] == "ours" else None
+
+        def cmp(field: str, r: dict[str, Any] = r, theirs: dict[str, Any] | None = theirs) -> str:
+            return ratio(r[field], theirs[field]) if theirs is not None else ""
+
+        if r.get("failed"):
+            lines.append(
+                f"| {r['procs']} | {r['size'] / 1000:g} KB | {r['stack']} | {r['failed']} |" + " |" * 10
+            )
+            continue
+        lines.append(
+            f"| {r['procs']} | {r['size'] / 1000:g} KB | {r['stack']} | {seconds(r['p50'])} "
+            f"| {seconds(r['p99'])} | {cmp('p99')} | {r['lost']} | {r['crashed']} | {r['cpu_s']:.2f} "
+            f"| {cmp('cpu_s')} | {r['peak_mib']:.0f} | {cmp('peak_mib')} | {r['startup_s']:.1f} "
+            f"| {cmp('startup_s')} |"
+        )
+    return "\n".join(lines)
+
+
+def targets(results: list[dict[str, Any]]) -> list[str]:
+    """Issue 14's targets, each `met` / `not met` / `not measured`, with the figures."""
+    by_key = {(r["procs"], r["size"], r["stack"]): r for r in results if not r.get("failed")}
+    ours, theirs = by_key.get((20, 10000, "ours")), by_key.get((20, 10000, "hivemind"))
+    lines = []
+    if ours and theirs:
+        met = ours["p99"] <= theirs["p99"] / 8
+        lines.append(
+            f"20 procs, 10 KB: p99 ours {seconds(ours['p99'])} s <= hivemind {seconds(theirs['p99'])} s / 8: "
+            + ("met" if met else "not met")
+        )
+        met = ours["cpu_s"] <= theirs["cpu_s"] / 2
+        lines.append(
+            f"20 procs, 10 KB: CPU ours {ours['cpu_s']:.2f} s <= hivemind {theirs['cpu_s']:.2f} s / 2: "
+            + ("met" if met else "not met")
+        )
+    else:
+        lines.append("20 procs, 10 KB against hivemind: not measured")
+    big = [r for (procs, size, stack), r in by_key.items() if size == 1000000 and stack == "ours"]
+    if big:
+        lost = sum(r["lost"] + r["crashed"] for r in big)
+        lines.append(f"1 MB batches, ours: {lost} lost or crashed: " + ("met" if lost == 0 else "not met"))
+    else:
+        lines.append("1 MB batches: not measured")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--procs", default="5,10,20")
+    parser.add_argument("--sizes", default="10000,200000,1000000")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds per batch size")
+    parser.add_argument("--interval", type=float, default=8.0, help="seconds between round starts")
+    parser.add_argument(
+        "--round-timeout",
+        type=float,
+        default=30.0,
+        help="hivemind: seconds a peer reads a round's key before it gives up on the round",
+    )
+    parser.add_argument("--stacks", default="ours,hivemind", help="ours, hivemind or both (comma-separated)")
+    parser.add_argument("--hivemind-python", default=os.environ.get("HIVEMIND_PYTHON", ""))
+    parser.add_argument("--json", default="", help="also write the rows here")
+    args = parser.parse_args()
+
+    stacks = [s for s in args.stacks.split(",") if s]
+    if "hivemind" in stacks:
+        missing = check_hivemind(args.hivemind_python)
+        if missing:
+            print(f"hivemind: not run: {missing}", flush=True)
+            stacks.remove("hivemind")
+    sizes = [int(s) for s in args.sizes.split(",")]
+    results: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for procs in [int(p) for p in args.procs.split(",")]:
+        for stack in stacks:
+            if stack == "ours":
+                command = None
+                grace = 30.0
+            else:
+                command = [args.hivemind_python, str(HERE / "hivemind_worker.py")]
+                command += ["--round-timeout", str(args.round_timeout)]
+                # Rounds run one after another in the reference: each may take its timeout.
+                grace = 30.0 + len(sizes) * args.rounds * args.round_timeout
+            load = os.getloadavg()[0]
+            began = time.time()
+            try:
+                rows = run_config(
+                    procs, sizes, args.rounds, args.interval, "swarm", 0.0,
+                    all_to_all=True, command=command, grace_s=grace,
+                )  # fmt: skip
+            except SystemExit as error:  # the swarm never got ready: a measured failure
+                for size in sizes:
+                    results.append({"procs": procs, "size": size, "stack": stack, "failed": str(error)})
+                print(f"{procs} procs {stack}: {error}", flush=True)
+                continue
+            for size, row in rows.items():
+                keep = ("p50", "p99", "lost", "crashed", "cpu_s", "peak_mib", "startup_s", "fetch_errors")
+                results.append({"procs": procs, "size": size, "stack": stack, **{k: row[k] for k in keep}})
+            first = next(iter(rows.values()))
+            for label, key in (("errors", "error_reasons"), ("crashes", "crash_reasons")):
+                if first[key]:
+                    notes.append(f"{procs} procs {stack} {label}: {first[key]}")
+            took = time.time() - began
+            print(f"{procs} procs {stack}: {took:.0f} s, load {load:.1f}-{os.getloadavg()[0]:.1f}")
+    print(markdown_table(results))
+    for note in notes:
+        print(note)
+    for line in targets(results):
+        print(line)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
