@@ -277,7 +277,7 @@ def train(
     selected = None
     if selecting and best.step is not None:
         best.restore(policy.model)
-        selected = policy.evaluate("test")
+        selected = policy.evaluate("test", step=best.step)  # the weights of that step
         with open(out / "metrics.jsonl", "a", encoding="utf-8") as log:
             record_test("test_selected", selected, selected_step=best.step, validation_accuracy=best.accuracy)
         policy.model.save_pretrained(out / "best-model")

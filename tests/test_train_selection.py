@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -95,6 +96,8 @@ def test_train_selects_on_validation_and_reports_test_on_the_start_and_the_selec
     top = max(e["accuracy"] for e in evals)
     first_best = next(e for e in evals if e["accuracy"] == top)
     assert selected["selected_step"] == first_best["step"]
+    assert selected["step"] == first_best["step"]  # labelled with the weights' step, not the last
+    assert re.search(rf"eval step {first_best['step']}: .* test split", done.stderr), done.stderr
     assert selected["validation_accuracy"] == top
     assert "test accuracy (the reported figure)" in done.stderr
     best_model = tmp_path / "out" / "best-model"

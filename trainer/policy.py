@@ -333,10 +333,11 @@ class TrainerPolicy:
         return True
 
     # --- evaluation ---
-    def evaluate(self, split: str | None = None) -> dict[str, Any]:
+    def evaluate(self, split: str | None = None, step: int | None = None) -> dict[str, Any]:
         """Answer the held-out set of `split` (default: `eval_split`; trainer/evaluation.py) at
         the evaluation temperature and top-p, with a sampler seeded afresh from `eval_seed`: the
-        same model always gets the same result. Appends the result to `<data_dir>/eval.jsonl`."""
+        same model always gets the same result. Appends the result to `<data_dir>/eval.jsonl`.
+        `step` labels weights restored from an earlier step (default: the current step)."""
         import torch
 
         from trainer.evaluation import evaluate
@@ -353,13 +354,14 @@ class TrainerPolicy:
                 texts.extend(self.tokenizer.decode(ids, skip_special_tokens=True) for ids in rows)
             return texts
 
-        result = evaluate(self.registry, self.config, answer, self.step, split)
+        step = self.step if step is None else step
+        result = evaluate(self.registry, self.config, answer, step, split)
         self.last_eval = result
         self.config.data_path.mkdir(parents=True, exist_ok=True)
         with open(self.config.data_path / "eval.jsonl", "a", encoding="utf-8") as handle:
             handle.write(json.dumps(result) + "\n")
         self.log(
-            f"eval step {self.step}: accuracy {result['accuracy']:.3f} reward {result['reward']:.3f} "
+            f"eval step {step}: accuracy {result['accuracy']:.3f} reward {result['reward']:.3f} "
             f"on {result['questions']} held-out questions, {result['split']} split "
             f"({result['seconds']:.1f} s)"
         )
