@@ -290,7 +290,8 @@ def train(
     if config.wandb:
         runs = Path(config.wandb) / "wandb"
         console.print(f"wandb: offline run in {runs} (upload: wandb sync {runs}/offline-run-*)")
-    png = plot_rewards(out / "reward_curve.png", rewards, evals, first_step=start_step)
+    tests = [] if selected is None else [test_start, selected]
+    png = plot_rewards(out / "reward_curve.png", rewards, evals, first_step=start_step, tests=tests)
     head = sum(rewards[:10]) / min(10, len(rewards))
     tail = sum(rewards[-10:]) / min(10, len(rewards))
     console.print(f"mean training reward: first {min(10, len(rewards))} steps {head:.3f}, last {tail:.3f}")

@@ -20,10 +20,12 @@ def plot_rewards(
     evals: Sequence[Mapping[str, Any]] = (),
     window: int = 10,
     first_step: int = 0,
+    tests: Sequence[Mapping[str, Any]] = (),
 ) -> Path:
     """Top: the training reward of every step and its moving mean. Bottom (when there are
     evaluations): held-out accuracy overall and per task against the step it was measured at.
-    `evals` are TrainerPolicy.evaluate() results; `first_step` is the step before the run's first."""
+    `evals` are TrainerPolicy.evaluate() results; `first_step` is the step before the run's first;
+    `tests` are the test split's results (the start and the chosen weights), drawn as points."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -45,11 +47,18 @@ def plot_rewards(
     if evals:
         bottom = axes[1][0]
         x = [e["step"] for e in evals]
-        bottom.plot(x, [e["accuracy"] for e in evals], "o-", color="black", lw=2, label="all tasks")
+        split = evals[0].get("split", "held-out")
+        overall = [e["accuracy"] for e in evals]
+        bottom.plot(x, overall, "o-", color="black", lw=2, label=f"all tasks ({split})")
         for task in evals[0]["per_task"]:
             bottom.plot(x, [e["per_task"][task]["accuracy"] for e in evals], ".--", alpha=0.8, label=task)
         bottom.set_ylabel("held-out accuracy")
-        top_value = max(max(e["accuracy"], *(t["accuracy"] for t in e["per_task"].values())) for e in evals)
+        if tests:  # the reported figure: test on the start and on the weights validation chose
+            label = "all tasks (test): start, chosen weights"
+            points = ([t["step"] for t in tests], [t["accuracy"] for t in tests])
+            bottom.scatter(*points, marker="*", s=140, color="tab:red", zorder=3, label=label)
+        shown = [*evals, *tests]
+        top_value = max(max(e["accuracy"], *(t["accuracy"] for t in e["per_task"].values())) for e in shown)
         bottom.set_ylim(0.0, min(1.02, top_value + 0.1))
         bottom.grid(alpha=0.3)
         bottom.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
