@@ -10,7 +10,6 @@ on the test split itself.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -18,24 +17,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from test_data_dir import ENV, TRAINER_TOML  # a fast trainer: no pre-training, short completions
 
 from trainer.selection import BestByValidation
-
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-
-# A fast trainer: no pre-training, short completions, one thread (as tests/test_data_dir.py).
-TRAINER_TOML = """
-[trainer]
-tasks = ["basic_arithmetic", "calendar_arithmetic"]
-tiny_hidden_size = 64
-tiny_pretrain_steps = 0
-threads = 1
-max_new_tokens = 16
-num_generations = 4
-format_reward = 0.5
-eval_questions = 2
-seed = 3
-"""
 
 
 def _weights_set_to(model: torch.nn.Module, value: float) -> torch.nn.Module:
