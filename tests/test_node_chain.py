@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,41 +23,15 @@ ANVIL = ROOT / "tools" / "anvil" / "node_modules" / ".bin" / "anvil"
 STAGE_SECONDS = 6
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture
 def anvil_rpc() -> Iterator[str]:
     if not ANVIL.exists():
         pytest.fail(f"anvil is not installed ({ANVIL}); run: npm install --prefix tools/anvil")
-    port = _free_port()
-    process = subprocess.Popen(
-        [str(ANVIL), "--host", "127.0.0.1", "--port", str(port), "--silent"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        from web3 import HTTPProvider, Web3
+    from swarmp2p.chain.anvil import Anvil
 
-        w3 = Web3(HTTPProvider(url, request_kwargs={"timeout": 5}))
-
-        def ready() -> bool:
-            if process.poll() is not None:
-                raise AssertionError(f"anvil exited: {process.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
-            try:
-                return w3.is_connected()
-            except Exception:
-                return False
-
-        wait_for(ready, 30, "anvil to answer")
-        yield url
-    finally:
-        process.kill()
-        process.wait()
+    # Anvil stops the whole process group: killing the npm shim alone orphaned the native anvil.
+    with Anvil(str(ANVIL)) as anvil:
+        yield anvil.url
 
 
 class StageManager:

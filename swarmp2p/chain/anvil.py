@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -80,7 +81,11 @@ class Anvil:
         args = [self.binary, "--host", "127.0.0.1", "--port", str(self.port), "--silent"]
         if self.block_time:
             args += ["--block-time", f"{self.block_time:g}"]
-        self.process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # Its own process group: tools/anvil's `anvil` is a Node shim that spawns the native binary,
+        # and a signal to the shim alone (SIGKILL, a crash) would orphan the chain on its port.
+        self.process = subprocess.Popen(
+            args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+        )
         deadline = time.monotonic() + timeout_s
         while not rpc_ready(self.url):
             if self.process.poll() is not None:
@@ -96,14 +101,31 @@ class Anvil:
         rpc(self.url, "anvil_setBalance", [address, hex(wei)])
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
+        """End anvil and everything it started (the whole process group), even when the launcher
+        has already died."""
+        if self.process is None:
             return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
+        group = self.process.pid  # start_new_session: the group id is the launcher's pid
+        for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(group, sig)
+            except ProcessLookupError:
+                break  # nothing of the group is left
+            if self._group_gone(group, wait_s):
+                break
+        if self.process.poll() is None:
             self.process.wait()
+
+    def _group_gone(self, group: int, wait_s: float) -> bool:
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            self.process.poll()  # reap the launcher, or it stays in the group as a zombie
+            try:
+                os.killpg(group, 0)
+            except ProcessLookupError:
+                return True
+            time.sleep(0.05)
+        return False
 
     def __enter__(self) -> Anvil:
         return self.start()
