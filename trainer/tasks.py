@@ -17,7 +17,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from protocol.messages import QuestionRef
-from protocol.questions import TRAIN_INDEX_LIMIT, evaluation_questions, heldout_text
+from protocol.questions import TRAIN_INDEX_LIMIT, heldout_text
+from trainer.eval_set_cache import cached_evaluation_questions
 from trainer.quiet_stdout import silenced_stdout
 from trainer.rewards import combine, extract_answer, format_score, safe_score
 
@@ -154,11 +155,18 @@ class ReasoningGymRegistry:
         self, per_task: int, dataset_seed: int, split: str = "validation"
     ) -> list[QuestionRef]:
         """The held-out set of protocol.questions.evaluation_questions over this registry's tasks
-        and question texts (per task, the first `per_task` held-out texts of `split`). Memoized."""
+        and question texts (per task, the first `per_task` held-out texts of `split`). Memoized,
+        and remembered on disk across processes (trainer/eval_set_cache.py)."""
         key = (per_task, dataset_seed, split)
         if key not in self._eval_sets:
-            self._eval_sets[key] = evaluation_questions(
-                self._names, dataset_seed, per_task, lambda ref: self.question(ref)[0], split
+            # Read from the user's cache when stored: the scan can take seconds (eval_set_cache.py).
+            self._eval_sets[key] = cached_evaluation_questions(
+                self._names,
+                dataset_seed,
+                per_task,
+                lambda ref: self.question(ref)[0],
+                split,
+                difficulty=self._difficulty,
             )
         return list(self._eval_sets[key])
 
