@@ -92,11 +92,11 @@ def main() -> None:
                 print(f"{model:<28} {' '.join(cells)}")
     if startup:
         print("\nnode start-up (s from `swarmp2p node`; target: first round line within 10 s, cached model)")
-        print(f"{'run':<8} {'address':>8} {'first round':>12} {'first played':>13}")
+        print(f"{'run':<8} {'address':>8} {'playing':>8} {'first round':>12} {'first played':>13}")
         for name, result in startup.items():
             print(
-                f"{name:<8} {fmt(result['address_s']):>8} {fmt(result['first_round_s']):>12} "
-                f"{fmt(result.get('first_played_s')):>13}"
+                f"{name:<8} {fmt(result['address_s']):>8} {fmt(result.get('playing_s')):>8} "
+                f"{fmt(result['first_round_s']):>12} {fmt(result.get('first_played_s')):>13}"
             )
     if simulator:
         print("\nsimulator (fetch_sample 8, seed 1; targets: 1000x50 <= 120 s, 10000x20 within 8 GiB)")

@@ -2,8 +2,8 @@
 
 Each run starts a real `python -m swarmp2p.cli node` process (a new one-peer swarm, loopback),
 timestamps every line it prints, and stops it after its first played round line (or `--cap-s`).
-"first round" is the first `round N ...` line of any kind (played, abandoned or skipped),
-"first played" the first `round N |`:
+"playing" is the `round N started` line (the node begins its first round), "first round" the
+first line that ends a round (played, abandoned or skipped), "first played" the first `round N |`:
 
 - cold:   an empty model cache (the tiny model is built and pre-trained once, then cached)
 - cached: a fresh data dir, the model cache of the cold run (what a new user's second node sees)
@@ -31,7 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROUND_LINE = re.compile(r"^round \d+\b")  # any round line: played, abandoned or skipped
+STARTED_LINE = re.compile(r"^round \d+ started\b")  # said once, when the node begins to play
+ROUND_LINE = re.compile(r"^round \d+\b(?! started)")  # a round's end: played, abandoned or skipped
 PLAYED_LINE = re.compile(r"^round \d+ \|")  # a round the node played to the end
 
 
@@ -60,6 +61,8 @@ def run_node(root: Path, data_dir: Path, cache_home: Path, args: list[str], cap_
             lines.append((at, line))
             if "address_s" not in found and line.startswith("listening on "):
                 found["address_s"] = at
+            if "playing_s" not in found and STARTED_LINE.match(line):
+                found["playing_s"] = at
             if "first_round_s" not in found and ROUND_LINE.match(line):
                 found["first_round_s"] = at
             if PLAYED_LINE.match(line):
@@ -80,6 +83,7 @@ def run_node(root: Path, data_dir: Path, cache_home: Path, args: list[str], cap_
     reader.join(5)
     return {
         "address_s": found.get("address_s"),
+        "playing_s": found.get("playing_s"),
         "first_round_s": found.get("first_round_s"),
         "first_played_s": found.get("first_played_s"),
         "lines": [f"{at:7.2f}  {line}" for at, line in lines],
@@ -110,13 +114,13 @@ def main() -> None:
             if args.show_lines:
                 print("\n".join(results[name]["lines"]))
     print()
-    print(f"{'run':<8} {'address s':>10} {'first round s':>14} {'first played s':>15}")
+    print(f"{'run':<8} {'address s':>10} {'playing s':>10} {'first round s':>14} {'first played s':>15}")
     for name, result in results.items():
-        address, first, played = (
-            "-" if result[key] is None else f"{result[key]:.1f}"
-            for key in ("address_s", "first_round_s", "first_played_s")
+        address, playing, first, played = (
+            "-" if result.get(key) is None else f"{result[key]:.1f}"
+            for key in ("address_s", "playing_s", "first_round_s", "first_played_s")
         )
-        print(f"{name:<8} {address:>10} {first:>14} {played:>15}")
+        print(f"{name:<8} {address:>10} {playing:>10} {first:>14} {played:>15}")
     print(f"(round_seconds {args.round_seconds}; load {os.getloadavg()[0]:.2f})")
     if args.json is not None:
         args.json.write_text(json.dumps(results, indent=1))

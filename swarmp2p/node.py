@@ -342,6 +342,9 @@ class Node:
                 echo(f"dashboard: {info['dashboard_url']}")
             else:
                 echo("dashboard: off (--dashboard-port 8080 serves one on http://127.0.0.1:8080/)")
+            # A round's own line comes once it is trained and reported, most of a round later: say
+            # at once that the node plays (the moment a user waits for after the address).
+            echo(f"round {current_round()} started: playing (one line per round as each ends)")
             self._write_node_file(info)
             task_status.started(info)
             # Run until stopped: stop() cancels the trainer and this whole scope.

@@ -103,7 +103,7 @@ def test_the_readme_node_sample_is_what_a_lone_node_prints(tmp_path: Path) -> No
         node.send_signal(signal.SIGTERM)
         node.wait(timeout=60)
     printed = [line for line in log.read_text().splitlines() if "pre-training step" not in line]
-    printed = printed[: next(i for i, line in enumerate(printed) if line.startswith("round ")) + 1]
+    printed = printed[: next(i for i, line in enumerate(printed) if re.match(r"round \d+ \|", line)) + 1]
     at = 0
     for line in sample:
         shape = _shape(line)
