@@ -7,6 +7,8 @@ from typing import Any
 
 import typer
 
+from trainer.selection import DEFAULT_WINDOW
+
 TRAIN_DATA_DIR = ".swarmp2p-train"
 """`train`'s own default data dir: never the node's `.swarmp2p`."""
 
@@ -70,6 +72,12 @@ def train(
         "--select/--no-select",
         help="Keep the weights of the best validation evaluation (OUT/best-model) and report the "
         "test split on them and on the start.",
+    ),
+    select_window: int = typer.Option(
+        DEFAULT_WINDOW,
+        "--select-window",
+        min=1,
+        help="Choose by the mean of the last N validation evaluations (1: the single best one).",
     ),
     tensorboard: Path = typer.Option(
         None,
@@ -216,7 +224,7 @@ def train(
     last_eval_at: int | None = None
     # Selection reads validation only; on any other split it would choose on what it reports.
     selecting = select and config.eval_split == "validation" and config.eval_every > 0
-    best = BestByValidation()
+    best = BestByValidation(window=select_window)
 
     def record_test(key: str, result: dict, **extra: object) -> None:
         fields = {k: result[k] for k in ("step", "accuracy", "reward", "per_task", "questions", "split")}
@@ -279,7 +287,14 @@ def train(
         best.restore(policy.model)
         selected = policy.evaluate("test", step=best.step)  # the weights of that step
         with open(out / "metrics.jsonl", "a", encoding="utf-8") as log:
-            record_test("test_selected", selected, selected_step=best.step, validation_accuracy=best.accuracy)
+            record_test(
+                "test_selected",
+                selected,
+                selected_step=best.step,
+                validation_accuracy=best.accuracy,
+                validation_score=best.score,
+                select_window=best.window,
+            )
         policy.model.save_pretrained(out / "best-model")
         policy.tokenizer.save_pretrained(out / "best-model")
     dir_lock.release()
@@ -306,7 +321,8 @@ def train(
         console.print(
             f"test accuracy (the reported figure): start {test_start['accuracy']:.3f} -> "
             f"{selected['accuracy']:.3f} ({selected['accuracy'] - test_start['accuracy']:+.3f}) with the "
-            f"weights of step {best.step}, chosen by validation accuracy {best.accuracy:.3f}; "
+            f"weights of step {best.step}, chosen by validation accuracy {best.accuracy:.3f} "
+            f"(mean of the last {best.window} evaluations {best.score:.3f}); "
             f"{selected['questions']} test questions; weights in {out / 'best-model'}"
         )
     console.print(f"curves: {png}")

@@ -30,7 +30,7 @@ def _weights_set_to(model: torch.nn.Module, value: float) -> torch.nn.Module:
 
 def test_the_best_validation_accuracy_is_kept_and_ties_keep_the_earlier_step() -> None:
     model = torch.nn.Linear(2, 2, bias=False)
-    best = BestByValidation()
+    best = BestByValidation(window=1)
     assert best.offer(0, 0.30, _weights_set_to(model, 0.0))
     assert best.offer(20, 0.45, _weights_set_to(model, 2.0))
     assert not best.offer(40, 0.45, _weights_set_to(model, 4.0))  # a tie: the earlier step stays
@@ -38,6 +38,31 @@ def test_the_best_validation_accuracy_is_kept_and_ties_keep_the_earlier_step() -
     assert (best.step, best.accuracy) == (20, 0.45)
     best.restore(model)  # the model now holds step 60's weights; restore brings back step 20's
     assert torch.equal(model.weight, torch.full((2, 2), 2.0))
+
+
+def test_a_one_evaluation_spike_is_not_chosen_over_a_plateau_that_stays_high() -> None:
+    """Seed 2's validation curve (docs/trainer.md): 0.314, a spike of 0.419 at step 25, then
+    0.38-0.39. The plain best takes the spike; the default window takes the plateau."""
+    curve = [(0, 0.314), (25, 0.419), (50, 0.380), (75, 0.384), (100, 0.377), (125, 0.394), (150, 0.390)]
+    chosen = {}
+    for window in (1, 2, 3):
+        model = torch.nn.Linear(2, 2, bias=False)
+        best = BestByValidation(window=window)
+        for step, accuracy in curve:
+            best.offer(step, accuracy, _weights_set_to(model, float(step)))
+        best.restore(model)
+        assert torch.equal(model.weight, torch.full((2, 2), float(best.step)))
+        chosen[window] = (best.step, best.accuracy)
+    assert chosen[1] == (25, 0.419)
+    assert chosen[2] == (50, 0.380)  # (0.419 + 0.380) / 2
+    # (0.419 + 0.380 + 0.384) / 3: the spike still counts, but the weights chosen are on the plateau
+    assert chosen[3] == (75, 0.384)
+    assert BestByValidation().window == 3
+
+
+def test_the_window_refuses_nonsense() -> None:
+    with pytest.raises(ValueError):
+        BestByValidation(window=0)
 
 
 def test_a_base_that_nothing_beats_is_the_selection() -> None:
@@ -76,13 +101,18 @@ def test_train_selects_on_validation_and_reports_test_on_the_start_and_the_selec
     (selected,) = [r["test_selected"] for r in records if "test_selected" in r]
     assert start["split"] == selected["split"] == "test"
     assert start["step"] == evals[0]["step"]
-    # The selection is the first evaluation with the highest validation accuracy.
-    top = max(e["accuracy"] for e in evals)
-    first_best = next(e for e in evals if e["accuracy"] == top)
+    # The selection is the first evaluation with the highest mean of the last 3 (the default).
+    accuracies = [e["accuracy"] for e in evals]
+    scores = [
+        sum(accuracies[max(0, i - 2) : i + 1]) / len(accuracies[max(0, i - 2) : i + 1])
+        for i in range(len(evals))
+    ]
+    first_best = evals[scores.index(max(scores))]
     assert selected["selected_step"] == first_best["step"]
     assert selected["step"] == first_best["step"]  # labelled with the weights' step, not the last
     assert re.search(rf"eval step {first_best['step']}: .* test split", done.stderr), done.stderr
-    assert selected["validation_accuracy"] == top
+    assert selected["validation_accuracy"] == first_best["accuracy"]
+    assert selected["validation_score"] == pytest.approx(max(scores)) and selected["select_window"] == 3
     assert "test accuracy (the reported figure)" in done.stderr
     best_model = tmp_path / "out" / "best-model"
     assert (best_model / "config.json").exists() and (best_model / "tokenizer.json").exists()

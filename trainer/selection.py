@@ -13,21 +13,30 @@ from typing import Any
 
 import attrs
 
+DEFAULT_WINDOW = 3
+
 
 @attrs.define
 class BestByValidation:
-    """The weights of the best validation accuracy seen so far (ties keep the earlier step: fewer
-    updates away from the base for the same measured accuracy)."""
+    """The weights of the best windowed validation accuracy seen so far (ties keep the earlier
+    step: fewer updates away from the base for the same measured accuracy). `accuracy` is the
+    chosen evaluation's own validation accuracy, `score` the windowed mean it was chosen by."""
 
+    window: int = attrs.field(default=DEFAULT_WINDOW, validator=attrs.validators.ge(1))
     step: int | None = None
     accuracy: float = float("-inf")
+    score: float = float("-inf")
+    _recent: list[float] = attrs.Factory(list)
     _weights: dict[str, Any] | None = None
 
     def offer(self, step: int, accuracy: float, model: Any) -> bool:
-        """Keep `model`'s weights if `accuracy` beats the best so far; True when they were kept."""
-        if accuracy <= self.accuracy:
+        """Keep `model`'s weights if the mean of the last `window` accuracies, `accuracy` the
+        newest, beats the best so far; True when they were kept."""
+        self._recent = [*self._recent, accuracy][-self.window :]
+        score = sum(self._recent) / len(self._recent)
+        if score <= self.score:
             return False
-        self.step, self.accuracy = step, accuracy
+        self.step, self.accuracy, self.score = step, accuracy, score
         # On the CPU: a GPU run should not hold a second copy of the model in device memory.
         state = model.state_dict()
         self._weights = {name: value.detach().to("cpu", copy=True) for name, value in state.items()}
