@@ -1,0 +1,209 @@
+"""Soak: N local `swarmp2p node` processes for an hour, RSS and CPU of each sampled every minute.
+
+    python bench/bench_soak.py --nodes 10 --minutes 60 --out runs/soak [-- NODE FLAGS]
+
+The nodes are started as scripts/local_swarm.py starts them (node 1 a new swarm, the others
+joining it; one torch thread each; own data dirs under OUT). Every `--sample-s` seconds the
+bench reads each node's resident memory (VmRSS) and CPU time (utime + stime) from /proc, and the
+rounds it has recorded. It writes OUT/soak.jsonl (every sample), OUT/soak.png (RSS and CPU per
+node over time) and OUT/summary.json, and prints a table: per node, RSS at the end of the warm-up
+and at the end, the growth after warm-up as a least-squares slope (MiB per hour), mean CPU, and
+rounds completed. "flat" means the post-warm-up slope stays under `--flat-mib-per-hour`.
+`--plot-only` re-reads OUT/soak.jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+from local_swarm import start, wait_for_address
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def sample_process(pid: int) -> tuple[float, float] | None:
+    """(RSS MiB, CPU seconds so far) of `pid` from /proc; None once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    rss_kib = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    # After the command name: state is field 3, utime 14 and stime 15 (1-based) of proc(5).
+    cpu_s = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return rss_kib / 1024, cpu_s
+
+
+def rounds_completed(rounds_file: Path) -> int:
+    if not rounds_file.exists():
+        return 0
+    return sum(1 for line in rounds_file.read_text().splitlines() if '"completed": true' in line)
+
+
+def slope_per_hour(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (minutes, value) points, per hour (0 with fewer than 2 points)."""
+    if len(points) < 2:
+        return 0.0
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    mean_x, mean_y = sum(xs) / len(xs), sum(ys) / len(ys)
+    spread = sum((x - mean_x) ** 2 for x in xs)
+    if spread == 0:
+        return 0.0
+    return 60 * sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+
+
+def run(args: argparse.Namespace, samples_file: Path) -> None:
+    processes: list[subprocess.Popen] = []
+    previous_cpu: dict[int, tuple[float, float]] = {}
+    try:
+        first = start(1, args.out, None, args.extra, "test")
+        processes.append(first)
+        address = wait_for_address(args.out / "node-1.log", first, timeout_s=900)
+        processes += [start(i, args.out, address, args.extra, "test") for i in range(2, args.nodes + 1)]
+        began = time.monotonic()
+        with samples_file.open("w") as out:
+            while (elapsed := time.monotonic() - began) < args.minutes * 60:
+                time.sleep(min(args.sample_s, max(0.0, args.minutes * 60 - elapsed)))
+                minute = (time.monotonic() - began) / 60
+                total_rss = 0.0
+                for index, process in enumerate(processes, 1):
+                    sample = sample_process(process.pid)
+                    if sample is None or process.poll() is not None:
+                        raise SystemExit(
+                            f"node {index} exited during the soak; see {args.out}/node-{index}.log"
+                        )
+                    rss, cpu = sample
+                    total_rss += rss
+                    last_minute, last_cpu = previous_cpu.get(index, (0.0, 0.0))
+                    previous_cpu[index] = (minute, cpu)
+                    cpu_pct = 100 * (cpu - last_cpu) / max(1e-9, (minute - last_minute) * 60)
+                    rounds = rounds_completed(args.out / f"node-{index}" / "rounds.jsonl")
+                    row = {
+                        "node": index,
+                        "minute": minute,
+                        "rss_mib": rss,
+                        "cpu_pct": cpu_pct,
+                        "rounds": rounds,
+                    }
+                    out.write(json.dumps(row) + "\n")
+                out.flush()
+                print(
+                    f"{time.strftime('%H:%M:%S')} minute {minute:5.1f}: RSS {total_rss:7.0f} MiB in all",
+                    flush=True,
+                )
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)
+        for process in processes:
+            try:
+                process.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def summarize(rows: list[dict[str, Any]], warmup_min: float, flat_mib_per_hour: float) -> dict[int, dict]:
+    summary: dict[int, dict] = {}
+    for node in sorted({row["node"] for row in rows}):
+        mine = [row for row in rows if row["node"] == node]
+        settled = [row for row in mine if row["minute"] >= warmup_min] or mine[-1:]
+        slope = slope_per_hour([(row["minute"], row["rss_mib"]) for row in settled])
+        summary[node] = {
+            "rss_after_warmup_mib": settled[0]["rss_mib"],
+            "rss_end_mib": mine[-1]["rss_mib"],
+            "rss_slope_mib_per_hour": slope,
+            "cpu_pct_mean": sum(row["cpu_pct"] for row in settled) / len(settled),
+            "cpu_slope_pct_per_hour": slope_per_hour([(row["minute"], row["cpu_pct"]) for row in settled]),
+            "rounds": mine[-1]["rounds"],
+            "flat": abs(slope) <= flat_mib_per_hour,
+        }
+    return summary
+
+
+def plot(path: Path, rows: list[dict[str, Any]], warmup_min: float) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (memory, cpu) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for node in sorted({row["node"] for row in rows}):
+        mine = [row for row in rows if row["node"] == node]
+        minutes = [row["minute"] for row in mine]
+        memory.plot(minutes, [row["rss_mib"] for row in mine], lw=1.2, label=f"node {node}")
+        cpu.plot(minutes, [row["cpu_pct"] for row in mine], lw=1.0)
+    for axis in (memory, cpu):
+        axis.axvline(warmup_min, color="grey", ls=":", lw=1)
+        axis.grid(alpha=0.3)
+    memory.set_ylabel("RSS (MiB)")
+    memory.set_ylim(bottom=0)
+    cpu.set_ylim(bottom=0)
+    cpu.set_ylabel("CPU (% of one core)")
+    cpu.set_xlabel(f"minutes (dotted: end of the {warmup_min:g}-minute warm-up)")
+    memory.set_title(
+        f"soak: {len({row['node'] for row in rows})} swarmp2p nodes, sampled per minute", fontsize=10
+    )
+    memory.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=10)
+    parser.add_argument("--minutes", type=float, default=60.0)
+    parser.add_argument("--sample-s", type=float, default=60.0)
+    parser.add_argument("--warmup-min", type=float, default=10.0)
+    parser.add_argument("--flat-mib-per-hour", type=float, default=20.0)
+    parser.add_argument("--out", type=Path, default=Path("runs/soak"))
+    parser.add_argument("--plot-only", action="store_true")
+    parser.add_argument("extra", nargs="*", help="more `swarmp2p node` flags, after --")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    samples_file = args.out / "soak.jsonl"
+    if not args.plot_only:
+        run(args, samples_file)
+    rows = [json.loads(line) for line in samples_file.read_text().splitlines()]
+    summary = summarize(rows, args.warmup_min, args.flat_mib_per_hour)
+    plot(args.out / "soak.png", rows, args.warmup_min)
+    (args.out / "summary.json").write_text(json.dumps(summary, indent=1))
+    table = Table(title=f"soak: RSS and CPU per node after a {args.warmup_min:g}-minute warm-up")
+    for column in (
+        "node",
+        "RSS after warm-up",
+        "RSS at end",
+        "RSS slope MiB/h",
+        "CPU % mean",
+        "rounds",
+        "flat",
+    ):
+        table.add_column(column, justify="right")
+    for node, row in summary.items():
+        table.add_row(
+            str(node),
+            f"{row['rss_after_warmup_mib']:.0f}",
+            f"{row['rss_end_mib']:.0f}",
+            f"{row['rss_slope_mib_per_hour']:+.1f}",
+            f"{row['cpu_pct_mean']:.1f}",
+            str(row["rounds"]),
+            "yes" if row["flat"] else "NO",
+        )
+    Console().print(table)
+    print(f"{args.out / 'soak.png'}, {args.out / 'summary.json'} (load {os.getloadavg()[0]:.2f})")
+
+
+if __name__ == "__main__":
+    main()
