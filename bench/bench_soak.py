@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-from local_swarm import start, wait_for_address
+from local_swarm import start, stop_nodes, wait_for_address
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -104,14 +103,7 @@ def run(args: argparse.Namespace, samples_file: Path) -> None:
                     flush=True,
                 )
     finally:
-        for process in processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
-        for process in processes:
-            try:
-                process.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_nodes(processes)
 
 
 def summarize(rows: list[dict[str, Any]], warmup_min: float, flat_mib_per_hour: float) -> dict[int, dict]:

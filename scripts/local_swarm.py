@@ -103,6 +103,18 @@ def plot(path: Path, curves: dict[str, list[dict]], split: str) -> None:
     plt.close(figure)
 
 
+def stop_nodes(processes: list[subprocess.Popen]) -> None:
+    """SIGINT every node still running (a clean stop that saves its model), then wait for all."""
+    for process in processes:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+    for process in processes:
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
 def run_nodes(args: argparse.Namespace) -> None:
     """Start the nodes, print their latest evaluations every 30 s, SIGINT them all after --minutes."""
     processes: list[subprocess.Popen] = []
@@ -125,14 +137,7 @@ def run_nodes(args: argparse.Namespace) -> None:
             )
             print(f"{time.strftime('%H:%M:%S')} held-out accuracy {latest}", flush=True)
     finally:
-        for process in processes:
-            if process.poll() is None:
-                process.send_signal(signal.SIGINT)
-        for process in processes:
-            try:
-                process.wait(timeout=120)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_nodes(processes)
 
 
 def main() -> None:
