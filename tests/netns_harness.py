@@ -821,6 +821,67 @@ def split_outcome(nodes: list[NetnsNode], event: dict[str, Any], last: int) -> d
 OUTCOMES = {"kill": kill_outcome, "pause": pause_outcome, "split": split_outcome}
 
 
+# ---- TCP after a heal: an old connection stalls in retransmission backoff --------------------
+
+ECHO_SERVER = """
+import socket, threading
+server = socket.create_server(("10.77.0.2", 9000))
+def serve(conn):
+    with conn:
+        while data := conn.recv(100):
+            conn.sendall(data)
+while True:
+    threading.Thread(target=serve, args=(server.accept()[0],), daemon=True).start()
+"""
+# One byte a second over one connection (like gossip heartbeats) through the cut; prints how
+# long after the heal (argv[1], a wall-clock time) the first echo came back.
+STEADY_CLIENT = """
+import select, socket, sys, time
+heal = float(sys.argv[1])
+conn = socket.create_connection(("10.77.0.2", 9000), timeout=10)
+conn.setblocking(False)
+while time.time() < heal + 120:
+    conn.send(b"x")
+    if select.select([conn], [], [], 1.0)[0] and conn.recv(100) and time.time() > heal:
+        print(round(time.time() - heal, 1))
+        break
+"""
+NEW_CLIENT = """
+import socket, time
+started = time.time()
+socket.create_connection(("10.77.0.2", 9000), timeout=10).close()
+print(round(time.time() - started, 2))
+"""
+
+
+def stall_after_heal(cut_s: float, delay_ms: float = 50, jitter_ms: float = 10) -> dict[str, float]:
+    """Two hosts, a connection that keeps sending through a `cut_s` partition: seconds from the
+    heal until it delivers again, and how long a new connection takes right after the heal.
+    Unacked data during the cut doubles TCP's retransmission timeout at every try, so the old
+    connection waits for its next retransmission (up to about the cut's length again)."""
+    with NetnsNetwork(2) as network:
+        server = subprocess.Popen([*network.exec_args(1), sys.executable, "-c", ECHO_SERVER])
+        try:
+            network.impair(delay_ms=delay_ms, jitter_ms=jitter_ms)
+            heal_s = time.time() + 3 + cut_s
+            steady = subprocess.Popen(
+                [*network.exec_args(0), sys.executable, "-c", STEADY_CLIENT, str(heal_s)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            sleep_until(heal_s - cut_s)  # the client is connected and sending by now
+            network.partition([0], [1])
+            sleep_until(heal_s)
+            network.heal()
+            fresh = subprocess.run(
+                [*network.exec_args(0), sys.executable, "-c", NEW_CLIENT], capture_output=True, text=True
+            )
+            old, _ = steady.communicate(timeout=150)
+        finally:
+            server.kill()
+        return {"cut_s": cut_s, "old_connection_s": float(old), "new_connection_s": float(fresh.stdout)}
+
+
 # ---- the bench ----------------------------------------------------------------------------------
 
 
@@ -985,7 +1046,9 @@ def describe_nemesis(outcome: dict[str, Any]) -> tuple[str, str]:
             f" from {outcome['trains_on_others']}; others completed those rounds: {'yes' if kept else 'NO'};"
             f" banned by: {outcome['banned_by'] or 'nobody'}",
         )
-    sides = " | ".join(",".join(str(i) for i in group) for group in outcome["groups"])
+    sides = " / ".join(
+        "{" + ",".join(str(i) for i in group) + "}" for group in outcome["groups"]
+    )  # no "|": a table cell
     exchanged = ", ".join(f"node {i} from {r}" for i, r in outcome["exchanged"].items())
     crossed = sum(outcome["crossed_inside"].values())
     completed = "/".join(str(n) for n in outcome["completed_inside"].values())
@@ -1050,6 +1113,8 @@ def main() -> None:
         help="extra [node] setting, e.g. fetch_timeout_s=20",
     )
     run.add_argument("--verbose", action="store_true")
+    stall = sub.add_parser("stall", help="TCP after a heal: an old connection vs a new one (JSON)")
+    stall.add_argument("--cut-s", type=float, default=30.0)
     sub.add_parser("clean", help="remove namespaces left by harness runs that died")
     table = sub.add_parser("table", help="the markdown table of bench outputs (JSON files)")
     table.add_argument("files", nargs="+", type=Path)
@@ -1062,6 +1127,8 @@ def main() -> None:
         if any("nemesis" in result for result in results):
             print()
             print(nemesis_table(results))
+    elif args.command == "stall":
+        print(json.dumps(stall_after_heal(args.cut_s)))
     elif args.command == "clean":
         print("\n".join(clean_leftovers()) or "nothing left over")
     else:
