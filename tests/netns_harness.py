@@ -882,6 +882,41 @@ def stall_after_heal(cut_s: float, delay_ms: float = 50, jitter_ms: float = 10) 
         return {"cut_s": cut_s, "old_connection_s": float(old), "new_connection_s": float(fresh.stdout)}
 
 
+STALL_PEER = str(Path(__file__).with_name("netns_stall_peer.py"))
+
+
+def libp2p_stall_after_heal(cut_s: float, delay_ms: float = 50, jitter_ms: float = 10) -> dict[str, Any]:
+    """The same through swarmp2p.net's adapter (tests/netns_stall_peer.py): one host gossips to
+    the other every 0.5 s through a `cut_s` partition; after the heal it sends requests (3 s
+    timeout) until one is answered. Returns the probe's JSON: seconds from the heal to the
+    answer, requests that timed out, its drop counters."""
+    peer = [sys.executable, STALL_PEER]
+    with NetnsNetwork(2) as network:
+        network.impair(delay_ms=delay_ms, jitter_ms=jitter_ms)
+        server = subprocess.Popen(
+            [*network.exec_args(1), *peer, "serve", f"/ip4/{address(1)}/tcp/4001"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            listening = server.stdout.readline().strip()  # type: ignore[union-attr]
+            probe = subprocess.Popen(
+                [*network.exec_args(0), *peer, "probe", listening],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            assert probe.stdout is not None and probe.stdout.readline().strip() == "ready"
+            network.partition([0], [1])
+            time.sleep(cut_s)  # the cut's length is what is measured
+            network.heal()
+            out, _ = probe.communicate(f"{time.time()}\n", timeout=300)
+        finally:
+            server.kill()
+        return {"cut_s": cut_s, **json.loads(out.splitlines()[-1])}
+
+
 # ---- the bench ----------------------------------------------------------------------------------
 
 
@@ -1115,6 +1150,7 @@ def main() -> None:
     run.add_argument("--verbose", action="store_true")
     stall = sub.add_parser("stall", help="TCP after a heal: an old connection vs a new one (JSON)")
     stall.add_argument("--cut-s", type=float, default=30.0)
+    stall.add_argument("--libp2p", action="store_true", help="through swarmp2p.net's adapter, not plain TCP")
     sub.add_parser("clean", help="remove namespaces left by harness runs that died")
     table = sub.add_parser("table", help="the markdown table of bench outputs (JSON files)")
     table.add_argument("files", nargs="+", type=Path)
@@ -1128,7 +1164,8 @@ def main() -> None:
             print()
             print(nemesis_table(results))
     elif args.command == "stall":
-        print(json.dumps(stall_after_heal(args.cut_s)))
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        print(json.dumps((libp2p_stall_after_heal if args.libp2p else stall_after_heal)(args.cut_s)))
     elif args.command == "clean":
         print("\n".join(clean_leftovers()) or "nothing left over")
     else:
