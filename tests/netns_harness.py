@@ -714,29 +714,59 @@ def first_round(
     return next((r for r in range(after, last + 1) if r in records and predicate(records[r])), None)
 
 
+def trained_on_others(record: dict[str, Any]) -> bool:
+    return bool(record["completed"] and record["external_peers_trained_on"])
+
+
+def state_of(record: dict[str, Any] | None) -> str:
+    """ "completed", "skipped", "abandoned", or "none" (no record of the round)."""
+    if record is None:
+        return "none"
+    if record["completed"]:
+        return "completed"
+    return "skipped" if record.get("skipped") else "abandoned"
+
+
+def kill_rejoin(nodes: list[NetnsNode], event: dict[str, Any], last: int) -> dict[str, Any]:
+    """From the records alone (cheap enough to poll): the first round after the kill in which
+    the restarted node trained on others, and in which each other node trained on it."""
+    victim, peer_id = nodes[event["node"]], event["peer_id_before"]
+    restarted = event["round"] + 1  # its batch of the kill round may be fetched before the kill
+    return {
+        "trains_on_others": first_round(victim, restarted, last, trained_on_others),
+        "others_train_on_it": {
+            node.index: first_round(
+                node, restarted, last, lambda r: peer_id in r["external_peers_trained_on"]
+            )
+            for node in nodes
+            if node is not victim
+        },
+    }
+
+
 def kill_outcome(nodes: list[NetnsNode], event: dict[str, Any], last: int) -> dict[str, Any]:
     """After a kill + restart: the restarted node's records keep its peer id, its trainer
     resumed from its checkpoint (the step goes on from before the kill; from scratch it would
     restart at 1), and when it trained on others' and others on its rollouts again."""
-    victim = nodes[event["node"]]
+    victim, peer_id = nodes[event["node"]], event["peer_id_before"]
     after = victim.rounds()[event["records_before"] :]
     steps = [int(r["train_metrics"]["step"]) for r in after if "step" in r.get("train_metrics", {})]
-    peer_id = event["peer_id_before"]
-    restarted = event["round"] + 1  # its batch of the kill round may be fetched before the kill
-    taken_back = {
-        node.index: first_round(node, restarted, last, lambda r: peer_id in r["external_peers_trained_on"])
-        for node in nodes
-        if node is not victim
-    }
     return {
         **event,
         "same_peer_id": event["peer_id_after"] == peer_id and all(r["peer_id"] == peer_id for r in after),
         "first_step_after": min(steps, default=None),
         "checkpoint_restored": victim.status()["counters"].get("checkpoint_restored", 0),
-        "trains_on_others": first_round(
-            victim, restarted, last, lambda r: bool(r["external_peers_trained_on"])
-        ),
-        "others_train_on_it": taken_back,
+        **kill_rejoin(nodes, event, last),
+    }
+
+
+def pause_rejoin(nodes: list[NetnsNode], event: dict[str, Any], last: int) -> dict[str, Any]:
+    """From the records alone: the first round after SIGCONT the paused node completed, and the
+    first in which it also trained on others."""
+    node, resumed = nodes[event["node"]], event["resumed_round"]
+    return {
+        "caught_up": first_round(node, resumed, last, lambda r: r["completed"]),
+        "trains_on_others": first_round(node, resumed, last, trained_on_others),
     }
 
 
@@ -747,36 +777,16 @@ def pause_outcome(nodes: list[NetnsNode], event: dict[str, Any], last: int) -> d
     node = nodes[event["node"]]
     records = node.by_round()
     missed = range(event["round"], event["resumed_round"] + 1)
+    others = [o for o in nodes if o is not node]
     return {
         **event,
         "alive": not node.exited(),
-        "missed_rounds": {
-            r: (
-                "completed"
-                if records[r]["completed"]
-                else "skipped"
-                if records[r].get("skipped")
-                else "abandoned"
-            )
-            if r in records
-            else "none"
-            for r in missed
-        },
-        "caught_up": first_round(node, event["resumed_round"], last, lambda r: r["completed"]),
-        "trains_on_others": first_round(
-            node,
-            event["resumed_round"],
-            last,
-            lambda r: r["completed"] and bool(r["external_peers_trained_on"]),
-        ),
+        "missed_rounds": {r: state_of(records.get(r)) for r in missed},
+        **pause_rejoin(nodes, event, last),
         "others_completed": {
-            o.index: all(o.by_round().get(r, {}).get("completed") for r in missed)
-            for o in nodes
-            if o is not node
+            o.index: all(o.by_round().get(r, {}).get("completed") for r in missed) for o in others
         },
-        "banned_by": [
-            o.index for o in nodes if o is not node and node.info()["peer_id"] in o.status()["banned"]
-        ],
+        "banned_by": [o.index for o in others if node.info()["peer_id"] in o.status()["banned"]],
     }
 
 

@@ -25,11 +25,13 @@ from netns_harness import (
     build_warm_model,
     kill_and_restart,
     kill_outcome,
+    kill_rejoin,
     missing_requirements,
     netns_swarm,
     next_round,
     pause_outcome,
     pause_past_a_round,
+    pause_rejoin,
     split,
     split_outcome,
     wait_for,
@@ -91,8 +93,8 @@ def test_a_killed_node_restarts_with_its_identity_and_model_and_trains_again(
     last = event["round"] + RECOVER_WITHIN
 
     def recovered() -> bool:
-        outcome = kill_outcome(nodes, event, last)
-        return outcome["trains_on_others"] is not None and None not in outcome["others_train_on_it"].values()
+        rejoin = kill_rejoin(nodes, event, last)
+        return rejoin["trains_on_others"] is not None and None not in rejoin["others_train_on_it"].values()
 
     def check() -> None:
         wait_until_round(nodes, last, recovered)
@@ -118,7 +120,7 @@ def test_a_paused_node_catches_up_and_its_late_round_is_counted(
     last = event["resumed_round"] + RECOVER_WITHIN
 
     def caught_up() -> bool:
-        return pause_outcome(nodes, event, last)["trains_on_others"] is not None
+        return pause_rejoin(nodes, event, last)["trains_on_others"] is not None
 
     def check() -> None:
         wait_until_round(nodes, last, caught_up)
