@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import trio
+from netns_harness import batch_ledger
 
 from protocol.admission import RoundInbox
 from protocol.messages import Completion, QuestionGroup, QuestionRef
@@ -120,3 +121,54 @@ def test_an_abandoned_round_accounts_for_its_batches_and_our_own() -> None:
     assert record["batch_digest"] == "01" * 32
     assert record["trained_batches"] == []
     assert record["untrained_batches"] == {digest("a").hex(): "round_abandoned"}
+
+
+# ---- the ledger check over rounds.jsonl (tests/netns_harness.py `batch_ledger`) ----
+
+
+class Node:
+    """What `batch_ledger` reads of a NetnsNode: its index and its rounds.jsonl records."""
+
+    def __init__(self, index: int, records: list[dict[str, Any]]) -> None:
+        self.index = index
+        self._records = records
+
+    def rounds(self) -> list[dict[str, Any]]:
+        return self._records
+
+
+def line(
+    peer: str, r: int, own: str, accepted: dict[str, str], trained: list[str], **untrained: str
+) -> dict[str, Any]:
+    return {
+        "peer_id": peer,
+        "round": r,
+        "batch_digest": own,
+        "accepted_batches": accepted,
+        "trained_batches": trained,
+        "untrained_batches": untrained,
+    }
+
+
+def two_nodes(*extra_b: dict[str, Any]) -> list[Node]:
+    """a and b exchange batches in rounds 1 and 2; b's file gets `extra_b` appended."""
+    a = [line("a", 1, "a1", {"b": "b1"}, ["b1"]), line("a", 2, "a2", {"b": "b2"}, [], b2="zero_advantage")]
+    b = [line("b", 1, "b1", {"a": "a1"}, ["a1"]), line("b", 2, "b2", {"a": "a2"}, ["a2"]), *extra_b]
+    return [Node(0, a), Node(1, b)]
+
+
+def test_a_balanced_ledger_has_no_violations() -> None:
+    ledger = batch_ledger(two_nodes())  # type: ignore[arg-type]
+    assert ledger == {"tally": {"accepted": 4, "trained": 3, "zero_advantage": 1}, "violations": []}
+
+
+def test_the_ledger_finds_a_batch_trained_twice_lost_or_not_the_published_one() -> None:
+    # b, restarted, plays round 2 again: trains a2 a second time.
+    twice = batch_ledger(two_nodes(line("b", 2, "b2", {"a": "a2"}, ["a2"])))  # type: ignore[arg-type]
+    assert twice["violations"] == ["node 1: a2 trained in rounds [2, 2]"]
+    # b accepts a3 in round 3 and neither trains it nor says why.
+    lost = batch_ledger(two_nodes(line("b", 3, "b3", {"a": "a3"}, [])))  # type: ignore[arg-type]
+    assert lost["violations"] == ["node 1 round 3: a3 lost (neither trained nor untrained)"]
+    # b accepted for round 1 a digest that is not the batch a recorded publishing.
+    forged = batch_ledger(two_nodes(line("b", 1, "b1", {"a": "x1"}, ["x1"])))  # type: ignore[arg-type]
+    assert forged["violations"] == ["node 1 round 1: a's batch x1 is not its published a1"]
