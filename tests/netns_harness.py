@@ -671,6 +671,7 @@ def kill_and_restart(nodes: list[NetnsNode], index: int, round_number: int, into
         "peer_id_before": peer_id,
         "peer_id_after": info["peer_id"],
         "restart_s": round(time.time() - killed_s, 1),
+        "back_round": round_at(victim, time.time()),  # serving its hello again (node.json)
     }
 
 
