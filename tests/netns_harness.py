@@ -17,9 +17,14 @@ and a run that died (its pid gone) leaves namespaces the next run removes, proce
 The TUN devices belong to the switch process and vanish with it; the switch exits when its
 stdin closes, i.e. when the process that started it dies.
 
-Used by tests/test_netns_swarm.py, and runnable as a bench that prints a table (as root):
+Used by tests/test_netns_swarm.py and tests/test_netns_nemesis.py (the nemesis: SIGKILL +
+restart, SIGSTOP past a round, a split into groups, and the batch ledger check), and runnable
+as a bench that prints a table (as root):
 
     python tests/netns_harness.py bench --nodes 3 --rounds 6 --delay-ms 50 --jitter-ms 10 --loss 0.02
+    python tests/netns_harness.py bench --nodes 3 --delay-ms 50 --jitter-ms 10 --loss 0.02 --nemesis kill
+    python tests/netns_harness.py table b.json k.json
+    python tests/netns_harness.py stall --libp2p --cut-s 30   # a connection after a heal
 """
 
 from __future__ import annotations
