@@ -38,6 +38,13 @@ class RoundRecord:
     trained_external: int = 0  # external groups passed to train() this round
     eval: Mapping[str, Any] | None = None  # the held-out evaluation run after this round (heldout.py)
     eval_deferred: Mapping[str, Any] | None = None  # {needed_s, left_s}: due, but did not fit
+    # The batch ledger (sha256 of the sealed envelope, hex, as announced): what was published,
+    # accepted and trained on, so that "no accepted batch trained twice or lost" can be checked
+    # from rounds.jsonl alone (tests/netns_harness.py `batch_ledger`).
+    batch_digest: str = ""  # our own batch of this round ("" when we published none)
+    accepted_batches: Mapping[str, str] = attrs.field(factory=dict)  # sender -> digest
+    trained_batches: tuple[str, ...] = ()  # digests with a group in this round's training update
+    untrained_batches: Mapping[str, str] = attrs.field(factory=dict)  # digest -> why not (UNTRAINED)
 
     def to_json(self) -> dict[str, Any]:
         data = attrs.asdict(self)
@@ -45,7 +52,22 @@ class RoundRecord:
         data["train_metrics"] = dict(sorted(self.train_metrics.items()))
         data["external_peers_trained_on"] = list(self.external_peers_trained_on)
         data["accepted_peers"] = list(self.accepted_peers)
+        data["accepted_batches"] = dict(sorted(self.accepted_batches.items()))
+        data["trained_batches"] = list(self.trained_batches)
+        data["untrained_batches"] = dict(sorted(self.untrained_batches.items()))
         return data
+
+
+UNTRAINED = (
+    "zero_advantage",  # no group of it has reward spread: GRPO learns nothing from it
+    "sampled_out",  # it had such groups, the sampler took others (n_external, max_groups_per_peer)
+    "banned",  # its sender was banned after it was accepted
+    "train_failed",  # the training step failed (counted as train_failed)
+    "round_abandoned",  # the round ended before its training step
+    "not_trained",  # a completed round that trained on nothing external (a stage that is not trained)
+)
+"""Why an accepted batch is not in its round's training update: every accepted batch is either
+trained once or has one of these reasons, never neither."""
 
 
 @attrs.define
@@ -67,6 +89,8 @@ class RoundWork:
     batch_digest: bytes = b""
     envelope: bytes = b""
     trained_on: tuple[str, ...] = ()
+    trained_batches: tuple[str, ...] = ()  # digests (hex) of the accepted batches trained on
+    untrained_batches: dict[str, str] = attrs.Factory(dict)  # digest (hex) -> reason (UNTRAINED)
     trained_local: int = 0
     trained_external: int = 0
     train_metrics: dict[str, float] = attrs.Factory(dict)
@@ -75,8 +99,30 @@ class RoundWork:
     eval_deferred: dict[str, Any] | None = None
 
 
+def accepted_digests(inbox: RoundInbox) -> dict[str, str]:
+    """Sender -> digest (hex) of the round's accepted batches. An accepted sender's announced
+    digest is the accepted batch's: admission refuses a fetched batch of another digest
+    (`digest_mismatch`, `sweep_conflict`) and a second announced digest (`equivocation`).
+    An accepted sender with no announced digest (no path of admission does that) shows as "",
+    which the ledger check reports instead of leaving the batch out."""
+    return {sender: inbox.announced.get(sender, b"").hex() for sender in sorted(inbox.external)}
+
+
+def untrained_of(work: RoundWork, accepted: Mapping[str, str], *, completed: bool) -> dict[str, str]:
+    """Why each accepted batch outside the training update was not trained: the reason the
+    training step gave, else the round's (abandoned before training, or a stage not trained)."""
+    fallback = "not_trained" if completed else "round_abandoned"
+    trained = set(work.trained_batches)
+    return {
+        digest: work.untrained_batches.get(digest, fallback)
+        for digest in sorted(accepted.values())
+        if digest not in trained
+    }
+
+
 def record_of(work: RoundWork, *, completed: bool, finished_ms: int) -> RoundRecord:
     inbox = work.inbox
+    accepted = accepted_digests(inbox)
     return RoundRecord(
         round=work.round,
         stage=work.stage,
@@ -94,6 +140,10 @@ def record_of(work: RoundWork, *, completed: bool, finished_ms: int) -> RoundRec
         trained_external=work.trained_external,
         eval=work.eval,
         eval_deferred=work.eval_deferred,
+        batch_digest=work.batch_digest.hex(),
+        accepted_batches=accepted,
+        trained_batches=work.trained_batches,
+        untrained_batches=untrained_of(work, accepted, completed=completed),
     )
 
 

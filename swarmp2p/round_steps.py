@@ -23,11 +23,17 @@ from protocol.acr import InputStore
 from protocol.envelope import seal
 from protocol.game import Game, mean_reward, rank_winners
 from protocol.messages import QuestionGroup, RolloutBatch
-from protocol.sampling import SamplingState, observe_round, sample_training_groups
+from protocol.sampling import (
+    SampledGroups,
+    SamplingState,
+    has_advantage,
+    observe_round,
+    sample_training_groups,
+)
 from protocol.seeds import derive_seed
 from swarmp2p.peer_settings import PeerSettings
 from swarmp2p.ports import CoordinatorError, CoordinatorPort, PolicyPort
-from swarmp2p.round_record import RoundWork
+from swarmp2p.round_record import RoundWork, accepted_digests
 
 log = logging.getLogger("swarmp2p.peer")
 
@@ -147,6 +153,7 @@ async def train(
     )
     groups = [*sampled.local, *(group for _, group in sampled.external)]
     work.trained_on = tuple(sorted({peer for peer, _ in sampled.external}))
+    work.trained_batches, work.untrained_batches = batch_ledger(work, external, sampled)
     work.trained_local, work.trained_external = len(sampled.local), len(sampled.external)
     counters["dropped_zero_advantage"] += sampled.dropped_zero_advantage
     if groups:
@@ -160,6 +167,9 @@ async def train(
                 return sampling_state, False
             log.exception("%s: training failed in round %d", peer_id, round_number)
             counters["train_failed"] += 1
+            failed = {digest: "train_failed" for digest in work.trained_batches}
+            work.untrained_batches = {**work.untrained_batches, **failed}
+            work.trained_batches = ()
             work.trained_on = ()
             work.trained_local = work.trained_external = 0
         try:
@@ -168,6 +178,27 @@ async def train(
             log.exception("%s: checkpoint save failed", peer_id)
             counters["save_failed"] += 1
     return sampling_state, True
+
+
+def batch_ledger(
+    work: RoundWork, pool: dict[str, tuple[QuestionGroup, ...]], sampled: SampledGroups
+) -> tuple[tuple[str, ...], dict[str, str]]:
+    """The digests of the accepted batches with a group in this training update, and why each
+    other accepted batch has none (round_record.UNTRAINED): the round record's ledger."""
+    digests = accepted_digests(work.inbox)
+    taken = {peer for peer, _ in sampled.external}
+    trained = tuple(sorted(digests[peer] for peer in taken if peer in digests))
+    untrained: dict[str, str] = {}
+    for peer, digest in digests.items():
+        if peer in taken:
+            continue
+        if peer not in pool:
+            untrained[digest] = "banned"  # banned since it was accepted: not in the training pool
+        elif any(has_advantage(group) for group in pool[peer]):
+            untrained[digest] = "sampled_out"
+        else:
+            untrained[digest] = "zero_advantage"
+    return trained, untrained
 
 
 async def report(

@@ -17,9 +17,14 @@ and a run that died (its pid gone) leaves namespaces the next run removes, proce
 The TUN devices belong to the switch process and vanish with it; the switch exits when its
 stdin closes, i.e. when the process that started it dies.
 
-Used by tests/test_netns_swarm.py, and runnable as a bench that prints a table (as root):
+Used by tests/test_netns_swarm.py and tests/test_netns_nemesis.py (the nemesis: SIGKILL +
+restart, SIGSTOP past a round, a split into groups, and the batch ledger check), and runnable
+as a bench that prints a table (as root):
 
     python tests/netns_harness.py bench --nodes 3 --rounds 6 --delay-ms 50 --jitter-ms 10 --loss 0.02
+    python tests/netns_harness.py bench --nodes 3 --delay-ms 50 --jitter-ms 10 --loss 0.02 --nemesis kill
+    python tests/netns_harness.py table b.json k.json
+    python tests/netns_harness.py stall --libp2p --cut-s 30   # a connection after a heal
 """
 
 from __future__ import annotations
@@ -444,6 +449,7 @@ class NetnsNode:
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 15) -> int | None:
         if self.process is None or self.exited():
             return self.process.returncode if self.process else None
+        self.process.send_signal(signal.SIGCONT)  # a paused node could not act on SIGTERM
         self.process.send_signal(sig)
         try:
             return self.process.wait(timeout=timeout_s)
@@ -451,6 +457,35 @@ class NetnsNode:
             self.process.kill()
             self.process.wait()
             return None
+
+    # ---- nemesis actions ----
+    # `ip netns exec` execs the node in place (no fork), so these signals reach the node itself.
+
+    def kill(self) -> int:
+        """SIGKILL: no shutdown, no final save; what a power cut or the OOM killer does."""
+        assert self.process is not None and not self.exited(), "node not running"
+        self.process.send_signal(signal.SIGKILL)
+        return self.process.wait(timeout=30)
+
+    def restart(self, bootstrap: str | None) -> None:
+        """Start again on the same data dir: same identity key, checkpoints and rounds.jsonl."""
+        assert self.exited(), "restart a node that is still running"
+        self.start(bootstrap)
+
+    def pause(self) -> None:
+        """SIGSTOP: the process (all its threads) is frozen; its sockets stay open."""
+        assert self.process is not None and not self.exited(), "node not running"
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None and not self.exited(), "node not running"
+        self.process.send_signal(signal.SIGCONT)
+
+    def trained_steps(self) -> list[int]:
+        """The trainer's step after each round's update (train_metrics.step), in log order."""
+        return [
+            int(r["train_metrics"]["step"]) for r in self.rounds() if "step" in r.get("train_metrics", {})
+        ]
 
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -490,6 +525,58 @@ def netns_swarm(
         finally:
             for node in nodes:
                 node.stop(signal.SIGTERM, timeout_s=10)
+
+
+def published_digests(nodes: list[NetnsNode]) -> dict[str, dict[int, str]]:
+    """Sender peer id -> round -> the digest of the batch it recorded publishing."""
+    published: dict[str, dict[int, str]] = {}
+    for node in nodes:
+        for record in node.rounds():
+            if record.get("batch_digest"):
+                published.setdefault(record["peer_id"], {})[record["round"]] = record["batch_digest"]
+    return published
+
+
+def ledger_of_record(
+    record: dict[str, Any], published: dict[str, dict[int, str]], tally: Counter[str]
+) -> list[str]:
+    """One round record's batches: each accepted digest in the training update or with a
+    reason (tallied as "trained" or by reason), and the one its sender published. Returns the
+    violations."""
+    r, taken, untrained = record["round"], set(record["trained_batches"]), record["untrained_batches"]
+    accepted = record["accepted_batches"]
+    violations = [f"round {r}: trained {d[:12]}, never accepted" for d in taken - set(accepted.values())]
+    for sender, digest in accepted.items():
+        tally["accepted"] += 1
+        own = published.get(sender, {}).get(r)
+        if not digest or (own is not None and own != digest):
+            violations.append(f"round {r}: {sender[-6:]}'s batch {digest[:12]} is not its published {own}")
+        if (digest in taken) == (digest in untrained):
+            state = "trained and untrained" if digest in taken else "lost (neither trained nor untrained)"
+            violations.append(f"round {r}: {digest[:12]} {state}")
+        tally["trained" if digest in taken else untrained.get(digest, "lost")] += 1
+    return violations
+
+
+def batch_ledger(nodes: list[NetnsNode]) -> dict[str, Any]:
+    """Every batch every node accepted, followed through the node's rounds.jsonl (across all
+    its starts): in exactly one training update or with a recorded reason not to be
+    (swarmp2p.round_record.UNTRAINED), never trained twice, never neither, and the batch its
+    sender recorded publishing for that round. Returns the tally and the violations (none when
+    the ledger balances)."""
+    published = published_digests(nodes)
+    tally: Counter[str] = Counter()
+    violations: list[str] = []
+    for node in nodes:
+        trained_in: dict[str, list[int]] = {}
+        for record in node.rounds():
+            found = ledger_of_record(record, published, tally)
+            violations += [f"node {node.index} {text}" for text in found]
+            for digest in record["trained_batches"]:
+                trained_in.setdefault(digest, []).append(record["round"])
+        twice = {digest: rounds for digest, rounds in trained_in.items() if len(rounds) > 1}
+        violations += [f"node {node.index}: {d[:12]} trained in rounds {rs}" for d, rs in twice.items()]
+    return {"tally": dict(tally), "violations": violations}
 
 
 def round_table(nodes: list[NetnsNode], rounds: list[int]) -> list[dict[str, Any]]:
@@ -542,7 +629,325 @@ def swarm_report(nodes: list[NetnsNode]) -> str:
     return "\n".join(lines)
 
 
+# ---- the nemesis: kill + restart, pause past a round, split in two groups ---------------------
+# Each action runs at a set point of a round (from the swarm's schedule, not from logs) and
+# returns what it did; `*_outcome` reads what followed from rounds.jsonl. The test asserts on
+# the outcomes, the bench prints them.
+
+
+def round_start_s(node: NetnsNode, round_number: int) -> float:
+    """Wall-clock time (s) round `round_number` starts by the swarm's schedule."""
+    schedule = node.info()["schedule"]
+    return (schedule["genesis_ms"] + round_number * schedule["round_ms"]) / 1000
+
+
+def round_at(node: NetnsNode, when_s: float) -> int:
+    schedule = node.info()["schedule"]
+    return int((when_s * 1000 - schedule["genesis_ms"]) // schedule["round_ms"])
+
+
+def sleep_until(when_s: float) -> None:
+    """The nemesis acts at a time of the schedule: waiting for a wall-clock time is the point."""
+    time.sleep(max(0.0, when_s - time.time()))
+
+
+def next_round(nodes: list[NetnsNode]) -> int:
+    return round_at(nodes[0], time.time()) + 1
+
+
+def kill_and_restart(nodes: list[NetnsNode], index: int, round_number: int, into: float) -> dict[str, Any]:
+    """SIGKILL node `index` `into` (a share) of round `round_number` (after it published, before
+    it trained), then start it again at once on the same data dir."""
+    victim = nodes[index]
+    peer_id = victim.info()["peer_id"]
+    sleep_until(round_start_s(victim, round_number) + into * victim.info()["schedule"]["round_ms"] / 1000)
+    victim.kill()
+    killed_s = time.time()
+    before = victim.rounds()
+    steps = victim.trained_steps()
+    victim.restart(nodes[0 if index else 1].info()["listen_addrs"][0])
+    info = victim.info()
+    return {
+        "action": "kill",
+        "node": index,
+        "round": round_at(victim, killed_s),
+        "records_before": len(before),
+        "step_before": max(steps, default=0),
+        "peer_id_before": peer_id,
+        "peer_id_after": info["peer_id"],
+        "restart_s": round(time.time() - killed_s, 1),
+        "back_round": round_at(victim, time.time()),  # serving its hello again (node.json)
+    }
+
+
+def pause_past_a_round(
+    nodes: list[NetnsNode], index: int, round_number: int, into: float, rounds: float
+) -> dict[str, Any]:
+    """SIGSTOP node `index` `into` round `round_number` for `rounds` round lengths, then SIGCONT."""
+    node = nodes[index]
+    round_s = node.info()["schedule"]["round_ms"] / 1000
+    sleep_until(round_start_s(node, round_number) + into * round_s)
+    node.pause()
+    paused_s = time.time()
+    time.sleep(rounds * round_s)  # frozen for this long: the length of the nemesis itself
+    node.resume()
+    return {
+        "action": "pause",
+        "node": index,
+        "round": round_at(node, paused_s),
+        "resumed_round": round_at(node, time.time()),
+        "paused_s": round(time.time() - paused_s, 1),
+    }
+
+
+def split(
+    network: NetnsNetwork, nodes: list[NetnsNode], groups: list[list[int]], round_number: int, rounds: int
+) -> dict[str, Any]:
+    """Partition the swarm into `groups` from the start of `round_number` for `rounds` whole
+    rounds, then heal."""
+    sleep_until(round_start_s(nodes[0], round_number))
+    network.partition(*groups)
+    sleep_until(round_start_s(nodes[0], round_number + rounds))
+    network.heal()
+    return {"action": "split", "groups": groups, "round": round_number, "healed_round": round_number + rounds}
+
+
+def first_round(
+    node: NetnsNode, after: int, last: int, predicate: Callable[[dict[str, Any]], bool]
+) -> int | None:
+    """The first round in [after, last] whose record satisfies `predicate` (None: none)."""
+    records = node.by_round()
+    return next((r for r in range(after, last + 1) if r in records and predicate(records[r])), None)
+
+
+def trained_on_others(record: dict[str, Any]) -> bool:
+    return bool(record["completed"] and record["external_peers_trained_on"])
+
+
+def state_of(record: dict[str, Any] | None) -> str:
+    """ "completed", "skipped", "abandoned", or "none" (no record of the round)."""
+    if record is None:
+        return "none"
+    if record["completed"]:
+        return "completed"
+    return "skipped" if record.get("skipped") else "abandoned"
+
+
+def kill_rejoin(nodes: list[NetnsNode], event: dict[str, Any], last: int) -> dict[str, Any]:
+    """From the records alone (cheap enough to poll): the first round after the kill in which
+    the restarted node trained on others, and in which each other node trained on it."""
+    victim, peer_id = nodes[event["node"]], event["peer_id_before"]
+    restarted = event["round"] + 1  # its batch of the kill round may be fetched before the kill
+    return {
+        "trains_on_others": first_round(victim, restarted, last, trained_on_others),
+        "others_train_on_it": {
+            node.index: first_round(
+                node, restarted, last, lambda r: peer_id in r["external_peers_trained_on"]
+            )
+            for node in nodes
+            if node is not victim
+        },
+    }
+
+
+def kill_outcome(nodes: list[NetnsNode], event: dict[str, Any], last: int) -> dict[str, Any]:
+    """After a kill + restart: the restarted node's records keep its peer id, its trainer
+    resumed from its checkpoint (the step goes on from before the kill; from scratch it would
+    restart at 1), and when it trained on others' and others on its rollouts again."""
+    victim, peer_id = nodes[event["node"]], event["peer_id_before"]
+    after = victim.rounds()[event["records_before"] :]
+    steps = [int(r["train_metrics"]["step"]) for r in after if "step" in r.get("train_metrics", {})]
+    return {
+        **event,
+        "same_peer_id": event["peer_id_after"] == peer_id and all(r["peer_id"] == peer_id for r in after),
+        "first_step_after": min(steps, default=None),
+        "checkpoint_restored": victim.status()["counters"].get("checkpoint_restored", 0),
+        **kill_rejoin(nodes, event, last),
+    }
+
+
+def pause_rejoin(nodes: list[NetnsNode], event: dict[str, Any], last: int) -> dict[str, Any]:
+    """From the records alone: the first round after SIGCONT the paused node completed, and the
+    first in which it also trained on others."""
+    node, resumed = nodes[event["node"]], event["resumed_round"]
+    return {
+        "caught_up": first_round(node, resumed, last, lambda r: r["completed"]),
+        "trains_on_others": first_round(node, resumed, last, trained_on_others),
+    }
+
+
+def pause_outcome(nodes: list[NetnsNode], event: dict[str, Any], last: int) -> dict[str, Any]:
+    """After a pause: what the paused node recorded for the rounds it slept through, when it
+    completed a round again and trained on others, and whether the others kept going and did
+    not ban it for its late messages."""
+    node = nodes[event["node"]]
+    records = node.by_round()
+    missed = range(event["round"], event["resumed_round"] + 1)
+    others = [o for o in nodes if o is not node]
+    return {
+        **event,
+        "alive": not node.exited(),
+        "missed_rounds": {r: state_of(records.get(r)) for r in missed},
+        **pause_rejoin(nodes, event, last),
+        "others_completed": {
+            o.index: all(o.by_round().get(r, {}).get("completed") for r in missed) for o in others
+        },
+        "banned_by": [o.index for o in others if node.info()["peer_id"] in o.status()["banned"]],
+    }
+
+
+def split_outcome(nodes: list[NetnsNode], event: dict[str, Any], last: int) -> dict[str, Any]:
+    """After a split: within the cut, which rounds each node completed and whether it accepted
+    anything from the other side; after the heal, the first round every node completed (they
+    converged on it) and the first round from which every node accepted a batch from the other
+    side."""
+    ids = {node.index: node.info()["peer_id"] for node in nodes}
+    side = {index: g for g, group in enumerate(event["groups"]) for index in group}
+
+    def across(node: NetnsNode) -> set[str]:
+        return {ids[i] for i in ids if side[i] != side[node.index]}
+
+    inside = range(event["round"] + 1, event["healed_round"])
+    healed = event["healed_round"]
+    common = next(
+        (r for r in range(healed, last + 1) if all(n.by_round().get(r, {}).get("completed") for n in nodes)),
+        None,
+    )
+    exchanged = {
+        n.index: first_round(n, healed, last, lambda r, n=n: bool(across(n) & set(r["accepted_peers"])))
+        for n in nodes
+    }
+    return {
+        **event,
+        "completed_inside": {
+            n.index: sum(bool(n.by_round().get(r, {}).get("completed")) for r in inside) for n in nodes
+        },
+        "crossed_inside": {
+            n.index: sum(
+                bool(across(n) & set(n.by_round().get(r, {}).get("accepted_peers", ()))) for r in inside
+            )
+            for n in nodes
+        },
+        "inside_rounds": list(inside),
+        "converged": common,
+        "exchanged": exchanged,
+    }
+
+
+OUTCOMES = {"kill": kill_outcome, "pause": pause_outcome, "split": split_outcome}
+
+
+# ---- TCP after a heal: an old connection stalls in retransmission backoff --------------------
+
+ECHO_SERVER = """
+import socket, threading
+server = socket.create_server(("10.77.0.2", 9000))
+def serve(conn):
+    with conn:
+        while data := conn.recv(100):
+            conn.sendall(data)
+while True:
+    threading.Thread(target=serve, args=(server.accept()[0],), daemon=True).start()
+"""
+# One byte a second over one connection (like gossip heartbeats) through the cut; prints how
+# long after the heal (argv[1], a wall-clock time) the first echo came back.
+STEADY_CLIENT = """
+import select, socket, sys, time
+heal = float(sys.argv[1])
+conn = socket.create_connection(("10.77.0.2", 9000), timeout=10)
+conn.setblocking(False)
+while time.time() < heal + 120:
+    conn.send(b"x")
+    if select.select([conn], [], [], 1.0)[0] and conn.recv(100) and time.time() > heal:
+        print(round(time.time() - heal, 1))
+        break
+"""
+NEW_CLIENT = """
+import socket, time
+started = time.time()
+socket.create_connection(("10.77.0.2", 9000), timeout=10).close()
+print(round(time.time() - started, 2))
+"""
+
+
+def stall_after_heal(cut_s: float, delay_ms: float = 50, jitter_ms: float = 10) -> dict[str, float]:
+    """Two hosts, a connection that keeps sending through a `cut_s` partition: seconds from the
+    heal until it delivers again, and how long a new connection takes right after the heal.
+    Unacked data during the cut doubles TCP's retransmission timeout at every try, so the old
+    connection waits for its next retransmission (up to about the cut's length again)."""
+    with NetnsNetwork(2) as network:
+        server = subprocess.Popen([*network.exec_args(1), sys.executable, "-c", ECHO_SERVER])
+        try:
+            network.impair(delay_ms=delay_ms, jitter_ms=jitter_ms)
+            heal_s = time.time() + 3 + cut_s
+            steady = subprocess.Popen(
+                [*network.exec_args(0), sys.executable, "-c", STEADY_CLIENT, str(heal_s)],
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            sleep_until(heal_s - cut_s)  # the client is connected and sending by now
+            network.partition([0], [1])
+            sleep_until(heal_s)
+            network.heal()
+            fresh = subprocess.run(
+                [*network.exec_args(0), sys.executable, "-c", NEW_CLIENT], capture_output=True, text=True
+            )
+            old, _ = steady.communicate(timeout=150)
+        finally:
+            server.kill()
+        return {"cut_s": cut_s, "old_connection_s": float(old), "new_connection_s": float(fresh.stdout)}
+
+
+STALL_PEER = str(Path(__file__).with_name("netns_stall_peer.py"))
+
+
+def libp2p_stall_after_heal(cut_s: float, delay_ms: float = 50, jitter_ms: float = 10) -> dict[str, Any]:
+    """The same through swarmp2p.net's adapter (tests/netns_stall_peer.py): one host gossips to
+    the other every 0.5 s through a `cut_s` partition; after the heal it sends requests (3 s
+    timeout) until one is answered. Returns the probe's JSON: seconds from the heal to the
+    answer, requests that timed out, its drop counters."""
+    peer = [sys.executable, STALL_PEER]
+    with NetnsNetwork(2) as network:
+        network.impair(delay_ms=delay_ms, jitter_ms=jitter_ms)
+        server = subprocess.Popen(
+            [*network.exec_args(1), *peer, "serve", f"/ip4/{address(1)}/tcp/4001"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            listening = server.stdout.readline().strip()  # type: ignore[union-attr]
+            probe = subprocess.Popen(
+                [*network.exec_args(0), *peer, "probe", listening],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            assert probe.stdout is not None and probe.stdout.readline().strip() == "ready"
+            network.partition([0], [1])
+            time.sleep(cut_s)  # the cut's length is what is measured
+            network.heal()
+            out, _ = probe.communicate(f"{time.time()}\n", timeout=300)
+        finally:
+            server.kill()
+        return {"cut_s": cut_s, **json.loads(out.splitlines()[-1])}
+
+
 # ---- the bench ----------------------------------------------------------------------------------
+
+
+def run_nemesis(
+    args: argparse.Namespace, network: NetnsNetwork, nodes: list[NetnsNode], at: int
+) -> dict[str, Any]:
+    """The bench's one nemesis action, in round `at`: kill node 1 (SIGKILL, 30% into the
+    round) and restart it; pause the last node (SIGSTOP, 30% into the round) for
+    --pause-rounds round lengths; or split the swarm in halves for --split-rounds rounds."""
+    if args.nemesis == "kill":
+        return kill_and_restart(nodes, 1, at, into=0.3)
+    if args.nemesis == "pause":
+        return pause_past_a_round(nodes, len(nodes) - 1, at, into=0.3, rounds=args.pause_rounds)
+    half = len(nodes) // 2
+    return split(network, nodes, [list(range(half)), list(range(half, len(nodes)))], at, args.split_rounds)
 
 
 def bench(args: argparse.Namespace) -> None:
@@ -579,6 +984,7 @@ def bench(args: argparse.Namespace) -> None:
                 during = [node.status() for node in nodes]
                 network.heal()
                 snapshots = {"before": before, "at_heal": during}
+            event = run_nemesis(args, network, nodes, first + 1) if args.nemesis else None
             wait_for(
                 lambda: all(rounds[-1] in node.by_round() for node in nodes),
                 (args.rounds + 3) * args.round_seconds + 60,
@@ -597,6 +1003,9 @@ def bench(args: argparse.Namespace) -> None:
                 "connected_peers": [s["network"]["connected_peers"] for s in statuses],
             }
             snapshots["end"] = statuses
+            if event is not None:
+                result["nemesis"] = OUTCOMES[event["action"]](nodes, event, rounds[-1])
+                result["ledger"] = batch_ledger(nodes)
             result["status"] = {
                 moment: [
                     {
@@ -626,6 +1035,8 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
             text += f"; {key} {value}"
         if result["partitioned_rounds"]:
             text += f"; last node cut off {len(result['partitioned_rounds'])} rounds"
+        if "nemesis" in result:
+            text += f"; nemesis {result['nemesis']['action']}"
         return text
 
     def round_seconds(result: dict[str, Any]) -> float:
@@ -663,6 +1074,64 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def describe_nemesis(outcome: dict[str, Any]) -> tuple[str, str]:
+    """The nemesis table's "action" and "what followed" cells of one bench result."""
+    action = outcome["action"]
+    if action == "kill":
+        taken = ", ".join(f"node {i} from {r}" for i, r in outcome["others_train_on_it"].items())
+        return (
+            f"node {outcome['node']} SIGKILLed in round {outcome['round']}, restarted at once"
+            f" (node.json again after {outcome['restart_s']:g} s)",
+            f"same peer id: {'yes' if outcome['same_peer_id'] else 'NO'}; checkpoint restored"
+            f" {outcome['checkpoint_restored']}; trainer step {outcome['step_before']} before the kill,"
+            f" {outcome['first_step_after']} at its first update after; trains on others from round"
+            f" {outcome['trains_on_others']}; others train on it: {taken}",
+        )
+    if action == "pause":
+        missed = ", ".join(f"{r} {state}" for r, state in outcome["missed_rounds"].items())
+        kept = all(outcome["others_completed"].values())
+        return (
+            f"node {outcome['node']} SIGSTOPped in round {outcome['round']} for {outcome['paused_s']:g} s,"
+            f" SIGCONT in round {outcome['resumed_round']}",
+            f"its rounds: {missed}; completes again from round {outcome['caught_up']}, trains on others"
+            f" from {outcome['trains_on_others']}; others completed those rounds: {'yes' if kept else 'NO'};"
+            f" banned by: {outcome['banned_by'] or 'nobody'}",
+        )
+    sides = " / ".join(
+        "{" + ",".join(str(i) for i in group) + "}" for group in outcome["groups"]
+    )  # no "|": a table cell
+    exchanged = ", ".join(f"node {i} from {r}" for i, r in outcome["exchanged"].items())
+    crossed = sum(outcome["crossed_inside"].values())
+    completed = "/".join(str(n) for n in outcome["completed_inside"].values())
+    return (
+        f"split {sides} from round {outcome['round']}, healed at round {outcome['healed_round']}",
+        f"rounds {outcome['inside_rounds']} inside: completed {completed} (per node), batches across"
+        f" the cut {crossed}; all completed round {outcome['converged']} after the heal; accept"
+        f" across again: {exchanged}",
+    )
+
+
+def nemesis_table(results: list[dict[str, Any]]) -> str:
+    """One row per bench result with a nemesis: what it did, what followed, and the batch
+    ledger over every node's whole rounds.jsonl."""
+    lines = [
+        "| nodes | action | what followed | batches accepted / trained / not trained (why)"
+        " | ledger violations |",
+        "|---|---|---|---|---|",
+    ]
+    for result in results:
+        if "nemesis" not in result:
+            continue
+        action, followed = describe_nemesis(result["nemesis"])
+        tally = dict(result["ledger"]["tally"])
+        accepted, trained = tally.pop("accepted", 0), tally.pop("trained", 0)
+        why = ", ".join(f"{k} {v}" for k, v in sorted(tally.items())) or "none"
+        violations = "; ".join(result["ledger"]["violations"]) or "0"
+        ledger = f"{accepted} / {trained} / {why}"
+        lines.append(f"| {len(result['nodes'])} | {action} | {followed} | {ledger} | {violations} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -680,6 +1149,14 @@ def main() -> None:
     run.add_argument("--rate-kbit", type=float, default=0.0)
     run.add_argument("--partition-rounds", type=int, default=0, help="cut the last node off this many rounds")
     run.add_argument(
+        "--nemesis",
+        choices=("kill", "pause", "split"),
+        help="in the second measured round: SIGKILL node 1 and restart it; SIGSTOP the last node"
+        " (then SIGCONT); or split the swarm in two halves (then heal)",
+    )
+    run.add_argument("--pause-rounds", type=float, default=1.5, help="--nemesis pause: round lengths frozen")
+    run.add_argument("--split-rounds", type=int, default=2, help="--nemesis split: whole rounds cut")
+    run.add_argument(
         "--set",
         action="append",
         default=[],
@@ -687,6 +1164,9 @@ def main() -> None:
         help="extra [node] setting, e.g. fetch_timeout_s=20",
     )
     run.add_argument("--verbose", action="store_true")
+    stall = sub.add_parser("stall", help="TCP after a heal: an old connection vs a new one (JSON)")
+    stall.add_argument("--cut-s", type=float, default=30.0)
+    stall.add_argument("--libp2p", action="store_true", help="through swarmp2p.net's adapter, not plain TCP")
     sub.add_parser("clean", help="remove namespaces left by harness runs that died")
     table = sub.add_parser("table", help="the markdown table of bench outputs (JSON files)")
     table.add_argument("files", nargs="+", type=Path)
@@ -694,7 +1174,14 @@ def main() -> None:
     if args.command == "switch":
         Switch(args.prefix, args.count, args.seed).run()
     elif args.command == "table":
-        print(markdown_table([json.loads(path.read_text()) for path in args.files]))
+        results = [json.loads(path.read_text()) for path in args.files]
+        print(markdown_table(results))
+        if any("nemesis" in result for result in results):
+            print()
+            print(nemesis_table(results))
+    elif args.command == "stall":
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+        print(json.dumps((libp2p_stall_after_heal if args.libp2p else stall_after_heal)(args.cut_s)))
     elif args.command == "clean":
         print("\n".join(clean_leftovers()) or "nothing left over")
     else:

@@ -21,6 +21,7 @@ from netns_harness import (
     NetnsNode,
     build_warm_model,
     clean_leftovers,
+    libp2p_stall_after_heal,
     missing_requirements,
     netns_swarm,
     wait_for,
@@ -113,6 +114,16 @@ def test_the_switch_delays_partitions_confines_and_cleans_up() -> None:
     subprocess.run(["ip", "netns", "add", leftover], check=True)
     assert leftover in clean_leftovers()
     assert leftover not in subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
+def test_a_request_after_a_long_cut_dials_anew_instead_of_waiting_on_tcp() -> None:
+    """Two libp2p hosts, one gossiping to the other through a 30 s cut. The old connection then
+    waits for TCP's next retransmission (12-13 s after the heal before the fix); a request that
+    times out on a connection in retransmission backoff closes it (`stale_connections_dropped`),
+    so that a request after the heal dials anew and is answered within two 3 s timeouts."""
+    result = libp2p_stall_after_heal(30.0)
+    assert result["drops"].get("stale_connections_dropped", 0) >= 1, result
+    assert result["answered_after_s"] < 2 * 3.0 + 1.0, result
 
 
 @pytest.fixture(scope="module")

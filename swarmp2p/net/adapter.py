@@ -58,6 +58,7 @@ from swarmp2p.net.gossip import CountingPubsub, build_gossip
 from swarmp2p.net.peer_book import PeerBook
 from swarmp2p.net.settings import NetworkSettings
 from swarmp2p.net.streams import read_frame, write_frame
+from swarmp2p.net.tcp_stall import is_stalled
 from swarmp2p.ports import InboundMessage, NetworkError, ProtocolRefused, RequestHandler
 
 logger = logging.getLogger(__name__)
@@ -321,7 +322,16 @@ class LibP2PNetwork:
                     with trio.CancelScope(shield=True), trio.move_on_after(1.0):
                         await _quiet_close(stream)
         assert scope.cancelled_caught
+        await self._close_stalled_connections(pid)
         raise NetworkError(f"{protocol} to {peer_id} timed out after {timeout_s:.1f}s")
+
+    async def _close_stalled_connections(self, pid: ID) -> None:
+        """After a request to `pid` timed out: close its connections stalled in TCP
+        retransmission backoff (tcp_stall.py), so that the next request dials a fresh one."""
+        for conn in [c for c in self.host.get_network().connections.get(pid, []) if is_stalled(c)]:
+            with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+                await conn.close()
+            self.counters.add("stale_connections_dropped")
 
     async def _serve_fetch(self, stream: Any) -> None:
         remote = _remote_peer(stream)
