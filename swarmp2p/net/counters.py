@@ -15,6 +15,10 @@ class DropCounters:
         "gossip_subscription_queue_full",
         "gossip_rate_limited",
         "gossip_origin_rate_limited",  # one origin key over its allowance (net/origin_limit.py)
+        # A connected peer forwarding over its allowance: the messages already read are dropped,
+        # and its stream is not read for a while (each such pause counted once).
+        "gossip_forwarder_rate_limited",
+        "gossip_forwarder_paused",
         "gossip_oversized_publish",
         # Inbound gossip py-libp2p refuses (it only logs them at debug level).
         "gossip_bad_signature",
@@ -68,6 +72,7 @@ class DropCounters:
             "peer_forgotten",
             "peer_book_evicted",
             "gossip_seen_duplicate",
+            "gossip_forwarder_paused",
             "dht_expired",
         }
     )

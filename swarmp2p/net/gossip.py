@@ -137,10 +137,13 @@ class CountingPubsub(Pubsub):
         subscription_queue_size: int,
         max_seen_messages: int = 65536,
         origin_limiter: OriginRateLimiter | None = None,
+        forwarder_limiter: OriginRateLimiter | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(host, router, **kwargs)
         self.origin_limiter = origin_limiter
+        self.forwarder_limiter = forwarder_limiter
+        self._paused_until: dict[ID, float] = {}  # forwarders whose stream we do not read now
         self._my_id_bytes = self.my_id.to_bytes()
         stock = self.seen_messages
         self.seen_messages = _CappedSeenCache(stock.ttl, stock.sweep_interval, max_seen_messages, counters)
@@ -167,7 +170,7 @@ class CountingPubsub(Pubsub):
         resets the stream: that reset is how we see it). A frame that is not a protobuf RPC
         raised DecodeError out of the stream handler and the host's nursery: one frame from any
         connected peer stopped the whole node. Both now drop the stream and the peer, counted."""
-        watched = _ResetWatch(stream)
+        watched = _WatchedStream(stream, self)
         try:
             await super().continuously_read_stream(watched)
         except ParseError:
@@ -196,7 +199,10 @@ class CountingPubsub(Pubsub):
         refuses, messages its peer scorer gates and messages that claim to come from us, each
         with only a debug log. It also lets an exception from the signature check (a garbage
         public key in the message) escape into the pubsub service. Duplicates (already seen)
-        are not drops; they are counted apart (`gossip_seen_duplicate`) so a replay flood shows."""
+        are not drops; they are counted apart (`gossip_seen_duplicate`) so a replay flood shows.
+        Ahead of all of it, the forwarder's own allowance (`_forwarder_allowed`)."""
+        if not self._forwarder_allowed(msg_forwarder):
+            return
         if self.is_peer_blacklisted(msg_forwarder) or self.is_peer_blacklisted(ID(msg.from_id)):
             self._drop_counters.add("gossip_blacklisted")
             return
@@ -244,6 +250,32 @@ class CountingPubsub(Pubsub):
         self.notify_subscriptions(msg)
         await self.router.publish(msg_forwarder, msg)
 
+    def _forwarder_allowed(self, forwarder: ID) -> bool:
+        """A connected peer past its allowance: this message is dropped (counted
+        `gossip_forwarder_rate_limited`) and the peer's stream is not read again until its
+        bucket has refilled for a while (`_WatchedStream.read`), so its further frames stay in
+        its yamux window and socket and its writes block. py-libp2p runs every inbound message
+        in a task of its own, so the read loop is the only place that can push back. Dropping
+        without pausing was not enough: at ~14,000 messages a second from one host, the
+        decryption, framing and parsing alone kept the process at 100% CPU and both honest
+        peers lost 3 rounds of each other's rollouts (tests/test_net_attacks.py)."""
+        limiter = self.forwarder_limiter
+        if limiter is None or forwarder == self.my_id or limiter.allow(forwarder.to_bytes()):
+            return True
+        self._drop_counters.add("gossip_forwarder_rate_limited")
+        if self._paused_until.get(forwarder, 0.0) <= time.monotonic():
+            self._drop_counters.add("gossip_forwarder_paused")
+            self._paused_until[forwarder] = time.monotonic() + min(limiter.burst, 100.0) / limiter.rate_per_s
+        return False
+
+    def read_paused_until(self, forwarder: ID) -> float:
+        """time.monotonic() before which `forwarder`'s gossip stream is not read (0: not paused)."""
+        until = self._paused_until.get(forwarder, 0.0)
+        if until and until <= time.monotonic():
+            del self._paused_until[forwarder]
+            return 0.0
+        return until
+
     def notify_subscriptions(self, publish_message: rpc_pb2.Message) -> None:
         for topic in publish_message.topicIDs:
             if topic in self.topic_ids:
@@ -255,13 +287,23 @@ class CountingPubsub(Pubsub):
                     pass  # unsubscribed meanwhile: nobody is listening, nothing is lost
 
 
-class _ResetWatch:
-    """A gossip stream as py-libp2p's read loop sees it, noting whether the loop reset it (it
-    does only when an inbound RPC exceeds its size limit)."""
+class _WatchedStream:
+    """A gossip stream as py-libp2p's read loop sees it: noting whether the loop reset it (it
+    does only when an inbound RPC exceeds its size limit), and not read while its peer is
+    paused for forwarding past its allowance (`CountingPubsub._forwarder_allowed`)."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, pubsub: CountingPubsub) -> None:
         self._stream = stream
+        self._pubsub = pubsub
+        self._peer_id = getattr(getattr(stream, "muxed_conn", None), "peer_id", None)
         self.was_reset = False
+
+    async def read(self, n: int | None = None) -> bytes:
+        if self._peer_id is not None:
+            until = self._pubsub.read_paused_until(self._peer_id)
+            if until:
+                await trio.sleep(max(0.0, until - time.monotonic()))
+        return await self._stream.read(n)  # type: ignore[no-any-return]
 
     async def reset(self) -> None:
         self.was_reset = True
@@ -312,6 +354,9 @@ def build_gossip(host: IHost, settings: NetworkSettings, counters: DropCounters)
         outbound_queue_size=settings.outbound_queue_size,
         subscription_queue_size=settings.subscription_queue_size,
         origin_limiter=OriginRateLimiter(settings.origin_rate_per_s, settings.origin_burst),
+        forwarder_limiter=OriginRateLimiter(
+            settings.forwarder_rate_per_s, settings.forwarder_burst, max_origins=4096
+        ),
         max_seen_messages=settings.max_seen_messages,
         # Both sides must sign strictly: a signing-policy mismatch drops every message.
         strict_signing=True,

@@ -38,6 +38,13 @@ class NetworkSettings:
     # few seconds.
     origin_rate_per_s: float = attrs.field(default=10.0, validator=_positive)
     origin_burst: float = attrs.field(default=50.0, validator=_positive)
+    # Per connected peer that forwards gossip to us, checked first (before the seen-cache): past
+    # it, that peer's stream is not read for a while (net/gossip.py `_forwarder_allowed`). Keys are
+    # free, so the per-origin limit alone let one host with 500 throwaway keys keep a node busy
+    # (tests/test_net_attacks.py). An honest neighbour relays every peer's announcements and
+    # hellos: tens a second in a 100-peer swarm.
+    forwarder_rate_per_s: float = attrs.field(default=200.0, validator=_positive)
+    forwarder_burst: float = attrs.field(default=1000.0, validator=_positive)
     outbound_queue_size: int = attrs.field(default=4096, validator=_positive)
     subscription_queue_size: int = attrs.field(default=4096, validator=_positive)
     # Gossip carries announcements and hellos only; py-libp2p drops RPCs over 1 MiB without a word,
