@@ -112,13 +112,9 @@ class Pair:
         """Arguments of `python -m tests.attack_kit` aimed at both nodes, on their clock."""
         genesis = time.time() - self.clock.now_ms() / 1000
         targets = [net.listen_addrs()[0] for net in self.nets]
-        return [mode, "--targets", *targets, "--seconds", str(seconds), "--keys", str(keys)] + [
-            "--round-ms",
-            str(self.round_ms),
-            "--genesis",
-            f"{genesis:.3f}",
-            "--swarm",
-            SWARM,
+        return [
+            *(mode, "--targets", *targets, "--seconds", str(seconds), "--keys", str(keys)),
+            *("--round-ms", str(self.round_ms), "--genesis", f"{genesis:.3f}", "--swarm", SWARM),
         ]
 
     def current_round(self) -> int:
