@@ -334,7 +334,8 @@ async def dht_abuse(
 
     one = Sybil("dht-one")
     sybils = [Sybil(f"dht-{i}") for i in range(keys)]
-    sent = {"puts": 0, "big": 0, "small": 0, "foreign": 0, "malformed": 0, "refused_streams": 0}
+    sent: dict[str, Any] = {"puts": 0, "big": 0, "small": 0, "foreign": 0, "malformed": 0}
+    sent.update(refused_streams=0, owner=one.identity.peer_id)
     host = new_host(key_pair=one.identity.key_pair)
     async with host.run(listen_addrs=[multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]):
         infos = [info_from_p2p_addr(multiaddr.Multiaddr(addr)) for addr in targets]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from swarmp2p.dashboard import normalize_status, render_metrics
-from tests.attack_kit import Pair, run_attacker, run_pair, wait_rounds
+from tests.attack_kit import FAST, Pair, run_attacker, run_pair, wait_rounds
 from tests.test_metrics_export import assert_every_status_counter_exported
 
 
@@ -56,4 +56,49 @@ def test_a_gossip_flood_from_one_host_loses_no_honest_rollouts() -> None:
         assert status["rejections"].get("fetch_unknown_limit", 0) > 0, status["rejections"]
         count = float(drops["gossip_bad_signature"])
         assert metric(status, "swarmp2p_network_drops_total", "kind", "gossip_bad_signature") == count
+        assert_every_status_counter_exported(status)
+
+
+def test_dht_store_abuse_is_bounded_and_counted_and_loses_no_honest_rollouts() -> None:
+    """For 12 s the attacker process stores straight at both nodes (PUT_VALUE): validly signed
+    ~960 KiB batch records under its own key (rounds now and next, three stages), small
+    validly signed records of 200 throwaway keys, records outside our namespace and under
+    malformed keys. Each node keeps at most its per-owner caps of any one key, refuses and
+    counts the rest, and the honest peers train on each other in every round."""
+    report: dict = {}
+    held: list[dict[str, tuple[int, int]]] = []
+    settings = FAST
+
+    async def attack(pair: Pair) -> None:
+        await wait_rounds(pair, 1)
+        report.update(await run_attacker(pair.attacker_args("dht", 12, 200), 12))
+        for net in pair.nets:
+            store = net.dht.value_store
+            held.append(
+                {owner: (len(keys), store._owner_bytes[owner]) for owner, keys in store._by_owner.items()}
+            )
+        await wait_rounds(pair, 1)
+
+    started = time.monotonic()
+    pair = run_pair(attack, settings=settings)
+    print(f"dht test: {time.monotonic() - started:.1f} s wall, attacker {report}")
+    trained = pair.trained()
+    assert report.get("big", 0) >= 6 and report.get("foreign", 0) >= 3, report
+    assert len(trained) >= 4, trained
+    assert pair.rounds_lost() == [], trained
+    for index in (0, 1):
+        per_owner = held[index]
+        assert report["owner"] in per_owner, per_owner.keys()  # the attacker's records did arrive...
+        for owner, (records, size) in per_owner.items():  # ...and no key holds more than its caps
+            assert records <= settings.max_dht_records_per_owner, (owner, records)
+            assert size <= settings.max_dht_bytes_per_owner, (owner, size)
+        status = pair.snapshots[index]
+        drops, tables = status["network"]["drops"], status["network"]["tables"]
+        assert tables["dht_record_bytes"] <= settings.max_dht_bytes, tables
+        assert drops["dht_evicted_owner_cap"] > 0, drops  # the big records pushed out their elders
+        assert drops["dht_foreign_namespace"] > 0, drops
+        assert drops["dht_malformed_key"] > 0, drops
+        assert drops["dht_rejected"] >= drops["dht_foreign_namespace"] + drops["dht_malformed_key"], drops
+        count = float(drops["dht_foreign_namespace"])
+        assert metric(status, "swarmp2p_network_drops_total", "kind", "dht_foreign_namespace") == count
         assert_every_status_counter_exported(status)
