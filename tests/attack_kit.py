@@ -105,6 +105,7 @@ class Pair:
     clock: Any
     round_ms: int
     hello_stats: list[dict[str, int]]
+    schedule: Any = None
     records: list[dict[int, Any]] = field(default_factory=lambda: [{}, {}])
     snapshots: list[dict[str, Any]] = field(default_factory=list)  # status of each, at the end
 
@@ -180,7 +181,7 @@ def run_pair(attack: Attack, *, round_ms: int = 4000, settings: NetworkSettings 
             open_libp2p_network(Identity.from_seed(HONEST_SEEDS[1]).key_pair, settings) as net_b,
             trio.open_nursery() as nursery,
         ):
-            pair = Pair([net_a, net_b], [], clock, round_ms, [])
+            pair = Pair([net_a, net_b], [], clock, round_ms, [], schedule)
             result.append(pair)
             for net in pair.nets:
                 net.set_record_check(record_check)  # as swarmp2p/node.py does

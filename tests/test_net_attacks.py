@@ -6,9 +6,21 @@ counters moved (in /api/status and, as Prometheus series, in /metrics)."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
+import attrs
+import trio
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.id import ID
+from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11
+
+from protocol.envelope import seal
+from protocol.messages import PROTOCOL_VERSION, Hello
 from swarmp2p.dashboard import normalize_status, render_metrics
-from tests.attack_kit import FAST, Pair, run_attacker, run_pair, wait_rounds
+from swarmp2p.hello import hello_topic
+from swarmp2p.net import open_libp2p_network
+from swarmp2p.peer_settings import announce_topic
+from tests.attack_kit import FAST, SWARM, Pair, Sybil, gossip_frame, run_attacker, run_pair, wait_rounds
 from tests.test_metrics_export import assert_every_status_counter_exported
 
 
@@ -102,3 +114,85 @@ def test_dht_store_abuse_is_bounded_and_counted_and_loses_no_honest_rollouts() -
         count = float(drops["dht_foreign_namespace"])
         assert metric(status, "swarmp2p_network_drops_total", "kind", "dht_foreign_namespace") == count
         assert_every_status_counter_exported(status)
+
+
+def test_an_old_hello_replayed_after_the_seen_cache_forgot_it_is_refused_and_adds_no_peer() -> None:
+    """A spy records the gossip messages of node B's hellos, waits three rounds, pushes the ids
+    out of node A's seen-cache with 300 junk messages, then replays B's recorded hellos and
+    50 hellos of throwaway keys (dead addresses) signed three rounds ago. On main the replayed
+    hellos of B skipped the hello check (py-libp2p cached their earlier verdict, "valid", for
+    its validation TTL) and were delivered again; now every one is refused and counted
+    (hellos_stale / hellos_replayed), A's peer book does not grow, and the pair trains on
+    each other in every round."""
+    settings = attrs.evolve(FAST, max_seen_messages=256)
+    seen: dict[str, Any] = {}
+
+    async def attack(pair: Pair) -> None:
+        a, b = pair.nets
+        topic = hello_topic(SWARM)
+        async with open_libp2p_network(create_new_key_pair(), settings) as spy:
+            raw = await spy.pubsub.subscribe(topic)  # the gossip messages themselves, signed
+            await spy.connect(b.listen_addrs()[0])
+            recorded = []
+            with trio.fail_after(20):
+                while len(recorded) < 3:
+                    message = await raw.get()
+                    if ID(message.from_id).to_base58() == b.local_peer_id:
+                        recorded.append(message)
+            signed_in = pair.current_round()
+            sybils = [Sybil(f"hello-{i}") for i in range(50)]
+            dead = ("/ip4/10.255.0.1/tcp/1",)
+            old = [
+                s.message(
+                    topic,
+                    seal(
+                        Hello(PROTOCOL_VERSION, s.identity.peer_id, pair.schedule, signed_in, dead, "m"),
+                        s.seed,
+                    ),
+                )
+                for s in sybils
+            ]
+            with trio.fail_after(30):
+                while pair.current_round() < signed_in + 3:
+                    await trio.sleep(0.1)
+            stream = await spy.host.new_stream(ID.from_base58(a.local_peer_id), [PROTOCOL_ID_V11])
+            junk_keys = [Sybil(f"junk-{i}") for i in range(10)]
+            junk = [k.message(announce_topic(SWARM), b"junk %d" % i) for i in range(30) for k in junk_keys]
+            await stream.write(gossip_frame(junk, [topic]))
+            await wait_until(lambda: a.counters["gossip_seen_cache_evicted"] > 0)
+            before = dict(pair.hello_stats[0])
+            seen["known_before"] = a.status()["known_peers"]
+            await stream.write(gossip_frame([*recorded, *old], [topic]))
+
+            def refused() -> int:
+                stats = pair.hello_stats[0]
+                return sum(stats[k] - before[k] for k in ("hellos_stale", "hellos_replayed"))
+
+            with trio.move_on_after(15):
+                while refused() < len(recorded) + len(old):
+                    await trio.sleep(0.1)
+            seen["refused"], seen["sent"] = refused(), len(recorded) + len(old)
+            seen["accepted"] = pair.hello_stats[0]["hellos_accepted"] - before["hellos_accepted"]
+            seen["known_after"] = a.status()["known_peers"]
+        await wait_rounds(pair, 1)
+
+    started = time.monotonic()
+    pair = run_pair(attack, settings=settings)
+    print(f"replay test: {time.monotonic() - started:.1f} s wall, {seen}")
+    assert seen["refused"] == seen["sent"], seen  # every replayed and every old hello refused
+    assert seen["known_after"] <= seen["known_before"], seen  # none of the dead addresses learned
+    trained = pair.trained()
+    assert len(trained) >= 4, trained
+    assert pair.rounds_lost() == [], trained
+    status = pair.snapshots[0]
+    assert status["network"]["drops"]["gossip_seen_cache_evicted"] > 0
+    stale = float(status["hellos"]["hellos_stale"])
+    assert stale >= 50
+    assert metric(status, "swarmp2p_hellos_total", "kind", "hellos_stale") == stale
+    assert_every_status_counter_exported(status)
+
+
+async def wait_until(condition: Any, timeout_s: float = 15.0) -> None:
+    with trio.fail_after(timeout_s):
+        while not condition():
+            await trio.sleep(0.05)

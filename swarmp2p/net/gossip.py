@@ -22,7 +22,7 @@ from libp2p.peer.id import ID
 from libp2p.pubsub import pubsub as _pubsub_module
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
 from libp2p.pubsub.pb import rpc_pb2
-from libp2p.pubsub.pubsub import Pubsub
+from libp2p.pubsub.pubsub import Pubsub, ValidationCache, ValidationResult
 from libp2p.pubsub.rpc_queue import RpcQueue
 from libp2p.pubsub.validators import signature_validator
 from libp2p.tools.timed_cache.last_seen_cache import LastSeenCache
@@ -124,6 +124,21 @@ class _CappedSeenCache(LastSeenCache):
             return is_new
 
 
+class _RefusalsOnlyValidationCache(ValidationCache):
+    """py-libp2p's per-message-id cache of validator verdicts, keeping only refusals.
+
+    A cached "valid" let a replay skip our topic validators: an old hello whose id the
+    seen-cache had forgotten (its cap evicted it, or its TTL passed) within the validation
+    cache's TTL was delivered and relayed again without its freshness check
+    (tests/test_net_attacks.py). Our validators depend on the time (a hello's round window,
+    the newest hello per peer), so a verdict of "valid" does not keep; a refusal does, and
+    repeats of a refused message are refused from the cache as before."""
+
+    def put(self, msg_id: bytes, result: ValidationResult) -> None:
+        if not result.is_valid:
+            super().put(msg_id, result)
+
+
 class CountingPubsub(Pubsub):
     """Pubsub with bigger, counted per-peer and per-subscription queues."""
 
@@ -145,6 +160,8 @@ class CountingPubsub(Pubsub):
         self.forwarder_limiter = forwarder_limiter
         self._paused_until: dict[ID, float] = {}  # forwarders whose stream we do not read now
         self._my_id_bytes = self.my_id.to_bytes()
+        stale_verdicts = self.validation_cache
+        self.validation_cache = _RefusalsOnlyValidationCache(stale_verdicts.ttl, stale_verdicts.max_size)
         stock = self.seen_messages
         self.seen_messages = _CappedSeenCache(stock.ttl, stock.sweep_interval, max_seen_messages, counters)
         stock.stop()  # its sweeper thread
