@@ -192,7 +192,72 @@ def test_an_old_hello_replayed_after_the_seen_cache_forgot_it_is_refused_and_add
     assert_every_status_counter_exported(status)
 
 
+def queued(inbox: Any) -> int:
+    """Messages waiting in a receiver (a PriorityInbox; main's trio channel had no len)."""
+    return len(inbox) if hasattr(inbox, "__len__") else int(inbox.statistics().current_buffer_used)
+
+
 async def wait_until(condition: Any, timeout_s: float = 15.0) -> None:
     with trio.fail_after(timeout_s):
         while not condition():
             await trio.sleep(0.05)
+
+
+def test_a_full_gossip_inbox_keeps_a_connected_peers_messages_and_drops_the_floods() -> None:
+    """A node that does not keep up: nobody reads its announce topic while an attacker host
+    pushes 300 validly signed messages of 30 throwaway keys (more than its inboxes hold), then
+    an honest connected peer publishes 5. On main the inboxes dropped whatever came last, the
+    honest messages with it; now each honest message takes the place of a flood message
+    (counted), and the reader gets the honest ones first."""
+    settings = attrs.evolve(FAST, subscription_queue_size=64)
+    topic = announce_topic(SWARM)
+
+    async def main() -> None:
+        with trio.fail_after(60):
+            async with (
+                open_libp2p_network(create_new_key_pair(), settings) as node,
+                open_libp2p_network(create_new_key_pair(), settings) as honest,
+                open_libp2p_network(create_new_key_pair(), settings) as attacker,
+            ):
+                inbox = await node.subscribe(topic)  # never read until the end
+                await honest.subscribe(topic)
+                await honest.connect(node.listen_addrs()[0])
+                await attacker.connect(node.listen_addrs()[0])
+                node_id = ID.from_base58(node.local_peer_id)
+                await wait_until(lambda: node_id in honest.pubsub.peer_topics.get(topic, ()))
+                stream = await attacker.host.new_stream(node_id, [PROTOCOL_ID_V11])
+                keys = [Sybil(f"inbox-{i}") for i in range(30)]
+                flood = [k.message(topic, b"flood %d" % i) for i in range(10) for k in keys]
+                await stream.write(gossip_frame(flood, [topic]))
+                await wait_until(lambda: node.counters["gossip_subscription_queue_full"] > 0)
+                for i in range(5):
+                    await honest.publish(topic, b"honest %d" % i)
+                # Every message is accounted for: queued in the node's inbox, or dropped or
+                # evicted (counted) in libp2p's or the node's.
+                lost = (
+                    "gossip_subscription_queue_full",
+                    "gossip_subscription_evicted_unknown",
+                    "inbound_channel_full",
+                    "inbound_channel_evicted_unknown",
+                )
+                await wait_until(
+                    lambda: queued(inbox) + sum(node.counters[kind] for kind in lost) == len(flood) + 5
+                )
+                received = []
+                while True:
+                    try:
+                        received.append(inbox.receive_nowait())
+                    except trio.WouldBlock:
+                        break
+                senders = [message.transport_sender for message in received]
+                assert [m.data for m in received[:5]] == [b"honest %d" % i for i in range(5)]
+                assert senders[:5] == [honest.local_peer_id] * 5
+                assert len(received) == settings.subscription_queue_size
+                drops = node.status()["drops"]
+                # The honest ones took flood messages' places (where the inbox was full then).
+                assert (
+                    drops["gossip_subscription_evicted_unknown"] + drops["inbound_channel_evicted_unknown"]
+                    > 0
+                )
+
+    trio.run(main)

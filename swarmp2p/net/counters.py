@@ -13,6 +13,9 @@ class DropCounters:
     KINDS = (
         "gossip_outbound_queue_full",
         "gossip_subscription_queue_full",
+        # A full inbox made room for an established peer's message by dropping the newest
+        # message of an unknown origin (net/priority_inbox.py).
+        "gossip_subscription_evicted_unknown",
         "gossip_rate_limited",
         "gossip_origin_rate_limited",  # one origin key over its allowance (net/origin_limit.py)
         # A connected peer forwarding over its allowance: the messages already read are dropped,
@@ -34,6 +37,7 @@ class DropCounters:
         "gossip_rpc_garbage",  # an inbound frame that is not a protobuf RPC: stream and peer dropped
         "gossip_rpc_oversized",  # an inbound RPC over py-libp2p's 1 MiB limit: stream and peer dropped
         "inbound_channel_full",
+        "inbound_channel_evicted_unknown",
         "request_garbage",
         "request_oversized",
         "request_timeout",

@@ -9,8 +9,10 @@ limits from settings and count every drop that still happens, so the node can re
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -19,7 +21,6 @@ from libp2p.exceptions import ParseError, ValidationError
 from libp2p.io.exceptions import IncompleteReadError
 from libp2p.network.stream.exceptions import StreamError
 from libp2p.peer.id import ID
-from libp2p.pubsub import pubsub as _pubsub_module
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub, ValidationCache, ValidationResult
@@ -29,6 +30,7 @@ from libp2p.tools.timed_cache.last_seen_cache import LastSeenCache
 
 from swarmp2p.net.counters import DropCounters
 from swarmp2p.net.origin_limit import OriginRateLimiter
+from swarmp2p.net.priority_inbox import DROPPED, EVICTED, PriorityInbox
 from swarmp2p.net.settings import NetworkSettings
 
 logger = logging.getLogger(__name__)
@@ -159,6 +161,9 @@ class CountingPubsub(Pubsub):
         self.origin_limiter = origin_limiter
         self.forwarder_limiter = forwarder_limiter
         self._paused_until: dict[ID, float] = {}  # forwarders whose stream we do not read now
+        # Whose messages keep their place when a subscription's inbox is full (the adapter sets
+        # it: connected peers and those the node vouches for).
+        self.established_origin: Callable[[bytes], bool] = self._connected_origin
         self._my_id_bytes = self.my_id.to_bytes()
         stale_verdicts = self.validation_cache
         self.validation_cache = _RefusalsOnlyValidationCache(stale_verdicts.ttl, stale_verdicts.max_size)
@@ -173,13 +178,19 @@ class CountingPubsub(Pubsub):
         self.deliver_rejected_topics: set[str] = set()
 
     async def subscribe(self, topic_id: str) -> Any:
-        # Pubsub.subscribe reads the module constant synchronously before its first await.
-        previous = _pubsub_module.SUBSCRIPTION_CHANNEL_SIZE
-        _pubsub_module.SUBSCRIPTION_CHANNEL_SIZE = self._subscription_queue_size
-        try:
-            return await super().subscribe(topic_id)
-        finally:
-            _pubsub_module.SUBSCRIPTION_CHANNEL_SIZE = previous
+        """py-libp2p 0.8.1's `Pubsub.subscribe`, step for step, with a PriorityInbox in place of
+        its memory channel (see `notify_subscriptions`)."""
+        if topic_id in self.topic_ids:
+            return self.subscribed_topics_receive[topic_id]
+        inbox: PriorityInbox[rpc_pb2.Message] = PriorityInbox(
+            self._subscription_queue_size, unsubscribe=functools.partial(self.unsubscribe, topic_id)
+        )
+        self.subscribed_topics_send[topic_id] = inbox  # type: ignore[assignment]
+        self.subscribed_topics_receive[topic_id] = inbox  # type: ignore[assignment]
+        packet, subopt = self._build_announce_rpc(topic_id, subscribe=True)
+        await self.message_all_peers(packet.SerializeToString(), announce=subopt)
+        await self.router.join(topic_id)
+        return inbox
 
     async def continuously_read_stream(self, stream: Any) -> None:
         """py-libp2p's read loop for one peer's gossip stream, with its two silent or fatal
@@ -294,14 +305,29 @@ class CountingPubsub(Pubsub):
         return until
 
     def notify_subscriptions(self, publish_message: rpc_pb2.Message) -> None:
+        """Into the topic's PriorityInbox: when it is full, an established origin's message
+        (`established_origin`) takes the place of an unknown origin's (counted
+        `gossip_subscription_evicted_unknown`), else the arriving message is dropped
+        (`gossip_subscription_queue_full`). Before, a flood of throwaway keys filled the queue
+        and honest announcements arriving after it were dropped with the junk."""
+        established: bool | None = None
         for topic in publish_message.topicIDs:
             if topic in self.topic_ids:
-                try:
-                    self.subscribed_topics_send[topic].send_nowait(publish_message)
-                except trio.WouldBlock:
+                if established is None:
+                    established = self.established_origin(publish_message.from_id)
+                inbox = self.subscribed_topics_send[topic]
+                outcome = inbox.put(publish_message, established)  # type: ignore[attr-defined]
+                if outcome == DROPPED:
                     self._drop_counters.add("gossip_subscription_queue_full")
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass  # unsubscribed meanwhile: nobody is listening, nothing is lost
+                elif outcome == EVICTED:
+                    self._drop_counters.add("gossip_subscription_evicted_unknown")
+
+    def _connected_origin(self, from_id: bytes) -> bool:
+        """The default `established_origin`: a peer we hold a connection to."""
+        try:
+            return ID(from_id) in self.host.get_network().connections
+        except Exception:
+            return False
 
 
 class _WatchedStream:
