@@ -242,6 +242,65 @@ async def run_attacker(args: list[str], seconds: float) -> dict[str, Any]:
     return dict(json.loads(lines[-1])) if lines else {}
 
 
+async def hello_replay(pair: Pair, settings: NetworkSettings, *, junk: int) -> dict[str, Any]:
+    """Hello replay, from a spy in this process: it records three gossip messages of node B's
+    hellos and signs 50 hellos of throwaway keys (dead addresses) in the same round, waits three
+    rounds, sends node A `junk` fresh messages (to push the recorded ids out of a seen-cache
+    smaller than that), then all of the recorded and old hellos. Returns how many A refused
+    as stale or replayed (`refused`) of those `sent`, its hellos accepted meanwhile and its
+    peer book size before and after."""
+    from libp2p.peer.id import ID as PeerID
+
+    from protocol.messages import PROTOCOL_VERSION, Hello
+    from swarmp2p.hello import hello_topic
+    from swarmp2p.net import open_libp2p_network
+
+    a, b = pair.nets
+    topic = hello_topic(SWARM)
+    seen: dict[str, Any] = {}
+    async with open_libp2p_network(create_new_key_pair(), settings) as spy:
+        raw = await spy.pubsub.subscribe(topic)  # the gossip messages themselves, signed
+        await spy.connect(b.listen_addrs()[0])
+        recorded = []
+        with trio.fail_after(20):
+            while len(recorded) < 3:
+                message = await raw.get()
+                if PeerID(message.from_id).to_base58() == b.local_peer_id:
+                    recorded.append(message)
+        signed_in = pair.current_round()
+        dead = ("/ip4/10.255.0.1/tcp/1",)
+        old = []
+        for sybil in (Sybil(f"hello-{i}") for i in range(50)):
+            hello = Hello(PROTOCOL_VERSION, sybil.identity.peer_id, pair.schedule, signed_in, dead, "m")
+            old.append(sybil.message(topic, seal(hello, sybil.seed)))
+        with trio.fail_after(30):
+            while pair.current_round() < signed_in + 3:
+                await trio.sleep(0.1)
+        stream = await spy.host.new_stream(PeerID.from_base58(a.local_peer_id), [PROTOCOL_ID_V11])
+        if junk:
+            keys = [Sybil(f"junk-{i}") for i in range(-(-junk // 30))]
+            messages = [k.message(announce_topic(SWARM), b"junk %d" % i) for i in range(30) for k in keys]
+            await stream.write(gossip_frame(messages[:junk], [topic]))
+            with trio.fail_after(15):
+                while a.counters["gossip_seen_cache_evicted"] == 0:
+                    await trio.sleep(0.05)
+        before = dict(pair.hello_stats[0])
+        seen["known_before"] = a.status()["known_peers"]
+        await stream.write(gossip_frame([*recorded, *old], [topic]))
+
+        def refused() -> int:
+            stats = pair.hello_stats[0]
+            return sum(stats[k] - before[k] for k in ("hellos_stale", "hellos_replayed"))
+
+        with trio.move_on_after(15):
+            while refused() < len(recorded) + len(old):
+                await trio.sleep(0.1)
+        seen["refused"], seen["sent"] = refused(), len(recorded) + len(old)
+        seen["accepted"] = pair.hello_stats[0]["hellos_accepted"] - before["hellos_accepted"]
+        seen["known_after"] = a.status()["known_peers"]
+    return seen
+
+
 # ---- the attacker process -------------------------------------------------------------------
 
 
@@ -325,6 +384,34 @@ async def flood(
     return sent
 
 
+async def next_round_sybils(
+    targets: list[str], seconds: float, swarm: str, round_ms: int, keys: int, genesis: float
+) -> dict[str, Any]:
+    """Issue 15's first attack: as each round opens, `keys` throwaway keys announce the NEXT
+    round to every target (validly signed gossip and envelopes), for `seconds`."""
+    topic = announce_topic(swarm)
+    sybils = [Sybil(f"next-{i}") for i in range(keys)]
+    sent = {"rounds": 0, "messages": 0}
+    host = new_host(key_pair=create_new_key_pair())
+    async with host.run(listen_addrs=[multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]):
+        streams = []
+        for addr in targets:
+            info = info_from_p2p_addr(multiaddr.Multiaddr(addr))
+            await host.connect(info)
+            streams.append(await host.new_stream(info.peer_id, [PROTOCOL_ID_V11]))
+        deadline = trio.current_time() + seconds
+        while trio.current_time() < deadline:
+            now = round_now(genesis, round_ms)
+            batch = gossip_frame([s.message(topic, s.announcement(swarm, now + 1)) for s in sybils], [topic])
+            for stream in streams:
+                await stream.write(batch)
+                sent["messages"] += keys
+            sent["rounds"] += 1
+            next_start = genesis + (now + 1) * round_ms / 1000
+            await trio.sleep(max(0.0, next_start - time.time() + 0.05))
+    return sent
+
+
 async def dht_abuse(
     targets: list[str], seconds: float, swarm: str, round_ms: int, keys: int, genesis: float
 ) -> dict[str, Any]:
@@ -386,7 +473,7 @@ async def dht_abuse(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tests.attack_kit")
-    parser.add_argument("mode", choices=["flood", "dht"])
+    parser.add_argument("mode", choices=["flood", "sybils", "dht"])
     parser.add_argument("--targets", nargs="+", required=True)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--swarm", default=SWARM)
@@ -394,7 +481,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keys", type=int, default=1000)
     parser.add_argument("--genesis", type=float, required=True, help="wall time of the pair's round 0")
     args = parser.parse_args(argv)
-    attack = {"flood": flood, "dht": dht_abuse}[args.mode]
+    attack = {"flood": flood, "sybils": next_round_sybils, "dht": dht_abuse}[args.mode]
     started = time.process_time()
     report = trio.run(attack, args.targets, args.seconds, args.swarm, args.round_ms, args.keys, args.genesis)
     report["cpu_s"] = round(time.process_time() - started, 2)

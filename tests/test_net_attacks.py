@@ -14,13 +14,20 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11
 
-from protocol.envelope import seal
-from protocol.messages import PROTOCOL_VERSION, Hello
 from swarmp2p.dashboard import normalize_status, render_metrics
-from swarmp2p.hello import hello_topic
 from swarmp2p.net import open_libp2p_network
 from swarmp2p.peer_settings import announce_topic
-from tests.attack_kit import FAST, SWARM, Pair, Sybil, gossip_frame, run_attacker, run_pair, wait_rounds
+from tests.attack_kit import (
+    FAST,
+    SWARM,
+    Pair,
+    Sybil,
+    gossip_frame,
+    hello_replay,
+    run_attacker,
+    run_pair,
+    wait_rounds,
+)
 from tests.test_metrics_export import assert_every_status_counter_exported
 
 
@@ -128,52 +135,7 @@ def test_an_old_hello_replayed_after_the_seen_cache_forgot_it_is_refused_and_add
     seen: dict[str, Any] = {}
 
     async def attack(pair: Pair) -> None:
-        a, b = pair.nets
-        topic = hello_topic(SWARM)
-        async with open_libp2p_network(create_new_key_pair(), settings) as spy:
-            raw = await spy.pubsub.subscribe(topic)  # the gossip messages themselves, signed
-            await spy.connect(b.listen_addrs()[0])
-            recorded = []
-            with trio.fail_after(20):
-                while len(recorded) < 3:
-                    message = await raw.get()
-                    if ID(message.from_id).to_base58() == b.local_peer_id:
-                        recorded.append(message)
-            signed_in = pair.current_round()
-            sybils = [Sybil(f"hello-{i}") for i in range(50)]
-            dead = ("/ip4/10.255.0.1/tcp/1",)
-            old = [
-                s.message(
-                    topic,
-                    seal(
-                        Hello(PROTOCOL_VERSION, s.identity.peer_id, pair.schedule, signed_in, dead, "m"),
-                        s.seed,
-                    ),
-                )
-                for s in sybils
-            ]
-            with trio.fail_after(30):
-                while pair.current_round() < signed_in + 3:
-                    await trio.sleep(0.1)
-            stream = await spy.host.new_stream(ID.from_base58(a.local_peer_id), [PROTOCOL_ID_V11])
-            junk_keys = [Sybil(f"junk-{i}") for i in range(10)]
-            junk = [k.message(announce_topic(SWARM), b"junk %d" % i) for i in range(30) for k in junk_keys]
-            await stream.write(gossip_frame(junk, [topic]))
-            await wait_until(lambda: a.counters["gossip_seen_cache_evicted"] > 0)
-            before = dict(pair.hello_stats[0])
-            seen["known_before"] = a.status()["known_peers"]
-            await stream.write(gossip_frame([*recorded, *old], [topic]))
-
-            def refused() -> int:
-                stats = pair.hello_stats[0]
-                return sum(stats[k] - before[k] for k in ("hellos_stale", "hellos_replayed"))
-
-            with trio.move_on_after(15):
-                while refused() < len(recorded) + len(old):
-                    await trio.sleep(0.1)
-            seen["refused"], seen["sent"] = refused(), len(recorded) + len(old)
-            seen["accepted"] = pair.hello_stats[0]["hellos_accepted"] - before["hellos_accepted"]
-            seen["known_after"] = a.status()["known_peers"]
+        seen.update(await hello_replay(pair, settings, junk=300))
         await wait_rounds(pair, 1)
 
     started = time.monotonic()
