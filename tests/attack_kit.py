@@ -438,7 +438,7 @@ async def dht_abuse(
     one = Sybil("dht-one")
     sybils = [Sybil(f"dht-{i}") for i in range(keys)]
     sent: dict[str, Any] = {"puts": 0, "big": 0, "small": 0, "foreign": 0, "malformed": 0}
-    sent.update(refused_streams=0, owner=one.identity.peer_id)
+    sent.update(refused_streams=0, refused_by_libp2p=0, owner=one.identity.peer_id)
     host = new_host(key_pair=one.identity.key_pair)
     async with host.run(listen_addrs=[multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]):
         infos = [info_from_p2p_addr(multiaddr.Multiaddr(addr)) for addr in targets]
@@ -482,6 +482,11 @@ async def dht_abuse(
                 sent["foreign"] += 1
                 await put(info, f"/swarmp2p//{now_round}//{i}".encode(), os.urandom(1024))
                 sent["malformed"] += 1
+                # What py-libp2p's handler refuses before any validator: a key that is not
+                # UTF-8, a record over its 1 MiB limit.
+                await put(info, b"/swarmp2p/\xff\xfe/" + os.urandom(8), os.urandom(1024))
+                await put(info, f"/swarmp2p/{swarm}/{now_round}/0/x".encode(), os.urandom(1100 * 1024))
+                sent["refused_by_libp2p"] += 2
             i += 1
     return sent
 

@@ -45,13 +45,16 @@ class DropCounters:
         "response_oversized",
         "response_garbage",
         "peer_exchange_garbage",
-        "dht_rejected",  # every refused record; the next six say why
+        "dht_rejected",  # every refused record; the kinds below say why
         "dht_foreign_namespace",  # a key outside /<our namespace>/ (py-libp2p refused it silently)
         "dht_malformed_key",
         "dht_oversized",
         "dht_malformed_record",  # the node's record check failed (not an envelope, wrong signer)
         "dht_stale_round",  # a record for a round long past (see LibP2PNetwork.set_record_rounds)
         "dht_future_round",  # a record for a round far ahead of ours
+        # Refused inside py-libp2p's DHT handler before our validator: empty or non-UTF-8 key,
+        # record key unlike the message key, empty or oversized record, unparsable message.
+        "dht_refused_by_libp2p",
         # The bounded record store (net/dht.py BoundedValueStore) making room or expiring.
         "dht_evicted_owner_cap",
         "dht_evicted_full",

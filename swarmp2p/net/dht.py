@@ -13,21 +13,29 @@ the whole store at most `max_records` records and `max_bytes` bytes. py-libp2p's
 every validly signed record for 24 h, up to 50,000 entries of up to 1 MiB each, and scanned all
 of them on every put once full.
 
-Not countable from here: a PUT_VALUE whose key is not UTF-8, whose record is over py-libp2p's
-1 MiB record limit, whose record key differs from the message key or whose libp2p record
-signature is wrong is refused inside py-libp2p's stream handler before any validator runs.
+What py-libp2p's DHT stream handler refuses before any validator runs (a PUT_VALUE whose key
+is empty or not UTF-8, whose record key differs from the message key, whose record is empty or
+over its 1 MiB limit, a message over its size limit or not a protobuf) is counted as
+`dht_refused_by_libp2p` (also in `dht_rejected`) by `_count_handler_refusals`, which sees each
+message the handler reads. Still not counted: a record whose libp2p signature is wrong (checked
+after our validator accepted it).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import attrs
 from libp2p.abc import IHost
+from libp2p.io.exceptions import MessageTooLarge
 from libp2p.kad_dht import DHTMode, KadDHT
-from libp2p.kad_dht.pb.kademlia_pb2 import Record
+from libp2p.kad_dht import kad_dht as _kad_module
+from libp2p.kad_dht.common import MAX_RECORD_SIZE
+from libp2p.kad_dht.pb.kademlia_pb2 import Message, Record
 from libp2p.kad_dht.value_store import ValueStore
+from libp2p.peer.id import ID
 from libp2p.records.record import make_signed_put_record
 from libp2p.records.utils import InvalidRecordType
 from libp2p.records.validator import NamespacedValidator, Validator
@@ -277,6 +285,68 @@ class BoundedValueStore(ValueStore):
             self._owner_bytes.pop(owner, None)
 
 
+# ---- what py-libp2p's DHT stream handler refuses before our validator -----------------------
+
+_COUNTERS_BY_HOST: dict[ID, DropCounters] = {}
+"""Each running host's counters, by its peer id (several hosts share a process in tests)."""
+
+
+def _count_handler_refusals(host: IHost, counters: DropCounters) -> None:
+    """Count what KadDHT's stream handler refuses without a word (it logs at WARNING, which the
+    node silences): the handler reads each inbound message with the module's
+    `read_varint_prefixed_bytes_limited`, wrapped here once per process to look at what it
+    read, by the same rules and before the handler applies them."""
+    _COUNTERS_BY_HOST[host.get_id()] = counters
+    original = _kad_module.read_varint_prefixed_bytes_limited
+    if getattr(original, "counts_refusals", False):
+        return
+
+    async def counting_read(stream: Any, max_length: int) -> bytes:
+        try:
+            data: bytes = await original(stream, max_length)
+        except MessageTooLarge:
+            _refused(stream)
+            raise
+        if not _handler_accepts(data):
+            _refused(stream)
+        return data
+
+    counting_read.counts_refusals = True  # type: ignore[attr-defined]
+    _kad_module.read_varint_prefixed_bytes_limited = counting_read  # type: ignore[assignment]
+
+
+def _handler_accepts(data: bytes) -> bool:
+    """False for what KadDHT 0.8.1's handler refuses before validating a record."""
+    message = Message()
+    try:
+        message.ParseFromString(data)
+    except Exception:
+        return False
+    if message.type != Message.MessageType.PUT_VALUE or not message.HasField("record"):
+        return True
+    record = message.record
+    if not message.key or record.key != message.key or not record.value:
+        return False
+    if len(record.SerializeToString()) > MAX_RECORD_SIZE:
+        return False
+    try:
+        record.key.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _refused(stream: Any) -> None:
+    try:
+        local = stream.muxed_conn.secured_conn.get_local_peer()
+    except Exception:
+        return
+    counters = _COUNTERS_BY_HOST.get(local)
+    if counters is not None:
+        counters.add("dht_refused_by_libp2p")
+        counters.add("dht_rejected")
+
+
 def build_dht(
     host: IHost,
     namespace: str,
@@ -291,6 +361,7 @@ def build_dht(
 ) -> tuple[KadDHT, SwarmRecordValidator]:
     record_validator = SwarmRecordValidator(namespace, max_value_bytes, counters)
     validator = _CountingNamespacedValidator(namespace, record_validator)
+    _count_handler_refusals(host, counters)
     dht = KadDHT(
         host,
         DHTMode.SERVER,
