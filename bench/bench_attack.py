@@ -7,7 +7,8 @@ as an outside host would. Per attack, in turn:
 
 - before: 2 rounds of quiet; during: the attack; after: 3 more rounds of quiet.
 - honest rollouts lost: rounds from the attack's start to the end of "after" in which a node
-  did not train on the other's rollouts (rounds / rounds both finished).
+  did not get (fetch and verify) the other's batch; not trained on: rounds in which a node did
+  not train on the other's rollouts (also when the sampler dropped them for zero advantage).
 - CPU: this process's CPU time over wall time in each phase (100% = one core; both honest
   nodes share this process and its one trio thread); RSS: this process's resident set at the
   end of "before", its peak during the attack (sampled every 0.25 s) and at the end of "after".
@@ -82,15 +83,17 @@ async def measure(pair: Pair, name: str, run: Any, rows: list[dict[str, Any]]) -
     await wait_rounds(pair, 3)
     row["cpu_after"], row["rss_after"] = after.cpu_percent(), rss_bytes()
     trained = {r: t for r, t in pair.trained().items() if r >= first_round}
-    lost = [r for r in pair.rounds_lost() if r >= first_round]
-    row["rounds"], row["lost"] = len(trained), lost
+    row["rounds"] = len(trained)
+    row["lost"] = [r for r in pair.rounds_lost() if r >= first_round]
+    row["not_trained"] = [r for r in pair.rounds_not_trained() if r >= first_round]
     rows.append(row)
     print(f"{name}: {row}", file=sys.stderr, flush=True)
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| attack | attack s | attacker sent | rounds lost / rounds | CPU % before / during / after "
+        "| attack | attack s | attacker sent | rounds lost / not trained on / rounds "
+        "| CPU % before / during / after "
         "| RSS MB before / peak / after | RSS back within 50 MB |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -99,7 +102,8 @@ def table(rows: list[dict[str, Any]]) -> str:
         sent = report.get("messages", report.get("puts", report.get("sent", "?")))
         back = abs(row["rss_after"] - row["rss_before"]) <= 50 * MB
         lines.append(
-            f"| {row['attack']} | {row['seconds']:.0f} | {sent} | {len(row['lost'])} / {row['rounds']} "
+            f"| {row['attack']} | {row['seconds']:.0f} | {sent} "
+            f"| {len(row['lost'])} / {len(row['not_trained'])} / {row['rounds']} "
             f"| {row['cpu_before']:.0f} / {row['cpu_during']:.0f} / {row['cpu_after']:.0f} "
             f"| {row['rss_before'] / MB:.0f} / {row['rss_peak'] / MB:.0f} / {row['rss_after'] / MB:.0f} "
             f"| {'yes' if back else 'no'} ({(row['rss_after'] - row['rss_before']) / MB:+.0f}) |"

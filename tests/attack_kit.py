@@ -143,7 +143,22 @@ class Pair:
         }
 
     def rounds_lost(self) -> list[int]:
-        """Rounds both finished in which a node did not train on the other's rollouts."""
+        """Rounds both finished in which a node did not get the other's rollouts: its batch was
+        not fetched and verified (accepted). What the network and admission decide; whether
+        the node then trains on them is the sampler's (`rounds_not_trained`)."""
+        a, b = self.records
+        ids = [net.local_peer_id for net in self.nets]
+        return [
+            r
+            for r in sorted(set(a) & set(b))
+            if ids[1] not in a[r].accepted_peers or ids[0] not in b[r].accepted_peers
+        ]
+
+    def rounds_not_trained(self) -> list[int]:
+        """Rounds both finished in which a node did not train on the other's rollouts. Beyond
+        `rounds_lost`, the sampler drops question groups whose advantage is zero everywhere
+        (all completions scored alike): with the simulator's policy that happened to about 1
+        node-round in 20 with no attack at all, so it is reported, not asserted."""
         ids = [net.local_peer_id for net in self.nets]
         return [r for r, (a, b) in self.trained().items() if ids[1] not in a or ids[0] not in b]
 

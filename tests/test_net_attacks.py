@@ -1,7 +1,10 @@
 """Issue 15's attacks on two running honest Peers over real py-libp2p (tests/attack_kit.py): a
 gossip flood from one outside host, DHT-store abuse and hello replay. Each asserts that the two
-honest peers still train on each other's rollouts in every round and that the defence's
-counters moved (in /api/status and, as Prometheus series, in /metrics)."""
+honest peers still get (fetch and verify) each other's batch in every round and that the
+defence's counters moved (in /api/status and, as Prometheus series, in /metrics). Whether a
+node then trains on the other's rollouts also depends on the sampler, which drops question
+groups of zero advantage (about 1 node-round in 20 with the simulator's policy, attack or
+not), so training is reported by the bench, not asserted here (`Pair.rounds_not_trained`)."""
 
 from __future__ import annotations
 
@@ -42,8 +45,8 @@ def metric(status: dict, family: str, label: str, key: str) -> float:
 def test_a_gossip_flood_from_one_host_loses_no_honest_rollouts() -> None:
     """The attacker process writes gossip as fast as the streams take it for 15 s: announcements
     of 500 throwaway keys (validly signed), junk validly signed by one key, wrongly signed
-    messages. Both honest peers must train on each other in every round: before, during and
-    after the flood."""
+    messages. Both honest peers must get each other's batch in every round: before, during and
+    after the flood (on main: 3 rounds of 7 with none)."""
     report: dict = {}
 
     async def attack(pair: Pair) -> None:
@@ -83,7 +86,7 @@ def test_dht_store_abuse_is_bounded_and_counted_and_loses_no_honest_rollouts() -
     ~960 KiB batch records under its own key (rounds now and next, three stages), small
     validly signed records of 200 throwaway keys, records outside our namespace and under
     malformed keys. Each node keeps at most its per-owner caps of any one key, refuses and
-    counts the rest, and the honest peers train on each other in every round."""
+    counts the rest, and the honest peers get each other's batch in every round."""
     report: dict = {}
     held: list[dict[str, tuple[int, int]]] = []
     settings = FAST
@@ -132,8 +135,8 @@ def test_an_old_hello_replayed_after_the_seen_cache_forgot_it_is_refused_and_add
     50 hellos of throwaway keys (dead addresses) signed three rounds ago. On main the replayed
     hellos of B skipped the hello check (py-libp2p cached their earlier verdict, "valid", for
     its validation TTL) and were delivered again; now every one is refused and counted
-    (hellos_stale / hellos_replayed), A's peer book does not grow, and the pair trains on
-    each other in every round."""
+    (hellos_stale / hellos_replayed), A's peer book does not grow, and the pair gets each
+    other's batch in every round."""
     settings = attrs.evolve(FAST, max_seen_messages=256)
     seen: dict[str, Any] = {}
 
