@@ -158,6 +158,15 @@ def main() -> None:
     print(f"wall {time.monotonic() - started:.0f} s; load average before {before}, after {after} (1 / 5 min)")
     for row in rows:
         print(f"{row['attack']}: attacker {row['report']}")
+    for index, book in enumerate(pair.records):  # why a round was lost, as the node saw it
+        lost = sorted({r for row in rows for r in row["lost"] + row["not_trained"]})
+        for r in lost:
+            if r in book:
+                rec = book[r]
+                print(
+                    f"node {index} round {r}: accepted {len(rec.accepted_peers)}, trained on "
+                    f"{len(rec.external_peers_trained_on)}, rejected {dict(rec.rejected)}"
+                )
     for index, status in enumerate(pair.snapshots):
         drops = {k: v for k, v in status["network"]["drops"].items() if v}
         print(f"node {index}: drops {drops}")

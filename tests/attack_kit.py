@@ -475,8 +475,12 @@ async def dht_abuse(
                     with trio.move_on_after(1):
                         await stream.read(64 * 1024)
                     await stream.close()
-            except Exception:
+            except Exception as error:
                 sent["refused_streams"] += 1
+                errors = sent.setdefault("errors", {})  # why, for the report: a few kinds
+                kind = type(error).__name__
+                if kind in errors or len(errors) < 5:
+                    errors[kind] = errors.get(kind, 0) + 1
             sent["puts"] += 1
 
         deadline = trio.current_time() + seconds

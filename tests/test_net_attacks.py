@@ -229,3 +229,49 @@ def test_a_full_gossip_inbox_keeps_a_connected_peers_messages_and_drops_the_floo
                 )
 
     trio.run(main)
+
+
+def test_idle_dht_streams_cannot_hold_the_nodes_dht_closed() -> None:
+    """py-libp2p serves 12 inbound DHT streams at a time and resets every stream past those. A
+    host that opens 12 and sends nothing held them for ever (so did the nodes' own lookups that
+    timed out on their side: after a 60 s sybil attack neither node served any DHT request).
+    Now a stream idle for `dht_stream_idle_s` is reset (counted), and a put gets through."""
+    from libp2p.kad_dht.pb.kademlia_pb2 import Message, Record
+    from libp2p.utils.varint import encode_varint_prefixed
+
+    settings = attrs.evolve(FAST, dht_stream_idle_s=1.5)
+
+    async def main() -> None:
+        with trio.fail_after(60):
+            async with (
+                open_libp2p_network(create_new_key_pair(), settings) as node,
+                open_libp2p_network(create_new_key_pair(), settings) as idler,
+                open_libp2p_network(create_new_key_pair(), settings) as writer,
+            ):
+                node_id = ID.from_base58(node.local_peer_id)
+                await idler.connect(node.listen_addrs()[0])
+                await writer.connect(node.listen_addrs()[0])
+                held = [await idler.host.new_stream(node_id, ["/ipfs/kad/1.0.0"]) for _ in range(12)]
+                limiter = node.dht._inbound_limiter
+                await wait_until(lambda: limiter.borrowed_tokens >= limiter.total_tokens)
+                key = f"/swarmp2p/{SWARM}/1/0/{writer.local_peer_id}".encode()
+                put = Message(type=Message.MessageType.PUT_VALUE, key=key, record=Record(key=key, value=b"v"))
+
+                async def stored() -> bool:
+                    try:
+                        stream = await writer.host.new_stream(node_id, ["/ipfs/kad/1.0.0"])
+                        await stream.write(encode_varint_prefixed(put.SerializeToString()))
+                        with trio.move_on_after(1):
+                            await stream.read(1024)
+                        await stream.close()
+                    except Exception:
+                        pass
+                    return key in node.dht.value_store.store
+
+                with trio.fail_after(15):
+                    while not await stored():
+                        await trio.sleep(0.3)
+                assert node.counters["dht_stream_idle_reset"] >= 1
+                assert len(held) == 12
+
+    trio.run(main)

@@ -921,6 +921,7 @@ async def open_libp2p_network(
         max_bytes=settings.max_dht_bytes,
         max_records_per_owner=settings.max_dht_records_per_owner,
         max_bytes_per_owner=settings.max_dht_bytes_per_owner,
+        stream_idle_s=settings.dht_stream_idle_s,
     )
     async with host.run(listen_addrs=listen):
         # The router's own service is what runs the gossipsub heartbeat (message-cache shifts, mesh

@@ -56,6 +56,7 @@ class DropCounters:
         # record key unlike the message key, empty or oversized record, unparsable message.
         "dht_refused_by_libp2p",
         # The bounded record store (net/dht.py BoundedValueStore) making room or expiring.
+        "dht_stream_idle_reset",  # an inbound DHT stream idle past dht_stream_idle_s: reset
         "dht_evicted_owner_cap",
         "dht_evicted_full",
         "dht_expired",
@@ -80,6 +81,7 @@ class DropCounters:
             "peer_book_evicted",
             "gossip_seen_duplicate",
             "gossip_forwarder_paused",
+            "dht_stream_idle_reset",
             "dht_expired",
         }
     )

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
+import trio
 from libp2p.abc import IHost
 from libp2p.io.exceptions import MessageTooLarge
 from libp2p.kad_dht import DHTMode, KadDHT
@@ -287,32 +288,52 @@ class BoundedValueStore(ValueStore):
 
 # ---- what py-libp2p's DHT stream handler refuses before our validator -----------------------
 
-_COUNTERS_BY_HOST: dict[ID, DropCounters] = {}
-"""Each running host's counters, by its peer id (several hosts share a process in tests)."""
+_HOSTS: dict[ID, tuple[DropCounters, float]] = {}
+"""Each running host's counters and inbound stream idle limit, by its peer id (several hosts
+share a process in tests)."""
 
 
-def _count_handler_refusals(host: IHost, counters: DropCounters) -> None:
+def _count_handler_refusals(host: IHost, counters: DropCounters, idle_s: float) -> None:
     """Count what KadDHT's stream handler refuses without a word (it logs at WARNING, which the
-    node silences): the handler reads each inbound message with the module's
-    `read_varint_prefixed_bytes_limited`, wrapped here once per process to look at what it
-    read, by the same rules and before the handler applies them."""
-    _COUNTERS_BY_HOST[host.get_id()] = counters
+    node silences), and end inbound DHT streams that stay idle. The handler reads each inbound
+    message with the module's `read_varint_prefixed_bytes_limited`, wrapped here once per
+    process: it looks at what was read, by the same rules and before the handler applies them,
+    and gives each read `idle_s` seconds. py-libp2p serves at most 12 inbound DHT streams at a
+    time and resets every stream past those; a stream whose client never closed it held its
+    slot for ever: after a 60 s sybil attack (the nodes' own lookups timing out on their side)
+    all 12 were held and the node served no DHT request from anyone, honest sweeps included
+    (bench/bench_attack.py). An idle stream now fails its read (`dht_stream_idle_reset`), the
+    handler resets it, and the slot is free again."""
+    _HOSTS[host.get_id()] = (counters, idle_s)
     original = _kad_module.read_varint_prefixed_bytes_limited
     if getattr(original, "counts_refusals", False):
         return
 
     async def counting_read(stream: Any, max_length: int) -> bytes:
+        counters, idle_s = _host_of(stream)
         try:
-            data: bytes = await original(stream, max_length)
+            with trio.fail_after(idle_s):
+                data: bytes = await original(stream, max_length)
+        except trio.TooSlowError:
+            if counters is not None:
+                counters.add("dht_stream_idle_reset")
+            raise  # an Exception: the handler resets the stream and frees its slot
         except MessageTooLarge:
-            _refused(stream)
+            _refused(counters)
             raise
         if not _handler_accepts(data):
-            _refused(stream)
+            _refused(counters)
         return data
 
     counting_read.counts_refusals = True  # type: ignore[attr-defined]
     _kad_module.read_varint_prefixed_bytes_limited = counting_read  # type: ignore[assignment]
+
+
+def _host_of(stream: Any) -> tuple[DropCounters | None, float]:
+    try:
+        return _HOSTS.get(stream.muxed_conn.secured_conn.get_local_peer(), (None, 10.0))
+    except Exception:
+        return None, 10.0
 
 
 def _handler_accepts(data: bytes) -> bool:
@@ -336,12 +357,7 @@ def _handler_accepts(data: bytes) -> bool:
     return True
 
 
-def _refused(stream: Any) -> None:
-    try:
-        local = stream.muxed_conn.secured_conn.get_local_peer()
-    except Exception:
-        return
-    counters = _COUNTERS_BY_HOST.get(local)
+def _refused(counters: DropCounters | None) -> None:
     if counters is not None:
         counters.add("dht_refused_by_libp2p")
         counters.add("dht_rejected")
@@ -358,10 +374,11 @@ def build_dht(
     max_bytes: int = 64 * 1024 * 1024,
     max_records_per_owner: int = 8,
     max_bytes_per_owner: int = 4 * 1024 * 1024,
+    stream_idle_s: float = 10.0,
 ) -> tuple[KadDHT, SwarmRecordValidator]:
     record_validator = SwarmRecordValidator(namespace, max_value_bytes, counters)
     validator = _CountingNamespacedValidator(namespace, record_validator)
-    _count_handler_refusals(host, counters)
+    _count_handler_refusals(host, counters, stream_idle_s)
     dht = KadDHT(
         host,
         DHTMode.SERVER,

@@ -69,6 +69,9 @@ class NetworkSettings:
     dht_namespace: str = "swarmp2p"
     max_dht_value_bytes: int = attrs.field(default=1024 * 1024 - 4096, validator=_positive)
     dht_timeout_s: float = attrs.field(default=10.0, validator=_positive)
+    # An inbound DHT stream with no request for this long is reset: py-libp2p serves only 12 at
+    # a time, and streams left open held those slots for ever (net/dht.py).
+    dht_stream_idle_s: float = attrs.field(default=10.0, validator=_positive)
     # Background replications of our own puts in flight at once (each is a lookup + stores).
     max_dht_replications: int = attrs.field(default=8, validator=_positive)
     # The local record store is bounded (py-libp2p's kept any signed record 24 h, 50,000 of them):
