@@ -154,6 +154,13 @@ class Pair:
             if ids[1] not in a[r].accepted_peers or ids[0] not in b[r].accepted_peers
         ]
 
+    def why_lost(self) -> dict[int, list[tuple[int, dict[str, int]]]]:
+        """For each lost round: per node, (batches accepted, rejections by reason)."""
+        return {
+            r: [(len(book[r].accepted_peers), dict(book[r].rejected)) for book in self.records]
+            for r in self.rounds_lost()
+        }
+
     def rounds_not_trained(self) -> list[int]:
         """Rounds both finished in which a node did not train on the other's rollouts. Beyond
         `rounds_lost`, the sampler drops question groups whose advantage is zero everywhere

@@ -229,7 +229,7 @@ class CountingPubsub(Pubsub):
         public key in the message) escape into the pubsub service. Duplicates (already seen)
         are not drops; they are counted apart (`gossip_seen_duplicate`) so a replay flood shows.
         Ahead of all of it, the forwarder's own allowance (`_forwarder_allowed`)."""
-        if not self._forwarder_allowed(msg_forwarder):
+        if not self._forwarder_allowed(msg_forwarder, msg):
             return
         if self.is_peer_blacklisted(msg_forwarder) or self.is_peer_blacklisted(ID(msg.from_id)):
             self._drop_counters.add("gossip_blacklisted")
@@ -278,7 +278,7 @@ class CountingPubsub(Pubsub):
         self.notify_subscriptions(msg)
         await self.router.publish(msg_forwarder, msg)
 
-    def _forwarder_allowed(self, forwarder: ID) -> bool:
+    def _forwarder_allowed(self, forwarder: ID, msg: rpc_pb2.Message) -> bool:
         """A connected peer past its allowance: this message is dropped (counted
         `gossip_forwarder_rate_limited`) and the peer's stream is not read again until its
         bucket has refilled for a while (`_WatchedStream.read`), so its further frames stay in
@@ -288,7 +288,13 @@ class CountingPubsub(Pubsub):
         decryption, framing and parsing alone kept the process at 100% CPU and both honest
         peers lost 3 rounds of each other's rollouts (tests/test_net_attacks.py)."""
         limiter = self.forwarder_limiter
-        if limiter is None or forwarder == self.my_id or limiter.allow(forwarder.to_bytes()):
+        if limiter is None or forwarder == self.my_id:
+            return True
+        # An established origin's messages (the forwarder's own, or a connected or vouched-for
+        # peer's) never count against the forwarder: an honest neighbour that relays a flood
+        # must not have its own announcement dropped with it (one round lost in the flood test).
+        # The origins' own buckets and the seen-cache still apply to them.
+        if self.established_origin(msg.from_id) or limiter.allow(forwarder.to_bytes()):
             return True
         self._drop_counters.add("gossip_forwarder_rate_limited")
         if self._paused_until.get(forwarder, 0.0) <= time.monotonic():

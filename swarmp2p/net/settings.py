@@ -44,7 +44,7 @@ class NetworkSettings:
     # (tests/test_net_attacks.py). An honest neighbour relays every peer's announcements and
     # hellos: tens a second in a 100-peer swarm.
     forwarder_rate_per_s: float = attrs.field(default=200.0, validator=_positive)
-    forwarder_burst: float = attrs.field(default=1000.0, validator=_positive)
+    forwarder_burst: float = attrs.field(default=200.0, validator=_positive)
     outbound_queue_size: int = attrs.field(default=4096, validator=_positive)
     subscription_queue_size: int = attrs.field(default=4096, validator=_positive)
     # Gossip carries announcements and hellos only; py-libp2p drops RPCs over 1 MiB without a word,
