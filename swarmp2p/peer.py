@@ -169,6 +169,9 @@ class Peer:
             await self.evaluation.run(self.policy, self._offload, self.clock.now_ms, None)
         inline = self.network.subscribe_inline(self.topic, self.fetcher.handle_announcement)
         channel = None if inline else await self.network.subscribe(self.topic)
+        set_priority = getattr(self.network, "set_gossip_priority", None)
+        if set_priority is not None:  # a full gossip inbox keeps established senders' messages
+            set_priority(lambda sender: self.inbox.established(sender))
         self.network.set_request_handler(self.publisher.serve)
         await self._register()
         async with trio.open_nursery() as nursery:

@@ -11,6 +11,7 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from prometheus_client.parser import text_string_to_metric_families
 
 from swarmp2p.dashboard import normalize_status, render_metrics
+from swarmp2p.dashboard.metrics import PEER_SERIES
 from swarmp2p.net import NetworkSettings, open_libp2p_network
 from swarmp2p.net.counters import DropCounters
 
@@ -66,8 +67,12 @@ def node_like_status(network_status: Mapping[str, Any]) -> dict[str, Any]:
 def assert_every_status_counter_exported(status: Mapping[str, Any]) -> None:
     exported = samples(status)
     checked = 0
+    blamed = {key[1][0][1]: value for key, value in exported.items() if key[0] == "swarmp2p_peer_rejections"}
     for path, value in numeric_leaves(status):
-        if path[:1] == ("counters",):
+        if path[0] == "peer_rejections":
+            # Its own series if among the most blamed, else part of "other" (checked below).
+            assert blamed.get(path[1], value) == value, path
+        elif path[:1] == ("counters",):
             name = "swarmp2p_" + path[1] + "_total"
             assert exported[(name, ())] == value, path
         elif path == ("hellos", "peers_with_other_rules"):
@@ -86,6 +91,9 @@ def assert_every_status_counter_exported(status: Mapping[str, Any]) -> None:
             raise AssertionError(f"status number {path} has no place in /metrics")
         checked += 1
     assert checked > 10
+    given = [value for path, value in numeric_leaves(status) if path[0] == "peer_rejections"]
+    assert len(blamed) <= PEER_SERIES + 1
+    assert sum(blamed.values()) == sum(given)
 
 
 def test_every_counter_of_a_real_adapter_status_is_in_metrics() -> None:
@@ -118,3 +126,20 @@ def test_labeled_families_exist_even_when_empty_and_never_clash_with_node_counte
     assert families["swarmp2p_rejections"].samples == []
     assert families["swarmp2p_ok"].samples[0].value == 2
     assert "swarmp2p_network_drops" in families
+
+
+def test_peer_rejections_are_bounded_to_the_most_blamed_peers_and_other() -> None:
+    """Under a sybil attack every throwaway key is blamed for something: one series per key
+    grew /metrics without bound. Now the 20 most blamed have a series and the rest are summed."""
+    blamed = {f"12D3KooWsybil{i:04d}": 1 for i in range(5000)}
+    blamed["12D3KooWworst"] = 40
+    status = {**node_like_status({}), "peer_rejections": blamed}
+    exported = samples(status)
+    series = {key[1][0][1]: value for key, value in exported.items() if key[0] == "swarmp2p_peer_rejections"}
+    assert len(series) == PEER_SERIES + 1
+    assert series["12D3KooWworst"] == 40
+    assert series["other"] == 5000 - (PEER_SERIES - 1)
+    assert sum(series.values()) == 5040
+    assert_every_status_counter_exported(status)
+    # No peer blamed yet: the family is there, "other" is 0.
+    assert samples(node_like_status({}))[("swarmp2p_peer_rejections", (("peer", "other"),))] == 0

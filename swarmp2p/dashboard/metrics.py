@@ -67,6 +67,7 @@ def render_metrics(status: Mapping[str, Any] | None, source_errors: int) -> tupl
             counter.add_metric([], float(value))
             families.append(counter)
         families.extend(_labeled_metrics(status))
+        families.append(_peer_rejections(status))
 
     class _Snapshot:
         def collect(self) -> Any:
@@ -117,6 +118,7 @@ _LABELED_NAMES = frozenset(
     [name for _, name, _, _ in _LABELED_COUNTERS + _LABELED_GAUGES]
     + list(_GAUGE_KEYS.values())
     + [f"swarmp2p_network_{key}" for key in _NETWORK_GAUGES]
+    + ["swarmp2p_peer_rejections"]
 )
 
 
@@ -176,6 +178,33 @@ def _labeled_metrics(status: Mapping[str, Any]) -> list[Any]:
     return families
 
 
+PEER_SERIES = 20
+"""`peer_rejections` (messages blamed on each peer) gets a series for at most this many peers,
+the most blamed; the others are summed under peer="other". One series per peer key let a sybil
+attack add a series to every scrape per throwaway key (issue 15)."""
+
+
+def _peer_rejections(status: Mapping[str, Any]) -> Any:
+    """A gauge, not a counter: which peers are in the top set moves, so "other" can fall."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    counts = {
+        str(peer): float(value)
+        for peer, value in _section(status, ("peer_rejections",)).items()
+        if _is_number(value) and value >= 0
+    }
+    gauge = GaugeMetricFamily(
+        "swarmp2p_peer_rejections",
+        f"Messages blamed on each peer: the {PEER_SERIES} most blamed by id, the rest summed as 'other'.",
+        labels=["peer"],
+    )
+    top = sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:PEER_SERIES]
+    for peer, value in top:
+        gauge.add_metric([peer], value)
+    gauge.add_metric(["other"], sum(counts.values()) - sum(value for _, value in top))
+    return gauge
+
+
 # Top-level status keys exported above (or on purpose not: the schedule is configuration).
 _SECTIONS_EXPORTED = frozenset(
     {
@@ -188,6 +217,7 @@ _SECTIONS_EXPORTED = frozenset(
         "eval_deferred",
         "history",
         "schedule",
+        "peer_rejections",
     }
 )
 

@@ -56,6 +56,7 @@ from swarmp2p.net.dht import (
 from swarmp2p.net.frames import FrameError, FrameTooLarge
 from swarmp2p.net.gossip import CountingPubsub, build_gossip
 from swarmp2p.net.peer_book import PeerBook
+from swarmp2p.net.priority_inbox import DROPPED, EVICTED, PriorityInbox
 from swarmp2p.net.settings import NetworkSettings
 from swarmp2p.net.streams import read_frame, write_frame
 from swarmp2p.net.tcp_stall import is_stalled
@@ -132,7 +133,9 @@ class LibP2PNetwork:
         self._peer_id = host.get_id().to_base58()
         self._request_handler: RequestHandler | None = None
         self._hello: bytes = b""
-        self._topic_receivers: dict[str, list[trio.MemorySendChannel[InboundMessage]]] = {}
+        self._topic_receivers: dict[str, list[PriorityInbox[InboundMessage]]] = {}
+        self._vouched: Callable[[str], bool] | None = None  # see set_gossip_priority
+        pubsub.established_origin = self._is_established
         # Gossip our topic validators rejected (never forwarded), by reason.
         self.gossip_rejections: Counter[str] = Counter()
         self._dialing: set[str] = set()
@@ -187,15 +190,33 @@ class LibP2PNetwork:
             )
         await self.pubsub.publish(topic, data)
 
-    async def subscribe(self, topic: str) -> trio.MemoryReceiveChannel[InboundMessage]:
-        send, receive = trio.open_memory_channel[InboundMessage](self.settings.subscription_queue_size)
+    async def subscribe(self, topic: str) -> PriorityInbox[InboundMessage]:
+        """A receiver of `topic`'s gossip: a PriorityInbox (read like a trio receive channel),
+        in which established peers' messages keep their place when it is full."""
+        inbox: PriorityInbox[InboundMessage] = PriorityInbox(self.settings.subscription_queue_size)
         receivers = self._topic_receivers.get(topic)
         if receivers is None:
             receivers = self._topic_receivers[topic] = []
             subscription = await self.pubsub.subscribe(topic)
             self._nursery.start_soon(self._pump_topic, topic, subscription)
-        receivers.append(send)
-        return receive
+        receivers.append(inbox)
+        return inbox
+
+    def set_gossip_priority(self, established: Callable[[str], bool]) -> None:
+        """Which origins' gossip keeps its place in a full inbox besides connected peers: the
+        node vouches for senders with a history (protocol.admission's `Inbox.established`)."""
+        self._vouched = established
+
+    def _is_established(self, origin: bytes) -> bool:
+        """A connected peer, or one the node vouches for. Never raises (a garbled id: no)."""
+        try:
+            peer = ID(origin)
+            if peer in self.host.get_network().connections:
+                return True
+            vouched = self._vouched
+            return vouched is not None and bool(vouched(peer.to_base58()))
+        except Exception:
+            return False
 
     def subscribe_inline(self, topic: str, handler: Callable[[InboundMessage], None]) -> bool:
         """NetworkPort.subscribe_inline: not offered (messages arrive in pubsub's own tasks and
@@ -203,7 +224,8 @@ class LibP2PNetwork:
         return False
 
     async def _pump_topic(self, topic: str, subscription: Any) -> None:
-        """Move messages from libp2p's bounded subscription queue to every receiver, counting overflow."""
+        """Move messages from libp2p's subscription inbox to every receiver's, counting what a
+        full one drops or evicts."""
         async for message in subscription:
             try:
                 sender = ID(message.from_id).to_base58()
@@ -212,14 +234,13 @@ class LibP2PNetwork:
             if sender == self._peer_id:
                 continue  # gossip does not echo our own publishes back to us
             inbound = InboundMessage(topic=topic, transport_sender=sender, data=bytes(message.data))
-            receivers = self._topic_receivers.get(topic, [])
-            for send in list(receivers):
-                try:
-                    send.send_nowait(inbound)
-                except trio.WouldBlock:
+            established = self._is_established(message.from_id)
+            for inbox in self._topic_receivers.get(topic, []):
+                outcome = inbox.put(inbound, established)
+                if outcome == DROPPED:
                     self.counters.add("inbound_channel_full")
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    receivers.remove(send)
+                elif outcome == EVICTED:
+                    self.counters.add("inbound_channel_evicted_unknown")
 
     def set_gossip_validator(self, topic: str, check: GossipCheck, *, deliver_rejected: bool = False) -> None:
         """Run `check(origin peer id, data)` on every gossip message of `topic` before it is
@@ -910,6 +931,7 @@ async def open_libp2p_network(
         max_bytes=settings.max_dht_bytes,
         max_records_per_owner=settings.max_dht_records_per_owner,
         max_bytes_per_owner=settings.max_dht_bytes_per_owner,
+        stream_idle_s=settings.dht_stream_idle_s,
     )
     async with host.run(listen_addrs=listen):
         # The router's own service is what runs the gossipsub heartbeat (message-cache shifts, mesh

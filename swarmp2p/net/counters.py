@@ -13,8 +13,15 @@ class DropCounters:
     KINDS = (
         "gossip_outbound_queue_full",
         "gossip_subscription_queue_full",
+        # A full inbox made room for an established peer's message by dropping the newest
+        # message of an unknown origin (net/priority_inbox.py).
+        "gossip_subscription_evicted_unknown",
         "gossip_rate_limited",
         "gossip_origin_rate_limited",  # one origin key over its allowance (net/origin_limit.py)
+        # A connected peer forwarding over its allowance: the messages already read are dropped,
+        # and its stream is not read for a while (each such pause counted once).
+        "gossip_forwarder_rate_limited",
+        "gossip_forwarder_paused",
         "gossip_oversized_publish",
         # Inbound gossip py-libp2p refuses (it only logs them at debug level).
         "gossip_bad_signature",
@@ -30,6 +37,7 @@ class DropCounters:
         "gossip_rpc_garbage",  # an inbound frame that is not a protobuf RPC: stream and peer dropped
         "gossip_rpc_oversized",  # an inbound RPC over py-libp2p's 1 MiB limit: stream and peer dropped
         "inbound_channel_full",
+        "inbound_channel_evicted_unknown",
         "request_garbage",
         "request_oversized",
         "request_timeout",
@@ -37,14 +45,18 @@ class DropCounters:
         "response_oversized",
         "response_garbage",
         "peer_exchange_garbage",
-        "dht_rejected",  # every refused record; the next six say why
+        "dht_rejected",  # every refused record; the kinds below say why
         "dht_foreign_namespace",  # a key outside /<our namespace>/ (py-libp2p refused it silently)
         "dht_malformed_key",
         "dht_oversized",
         "dht_malformed_record",  # the node's record check failed (not an envelope, wrong signer)
         "dht_stale_round",  # a record for a round long past (see LibP2PNetwork.set_record_rounds)
         "dht_future_round",  # a record for a round far ahead of ours
+        # Refused inside py-libp2p's DHT handler before our validator: empty or non-UTF-8 key,
+        # record key unlike the message key, empty or oversized record, unparsable message.
+        "dht_refused_by_libp2p",
         # The bounded record store (net/dht.py BoundedValueStore) making room or expiring.
+        "dht_stream_idle_reset",  # an inbound DHT stream idle past dht_stream_idle_s: reset
         "dht_evicted_owner_cap",
         "dht_evicted_full",
         "dht_expired",
@@ -68,6 +80,8 @@ class DropCounters:
             "peer_forgotten",
             "peer_book_evicted",
             "gossip_seen_duplicate",
+            "gossip_forwarder_paused",
+            "dht_stream_idle_reset",
             "dht_expired",
         }
     )

@@ -13,21 +13,30 @@ the whole store at most `max_records` records and `max_bytes` bytes. py-libp2p's
 every validly signed record for 24 h, up to 50,000 entries of up to 1 MiB each, and scanned all
 of them on every put once full.
 
-Not countable from here: a PUT_VALUE whose key is not UTF-8, whose record is over py-libp2p's
-1 MiB record limit, whose record key differs from the message key or whose libp2p record
-signature is wrong is refused inside py-libp2p's stream handler before any validator runs.
+What py-libp2p's DHT stream handler refuses before any validator runs (a PUT_VALUE whose key
+is empty or not UTF-8, whose record key differs from the message key, whose record is empty or
+over its 1 MiB limit, a message over its size limit or not a protobuf) is counted as
+`dht_refused_by_libp2p` (also in `dht_rejected`) by `_count_handler_refusals`, which sees each
+message the handler reads. Still not counted: a record whose libp2p signature is wrong (checked
+after our validator accepted it).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 import attrs
+import trio
 from libp2p.abc import IHost
+from libp2p.io.exceptions import MessageTooLarge
 from libp2p.kad_dht import DHTMode, KadDHT
-from libp2p.kad_dht.pb.kademlia_pb2 import Record
+from libp2p.kad_dht import kad_dht as _kad_module
+from libp2p.kad_dht.common import MAX_RECORD_SIZE
+from libp2p.kad_dht.pb.kademlia_pb2 import Message, Record
 from libp2p.kad_dht.value_store import ValueStore
+from libp2p.peer.id import ID
 from libp2p.records.record import make_signed_put_record
 from libp2p.records.utils import InvalidRecordType
 from libp2p.records.validator import NamespacedValidator, Validator
@@ -277,6 +286,83 @@ class BoundedValueStore(ValueStore):
             self._owner_bytes.pop(owner, None)
 
 
+# ---- what py-libp2p's DHT stream handler refuses before our validator -----------------------
+
+_HOSTS: dict[ID, tuple[DropCounters, float]] = {}
+"""Each running host's counters and inbound stream idle limit, by its peer id (several hosts
+share a process in tests)."""
+
+
+def _count_handler_refusals(host: IHost, counters: DropCounters, idle_s: float) -> None:
+    """Count what KadDHT's stream handler refuses without a word (it logs at WARNING, which the
+    node silences), and end inbound DHT streams that stay idle. The handler reads each inbound
+    message with the module's `read_varint_prefixed_bytes_limited`, wrapped here once per
+    process: it looks at what was read, by the same rules and before the handler applies them,
+    and gives each read `idle_s` seconds. py-libp2p serves at most 12 inbound DHT streams at a
+    time and resets every stream past those; a stream whose client never closed it held its
+    slot for ever: after a 60 s sybil attack (the nodes' own lookups timing out on their side)
+    all 12 were held and the node served no DHT request from anyone, honest sweeps included
+    (bench/bench_attack.py). An idle stream now fails its read (`dht_stream_idle_reset`), the
+    handler resets it, and the slot is free again."""
+    _HOSTS[host.get_id()] = (counters, idle_s)
+    original = _kad_module.read_varint_prefixed_bytes_limited
+    if getattr(original, "counts_refusals", False):
+        return
+
+    async def counting_read(stream: Any, max_length: int) -> bytes:
+        counters, idle_s = _host_of(stream)
+        try:
+            with trio.fail_after(idle_s):
+                data: bytes = await original(stream, max_length)
+        except trio.TooSlowError:
+            if counters is not None:
+                counters.add("dht_stream_idle_reset")
+            raise  # an Exception: the handler resets the stream and frees its slot
+        except MessageTooLarge:
+            _refused(counters)
+            raise
+        if not _handler_accepts(data):
+            _refused(counters)
+        return data
+
+    counting_read.counts_refusals = True  # type: ignore[attr-defined]
+    _kad_module.read_varint_prefixed_bytes_limited = counting_read  # type: ignore[assignment]
+
+
+def _host_of(stream: Any) -> tuple[DropCounters | None, float]:
+    try:
+        return _HOSTS.get(stream.muxed_conn.secured_conn.get_local_peer(), (None, 10.0))
+    except Exception:
+        return None, 10.0
+
+
+def _handler_accepts(data: bytes) -> bool:
+    """False for what KadDHT 0.8.1's handler refuses before validating a record."""
+    message = Message()
+    try:
+        message.ParseFromString(data)
+    except Exception:
+        return False
+    if message.type != Message.MessageType.PUT_VALUE or not message.HasField("record"):
+        return True
+    record = message.record
+    if not message.key or record.key != message.key or not record.value:
+        return False
+    if len(record.SerializeToString()) > MAX_RECORD_SIZE:
+        return False
+    try:
+        record.key.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _refused(counters: DropCounters | None) -> None:
+    if counters is not None:
+        counters.add("dht_refused_by_libp2p")
+        counters.add("dht_rejected")
+
+
 def build_dht(
     host: IHost,
     namespace: str,
@@ -288,9 +374,11 @@ def build_dht(
     max_bytes: int = 64 * 1024 * 1024,
     max_records_per_owner: int = 8,
     max_bytes_per_owner: int = 4 * 1024 * 1024,
+    stream_idle_s: float = 10.0,
 ) -> tuple[KadDHT, SwarmRecordValidator]:
     record_validator = SwarmRecordValidator(namespace, max_value_bytes, counters)
     validator = _CountingNamespacedValidator(namespace, record_validator)
+    _count_handler_refusals(host, counters, stream_idle_s)
     dht = KadDHT(
         host,
         DHTMode.SERVER,

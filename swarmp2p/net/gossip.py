@@ -9,8 +9,10 @@ limits from settings and count every drop that still happens, so the node can re
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -19,16 +21,16 @@ from libp2p.exceptions import ParseError, ValidationError
 from libp2p.io.exceptions import IncompleteReadError
 from libp2p.network.stream.exceptions import StreamError
 from libp2p.peer.id import ID
-from libp2p.pubsub import pubsub as _pubsub_module
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
 from libp2p.pubsub.pb import rpc_pb2
-from libp2p.pubsub.pubsub import Pubsub
+from libp2p.pubsub.pubsub import Pubsub, ValidationCache, ValidationResult
 from libp2p.pubsub.rpc_queue import RpcQueue
 from libp2p.pubsub.validators import signature_validator
 from libp2p.tools.timed_cache.last_seen_cache import LastSeenCache
 
 from swarmp2p.net.counters import DropCounters
 from swarmp2p.net.origin_limit import OriginRateLimiter
+from swarmp2p.net.priority_inbox import DROPPED, EVICTED, PriorityInbox
 from swarmp2p.net.settings import NetworkSettings
 
 logger = logging.getLogger(__name__)
@@ -124,6 +126,21 @@ class _CappedSeenCache(LastSeenCache):
             return is_new
 
 
+class _RefusalsOnlyValidationCache(ValidationCache):
+    """py-libp2p's per-message-id cache of validator verdicts, keeping only refusals.
+
+    A cached "valid" let a replay skip our topic validators: an old hello whose id the
+    seen-cache had forgotten (its cap evicted it, or its TTL passed) within the validation
+    cache's TTL was delivered and relayed again without its freshness check
+    (tests/test_net_attacks.py). Our validators depend on the time (a hello's round window,
+    the newest hello per peer), so a verdict of "valid" does not keep; a refusal does, and
+    repeats of a refused message are refused from the cache as before."""
+
+    def put(self, msg_id: bytes, result: ValidationResult) -> None:
+        if not result.is_valid:
+            super().put(msg_id, result)
+
+
 class CountingPubsub(Pubsub):
     """Pubsub with bigger, counted per-peer and per-subscription queues."""
 
@@ -137,11 +154,19 @@ class CountingPubsub(Pubsub):
         subscription_queue_size: int,
         max_seen_messages: int = 65536,
         origin_limiter: OriginRateLimiter | None = None,
+        forwarder_limiter: OriginRateLimiter | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(host, router, **kwargs)
         self.origin_limiter = origin_limiter
+        self.forwarder_limiter = forwarder_limiter
+        self._paused_until: dict[ID, float] = {}  # forwarders whose stream we do not read now
+        # Whose messages keep their place when a subscription's inbox is full (the adapter sets
+        # it: connected peers and those the node vouches for).
+        self.established_origin: Callable[[bytes], bool] = self._connected_origin
         self._my_id_bytes = self.my_id.to_bytes()
+        stale_verdicts = self.validation_cache
+        self.validation_cache = _RefusalsOnlyValidationCache(stale_verdicts.ttl, stale_verdicts.max_size)
         stock = self.seen_messages
         self.seen_messages = _CappedSeenCache(stock.ttl, stock.sweep_interval, max_seen_messages, counters)
         stock.stop()  # its sweeper thread
@@ -153,13 +178,19 @@ class CountingPubsub(Pubsub):
         self.deliver_rejected_topics: set[str] = set()
 
     async def subscribe(self, topic_id: str) -> Any:
-        # Pubsub.subscribe reads the module constant synchronously before its first await.
-        previous = _pubsub_module.SUBSCRIPTION_CHANNEL_SIZE
-        _pubsub_module.SUBSCRIPTION_CHANNEL_SIZE = self._subscription_queue_size
-        try:
-            return await super().subscribe(topic_id)
-        finally:
-            _pubsub_module.SUBSCRIPTION_CHANNEL_SIZE = previous
+        """py-libp2p 0.8.1's `Pubsub.subscribe`, step for step, with a PriorityInbox in place of
+        its memory channel (see `notify_subscriptions`)."""
+        if topic_id in self.topic_ids:
+            return self.subscribed_topics_receive[topic_id]
+        inbox: PriorityInbox[rpc_pb2.Message] = PriorityInbox(
+            self._subscription_queue_size, unsubscribe=functools.partial(self.unsubscribe, topic_id)
+        )
+        self.subscribed_topics_send[topic_id] = inbox  # type: ignore[assignment]
+        self.subscribed_topics_receive[topic_id] = inbox  # type: ignore[assignment]
+        packet, subopt = self._build_announce_rpc(topic_id, subscribe=True)
+        await self.message_all_peers(packet.SerializeToString(), announce=subopt)
+        await self.router.join(topic_id)
+        return inbox
 
     async def continuously_read_stream(self, stream: Any) -> None:
         """py-libp2p's read loop for one peer's gossip stream, with its two silent or fatal
@@ -167,7 +198,7 @@ class CountingPubsub(Pubsub):
         resets the stream: that reset is how we see it). A frame that is not a protobuf RPC
         raised DecodeError out of the stream handler and the host's nursery: one frame from any
         connected peer stopped the whole node. Both now drop the stream and the peer, counted."""
-        watched = _ResetWatch(stream)
+        watched = _WatchedStream(stream, self)
         try:
             await super().continuously_read_stream(watched)
         except ParseError:
@@ -196,7 +227,10 @@ class CountingPubsub(Pubsub):
         refuses, messages its peer scorer gates and messages that claim to come from us, each
         with only a debug log. It also lets an exception from the signature check (a garbage
         public key in the message) escape into the pubsub service. Duplicates (already seen)
-        are not drops; they are counted apart (`gossip_seen_duplicate`) so a replay flood shows."""
+        are not drops; they are counted apart (`gossip_seen_duplicate`) so a replay flood shows.
+        Ahead of all of it, the forwarder's own allowance (`_forwarder_allowed`)."""
+        if not self._forwarder_allowed(msg_forwarder, msg):
+            return
         if self.is_peer_blacklisted(msg_forwarder) or self.is_peer_blacklisted(ID(msg.from_id)):
             self._drop_counters.add("gossip_blacklisted")
             return
@@ -244,24 +278,81 @@ class CountingPubsub(Pubsub):
         self.notify_subscriptions(msg)
         await self.router.publish(msg_forwarder, msg)
 
+    def _forwarder_allowed(self, forwarder: ID, msg: rpc_pb2.Message) -> bool:
+        """A connected peer past its allowance: this message is dropped (counted
+        `gossip_forwarder_rate_limited`) and the peer's stream is not read again until its
+        bucket has refilled for a while (`_WatchedStream.read`), so its further frames stay in
+        its yamux window and socket and its writes block. py-libp2p runs every inbound message
+        in a task of its own, so the read loop is the only place that can push back. Dropping
+        without pausing was not enough: at ~14,000 messages a second from one host, the
+        decryption, framing and parsing alone kept the process at 100% CPU and both honest
+        peers lost 3 rounds of each other's rollouts (tests/test_net_attacks.py)."""
+        limiter = self.forwarder_limiter
+        if limiter is None or forwarder == self.my_id:
+            return True
+        # An established origin's messages (the forwarder's own, or a connected or vouched-for
+        # peer's) never count against the forwarder: an honest neighbour that relays a flood
+        # must not have its own announcement dropped with it (one round lost in the flood test).
+        # The origins' own buckets and the seen-cache still apply to them.
+        if self.established_origin(msg.from_id) or limiter.allow(forwarder.to_bytes()):
+            return True
+        self._drop_counters.add("gossip_forwarder_rate_limited")
+        if self._paused_until.get(forwarder, 0.0) <= time.monotonic():
+            self._drop_counters.add("gossip_forwarder_paused")
+            self._paused_until[forwarder] = time.monotonic() + min(limiter.burst, 100.0) / limiter.rate_per_s
+        return False
+
+    def read_paused_until(self, forwarder: ID) -> float:
+        """time.monotonic() before which `forwarder`'s gossip stream is not read (0: not paused)."""
+        until = self._paused_until.get(forwarder, 0.0)
+        if until and until <= time.monotonic():
+            del self._paused_until[forwarder]
+            return 0.0
+        return until
+
     def notify_subscriptions(self, publish_message: rpc_pb2.Message) -> None:
+        """Into the topic's PriorityInbox: when it is full, an established origin's message
+        (`established_origin`) takes the place of an unknown origin's (counted
+        `gossip_subscription_evicted_unknown`), else the arriving message is dropped
+        (`gossip_subscription_queue_full`). Before, a flood of throwaway keys filled the queue
+        and honest announcements arriving after it were dropped with the junk."""
+        established: bool | None = None
         for topic in publish_message.topicIDs:
             if topic in self.topic_ids:
-                try:
-                    self.subscribed_topics_send[topic].send_nowait(publish_message)
-                except trio.WouldBlock:
+                if established is None:
+                    established = self.established_origin(publish_message.from_id)
+                inbox = self.subscribed_topics_send[topic]
+                outcome = inbox.put(publish_message, established)  # type: ignore[attr-defined]
+                if outcome == DROPPED:
                     self._drop_counters.add("gossip_subscription_queue_full")
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass  # unsubscribed meanwhile: nobody is listening, nothing is lost
+                elif outcome == EVICTED:
+                    self._drop_counters.add("gossip_subscription_evicted_unknown")
+
+    def _connected_origin(self, from_id: bytes) -> bool:
+        """The default `established_origin`: a peer we hold a connection to."""
+        try:
+            return ID(from_id) in self.host.get_network().connections
+        except Exception:
+            return False
 
 
-class _ResetWatch:
-    """A gossip stream as py-libp2p's read loop sees it, noting whether the loop reset it (it
-    does only when an inbound RPC exceeds its size limit)."""
+class _WatchedStream:
+    """A gossip stream as py-libp2p's read loop sees it: noting whether the loop reset it (it
+    does only when an inbound RPC exceeds its size limit), and not read while its peer is
+    paused for forwarding past its allowance (`CountingPubsub._forwarder_allowed`)."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, pubsub: CountingPubsub) -> None:
         self._stream = stream
+        self._pubsub = pubsub
+        self._peer_id = getattr(getattr(stream, "muxed_conn", None), "peer_id", None)
         self.was_reset = False
+
+    async def read(self, n: int | None = None) -> bytes:
+        if self._peer_id is not None:
+            until = self._pubsub.read_paused_until(self._peer_id)
+            if until:
+                await trio.sleep(max(0.0, until - time.monotonic()))
+        return await self._stream.read(n)  # type: ignore[no-any-return]
 
     async def reset(self) -> None:
         self.was_reset = True
@@ -312,6 +403,9 @@ def build_gossip(host: IHost, settings: NetworkSettings, counters: DropCounters)
         outbound_queue_size=settings.outbound_queue_size,
         subscription_queue_size=settings.subscription_queue_size,
         origin_limiter=OriginRateLimiter(settings.origin_rate_per_s, settings.origin_burst),
+        forwarder_limiter=OriginRateLimiter(
+            settings.forwarder_rate_per_s, settings.forwarder_burst, max_origins=4096
+        ),
         max_seen_messages=settings.max_seen_messages,
         # Both sides must sign strictly: a signing-policy mismatch drops every message.
         strict_signing=True,

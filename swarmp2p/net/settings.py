@@ -38,6 +38,13 @@ class NetworkSettings:
     # few seconds.
     origin_rate_per_s: float = attrs.field(default=10.0, validator=_positive)
     origin_burst: float = attrs.field(default=50.0, validator=_positive)
+    # Per connected peer that forwards gossip to us, checked first (before the seen-cache): past
+    # it, that peer's stream is not read for a while (net/gossip.py `_forwarder_allowed`). Keys are
+    # free, so the per-origin limit alone let one host with 500 throwaway keys keep a node busy
+    # (tests/test_net_attacks.py). An honest neighbour relays every peer's announcements and
+    # hellos: tens a second in a 100-peer swarm.
+    forwarder_rate_per_s: float = attrs.field(default=200.0, validator=_positive)
+    forwarder_burst: float = attrs.field(default=200.0, validator=_positive)
     outbound_queue_size: int = attrs.field(default=4096, validator=_positive)
     subscription_queue_size: int = attrs.field(default=4096, validator=_positive)
     # Gossip carries announcements and hellos only; py-libp2p drops RPCs over 1 MiB without a word,
@@ -62,6 +69,9 @@ class NetworkSettings:
     dht_namespace: str = "swarmp2p"
     max_dht_value_bytes: int = attrs.field(default=1024 * 1024 - 4096, validator=_positive)
     dht_timeout_s: float = attrs.field(default=10.0, validator=_positive)
+    # An inbound DHT stream with no request for this long is reset: py-libp2p serves only 12 at
+    # a time, and streams left open held those slots for ever (net/dht.py).
+    dht_stream_idle_s: float = attrs.field(default=10.0, validator=_positive)
     # Background replications of our own puts in flight at once (each is a lookup + stores).
     max_dht_replications: int = attrs.field(default=8, validator=_positive)
     # The local record store is bounded (py-libp2p's kept any signed record 24 h, 50,000 of them):
