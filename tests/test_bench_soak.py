@@ -26,11 +26,18 @@ def test_growth_after_the_warm_up_is_not_flat_and_a_warm_up_climb_does_not_count
     # Node 1 climbs during a 5-minute warm-up, then holds with noise; node 2 leaks 1 MiB a minute.
     settled = [500.0 + (3.0 if minute % 2 else -3.0) for minute in range(25)]
     rows = _rows(1, [300, 350, 400, 450, 480, *settled]) + _rows(2, [400.0 + m for m in range(30)])
-    summary = bench_soak.summarize(rows, warmup_min=5, flat_mib_per_hour=20)
-    assert summary[1]["flat"] and abs(summary[1]["rss_slope_mib_per_hour"]) < 20
-    assert not summary[2]["flat"] and round(summary[2]["rss_slope_mib_per_hour"]) == 60
+    summary = bench_soak.summarize(rows, warmup_min=5, flat_growth_mib=10)
+    assert summary[1]["flat"] and abs(summary[1]["rss_growth_mib"]) < 1
+    assert (summary[1]["rss_min_mib"], summary[1]["rss_max_mib"]) == (497, 503)
+    assert not summary[2]["flat"] and summary[2]["rss_growth_mib"] == 17  # thirds of 8 samples, 17 min apart
+    assert round(summary[2]["rss_slope_mib_per_hour"]) == 60
     assert summary[2]["rss_after_warmup_mib"] == 405 and summary[2]["rss_end_mib"] == 429
     assert summary[1]["rounds"] == 29
+
+
+def test_memory_that_falls_is_flat() -> None:
+    rows = _rows(1, [600.0 - 2 * minute for minute in range(30)])
+    assert bench_soak.summarize(rows, warmup_min=0, flat_growth_mib=10)[1]["flat"]
 
 
 def test_a_slope_needs_two_points() -> None:
