@@ -119,7 +119,16 @@ def main() -> None:
     parser.add_argument("--sybils", type=int, default=300)
     parser.add_argument("--dht-s", type=float, default=30.0)
     parser.add_argument("--dht-keys", type=int, default=200)
+    parser.add_argument(
+        "--no-memory-config",
+        action="store_true",
+        help="leave glibc's dynamic mmap threshold on (swarmp2p node fixes it: swarmp2p/memory.py)",
+    )
     args = parser.parse_args()
+    if not args.no_memory_config:
+        from swarmp2p import memory
+
+        print(f"mmap threshold fixed as swarmp2p node does: {memory.configure()}", file=sys.stderr)
     rows: list[dict[str, Any]] = []
     load_before = os.getloadavg()
 

@@ -191,6 +191,9 @@ def node(
         defaults=NODE_TRAINER_DEFAULTS,
     )
     apply_thread_limits(trainer_config.threads)
+    from swarmp2p import memory
+
+    memory.configure()  # freed ~1 MB messages go back to the OS, not stay resident (memory.py)
     console = Console(soft_wrap=True, highlight=False)
     errors = Console(stderr=True, soft_wrap=True)
 
