@@ -14,12 +14,13 @@ bench/bench_attack.py.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -376,6 +377,17 @@ class GossipWriter:
                         pass
 
 
+@contextlib.asynccontextmanager
+async def attacker_gossip(targets: list[str], sent: dict[str, Any]) -> AsyncIterator[GossipWriter]:
+    """A throwaway host (an outside attacker) with a raw gossip stream open to every target."""
+    host = new_host(key_pair=create_new_key_pair())
+    async with host.run(listen_addrs=[multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]):
+        writer = GossipWriter(host, targets, sent)
+        for index in range(len(targets)):
+            await writer.reopen(index)
+        yield writer
+
+
 def round_now(genesis: float, round_ms: int) -> int:
     """The honest pair's round (their round 0 began at wall time `genesis`)."""
     return int((time.time() - genesis) * 1000 // round_ms)
@@ -397,11 +409,7 @@ async def flood(
     sent["bad_signature"] = 0
     valid: list[rpc_pb2.Message] = []
     signed_for = -1
-    host = new_host(key_pair=create_new_key_pair())
-    async with host.run(listen_addrs=[multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]):
-        writer = GossipWriter(host, targets, sent)
-        for index in range(len(targets)):
-            await writer.reopen(index)
+    async with attacker_gossip(targets, sent) as writer:
         deadline = trio.current_time() + seconds
         i = 0
         while trio.current_time() < deadline:
@@ -432,11 +440,7 @@ async def next_round_sybils(
     topic = announce_topic(swarm)
     sybils = [Sybil(f"next-{i}") for i in range(keys)]
     sent: dict[str, Any] = {"rounds": 0, "messages": 0}
-    host = new_host(key_pair=create_new_key_pair())
-    async with host.run(listen_addrs=[multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]):
-        writer = GossipWriter(host, targets, sent)
-        for index in range(len(targets)):
-            await writer.reopen(index)
+    async with attacker_gossip(targets, sent) as writer:
         deadline = trio.current_time() + seconds
         while trio.current_time() < deadline:
             now = round_now(genesis, round_ms)
