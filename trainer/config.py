@@ -27,12 +27,16 @@ DEFAULT_DIFFICULTY = 0
 LOSS_AGGREGATIONS = ("token", "sequence")
 
 
-def user_model_cache() -> str:
-    """The per-user cache of built models: `$XDG_CACHE_HOME/swarmp2p/models` (~/.cache/... if unset)."""
+def user_cache_root() -> Path:
+    """swarmp2p's per-user cache: `$XDG_CACHE_HOME/swarmp2p` (~/.cache/swarmp2p if unset)."""
     import os
 
-    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return str(Path(root) / "swarmp2p" / "models")
+    return Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "swarmp2p"
+
+
+def user_model_cache() -> str:
+    """The per-user cache of built models: `user_cache_root()/models`."""
+    return str(user_cache_root() / "models")
 
 
 def _device(instance: object, attribute: attrs.Attribute, value: str) -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from protocol import questions
 from protocol.messages import QuestionRef
+from trainer.config import user_cache_root
 
 log = logging.getLogger("trainer.eval_set_cache")
 
@@ -39,8 +40,7 @@ FORMAT = 1
 
 def default_cache_dir() -> Path:
     """`$XDG_CACHE_HOME/swarmp2p/eval-sets` (~/.cache/... if unset), beside the built models."""
-    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(root) / "swarmp2p" / "eval-sets"
+    return user_cache_root() / "eval-sets"
 
 
 def _reasoning_gym_version() -> str:
