@@ -33,17 +33,15 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from procfs import rss_mib
+
 from tests.attack_kit import FAST, Pair, hello_replay, run_attacker, run_pair, wait_rounds
 
 MB = 1024 * 1024
 
 
 def rss_bytes() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    return int(rss_mib() * MB)
 
 
 class Phase:

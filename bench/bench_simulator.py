@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from procfs import rss_mib
 from rich.console import Console
 from rich.table import Table
 
@@ -46,17 +47,6 @@ emit(event="done", wall_s=time.perf_counter() - start_wall, cpu_s=time.process_t
 """
 
 
-def _rss_mib(pid: int) -> float:
-    """Current resident memory of `pid` (Linux /proc; 0 where unavailable)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
 def run_size(peers: int, rounds: int, sample: int, cap_s: float, max_rss_mib: float = float("inf")) -> dict:
     """Run one size; returns its measurements (complete, or up to the cap). A run whose
     resident memory passes `max_rss_mib` is stopped too (and marked `over_memory`)."""
@@ -71,7 +61,7 @@ def run_size(peers: int, rounds: int, sample: int, cap_s: float, max_rss_mib: fl
         deadline = time.monotonic() + cap_s
         peak_seen = 0.0
         while child.poll() is None:
-            peak_seen = max(peak_seen, _rss_mib(child.pid))
+            peak_seen = max(peak_seen, rss_mib(child.pid))
             if peak_seen > max_rss_mib:
                 over_memory = True
             if over_memory or time.monotonic() > deadline:
