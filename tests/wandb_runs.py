@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,21 +45,36 @@ def _records(data: bytes) -> list[bytes]:
     return records
 
 
-def history(run_root: Path) -> list[dict[str, Any]]:
-    """The history rows of the one offline run under `run_root` (the folder given to --wandb)."""
+def _parsed(run_file: Path) -> list[Any]:
     from wandb.proto import wandb_internal_pb2
 
-    files = sorted(Path(run_root).glob("wandb/offline-run-*/run-*.wandb"))
-    assert len(files) == 1, files
-    rows = []
-    for raw in _records(files[0].read_bytes()):
+    parsed = []
+    for raw in _records(run_file.read_bytes()):
         record = wandb_internal_pb2.Record()
         record.ParseFromString(raw)
-        if record.WhichOneof("record_type") == "history":
-            rows.append(
-                {
-                    (item.key or "/".join(item.nested_key)): json.loads(item.value_json)
-                    for item in record.history.item
-                }
-            )
-    return rows
+        parsed.append(record)
+    return parsed
+
+
+def history(run_root: Path, *, wait_s: float = 60.0) -> list[dict[str, Any]]:
+    """The history rows of the one offline run under `run_root` (the folder given to --wandb).
+
+    `run.finish()` can return before wandb-core's writer has flushed the file (seen on a loaded
+    2-core CI machine: the file held the run's first records but no history yet), so this waits
+    for the run's closing `exit` record before reading the rows.
+    """
+    files = sorted(Path(run_root).glob("wandb/offline-run-*/run-*.wandb"))
+    assert len(files) == 1, files
+    deadline = time.monotonic() + wait_s
+    while True:
+        records = _parsed(files[0])
+        kinds = [record.WhichOneof("record_type") for record in records]
+        if "exit" in kinds or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert "exit" in kinds, f"{files[0]} has no exit record after {wait_s:.0f} s: {kinds}"
+    return [
+        {(item.key or "/".join(item.nested_key)): json.loads(item.value_json) for item in record.history.item}
+        for record in records
+        if record.WhichOneof("record_type") == "history"
+    ]
