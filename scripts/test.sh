@@ -18,4 +18,4 @@ echo "== lint"
 ruff check .
 
 echo "== tests"
-python -m pytest "$@"
+python -m pytest --durations=30 "$@"
