@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from procfs import rss_mib
 
+from swarmp2p import memory
 from tests.attack_kit import FAST, Pair, hello_replay, run_attacker, run_pair, wait_rounds
 
 MB = 1024 * 1024
@@ -120,12 +121,11 @@ def main() -> None:
     parser.add_argument(
         "--no-memory-config",
         action="store_true",
-        help="leave glibc's dynamic mmap threshold on (swarmp2p node fixes it: swarmp2p/memory.py)",
+        help="leave glibc's dynamic mmap threshold on and free heap pages kept, as before "
+        "swarmp2p/memory.py (swarmp2p node fixes the threshold and gives free pages back every 5 s)",
     )
     args = parser.parse_args()
     if not args.no_memory_config:
-        from swarmp2p import memory
-
         print(f"mmap threshold fixed as swarmp2p node does: {memory.configure()}", file=sys.stderr)
     rows: list[dict[str, Any]] = []
     load_before = os.getloadavg()
@@ -142,6 +142,13 @@ def main() -> None:
         return await hello_replay(pair, FAST, junk=0)
 
     async def attacks(pair: Pair) -> None:
+        async with trio.open_nursery() as upkeep:
+            if not args.no_memory_config:  # what swarmp2p node runs beside its peer
+                upkeep.start_soon(memory.give_back_periodically)
+            await run_attacks(pair)
+            upkeep.cancel_scope.cancel()
+
+    async def run_attacks(pair: Pair) -> None:
         await measure(
             pair,
             f"gossip flood ({args.flood_keys} keys + 1, max rate)",
@@ -172,7 +179,8 @@ def main() -> None:
                 rec = book[r]
                 print(
                     f"node {index} round {r}: accepted {len(rec.accepted_peers)}, trained on "
-                    f"{len(rec.external_peers_trained_on)}, rejected {dict(rec.rejected)}"
+                    f"{len(rec.external_peers_trained_on)}, rejected {dict(rec.rejected)}, "
+                    f"not trained on {sorted(set(rec.untrained_batches.values()))}"
                 )
     for index, status in enumerate(pair.snapshots):
         drops = {k: v for k, v in status["network"]["drops"].items() if v}

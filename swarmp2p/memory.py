@@ -14,13 +14,23 @@ Fixing the threshold (`mallopt(M_MMAP_THRESHOLD, 128 KiB)`) also turns the dynam
 off. Allocations of 128 KiB and more then always use mmap: a syscall pair each, negligible next
 to the network and model work of a message that size. This does nothing where the C library is
 not glibc (musl, macOS): `configure()` says whether it applied.
+
+Buffers below the threshold (py-libp2p's noise frames are at most 64 KiB, a 1 MB record arrives
+as sixteen of them) still come from the heap, and glibc returns heap pages to the system only
+from its top. After the DHT-abuse attack the heap held ~20 MB of free pages between live
+objects for several rounds; `malloc_trim(0)` hands such pages back (madvise), and
+`give_back_periodically` does so every few seconds while the node runs.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
+from typing import Any
+
+import trio
 
 log = logging.getLogger(__name__)
 
@@ -28,17 +38,45 @@ M_MMAP_THRESHOLD = -3  # <malloc.h>
 MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's own starting value
 
 
+# How often a running node hands free heap pages back: a trim that returns ~90 MB takes ~10 ms
+# (tests/test_memory_release.py), one with little to return less, and memory freed after a
+# burst is back within one round of the default length.
+GIVE_BACK_INTERVAL_S = 5.0
+
+
+@functools.cache
+def _glibc_function(name: str) -> Any | None:
+    """`name` from the process's C library when it is glibc's (has mallopt / malloc_trim), else None."""
+    library = ctypes.util.find_library("c")
+    if library is None:
+        return None
+    try:
+        return getattr(ctypes.CDLL(library), name)
+    except (OSError, AttributeError):  # not glibc
+        return None
+
+
 def configure() -> bool:
     """Fix glibc's mmap threshold for this process; True when it was set."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
-    try:
-        libc = ctypes.CDLL(name)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # not glibc: no mallopt
+    mallopt = _glibc_function("mallopt")
+    if mallopt is None:
         return False
     applied = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
     if not applied:
         log.debug("mallopt(M_MMAP_THRESHOLD) refused: large buffers may stay resident after release")
     return applied
+
+
+def give_back() -> bool:
+    """Return the heap's free pages to the system now (glibc's malloc_trim); True when some were."""
+    malloc_trim = _glibc_function("malloc_trim")
+    return bool(malloc_trim(0)) if malloc_trim is not None else False
+
+
+async def give_back_periodically(interval_s: float = GIVE_BACK_INTERVAL_S) -> None:
+    """`give_back()` every `interval_s` for as long as the caller's nursery runs."""
+    if _glibc_function("malloc_trim") is None:
+        return
+    while True:
+        await trio.sleep(interval_s)
+        give_back()

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from swarmp2p import memory
 from swarmp2p.heldout import describe as describe_eval
 from swarmp2p.hello import OwnHello, open_hellos, publish_hellos, receive_hellos
 from swarmp2p.join_command import join_lines
@@ -321,6 +322,8 @@ class Node:
             if isinstance(coordinator, ScheduleCoordinator):
                 await join_at_round_start(coordinator, clock, config.join_min_remaining)
             await nursery.start(peer.run)
+            # Free heap pages left by bursts (big DHT records, floods) go back to the system.
+            nursery.start_soon(memory.give_back_periodically)
             nursery.start_soon(publish_hellos, network, own_hello, schedule.swarm_id, config.hello_interval_s)
             nursery.start_soon(receive_hellos, network, hellos, hello_stats, schedule, echo)
             if bootnodes is not None:

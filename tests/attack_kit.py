@@ -76,7 +76,8 @@ class Sybil:
 
 
 def signed_batch(sybil: Sybil, swarm: str, round_number: int, stage: int, kib: int) -> bytes:
-    """A validly signed RolloutBatch envelope of about `kib` KiB (what a DHT record holds)."""
+    """A validly signed RolloutBatch envelope of about `kib` KiB, 60 at least (what a DHT record
+    holds): 4 groups of completions of 15,000 characters, one each at the least."""
     from protocol.messages import Completion, QuestionGroup, QuestionRef, RolloutBatch
 
     per_group = max(1, kib // 60)  # completions of 15,000 characters, 4 groups
@@ -457,13 +458,21 @@ async def dht_abuse(
     targets: list[str], seconds: float, swarm: str, round_ms: int, keys: int, genesis: float
 ) -> dict[str, Any]:
     """PUT_VALUE straight to each target for `seconds`: validly signed records near the 1 MiB
-    limit under our namespace from one key (many rounds and stages), small ones from `keys`
-    throwaway keys, and records outside the namespace and under malformed keys."""
+    limit under our namespace from one key (many rounds and stages), 60 KiB ones from `keys`
+    throwaway keys (which the per-owner cap does not bound: the store's total cap does), and
+    records outside the namespace and under malformed keys."""
     from libp2p.kad_dht.pb.kademlia_pb2 import Message, Record
 
     one = Sybil("dht-one")
     sybils = [Sybil(f"dht-{i}") for i in range(keys)]
-    sent: dict[str, Any] = {"puts": 0, "big": 0, "small": 0, "foreign": 0, "malformed": 0}
+    sent: dict[str, Any] = {
+        "puts": 0,
+        "big": 0,
+        "small": 0,
+        "foreign": 0,
+        "malformed": 0,
+        "bad_record_signature": 0,
+    }
     sent.update(refused_streams=0, refused_by_libp2p=0, owner=one.identity.peer_id)
     host = new_host(key_pair=one.identity.key_pair)
     async with host.run(listen_addrs=[multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]):
@@ -476,9 +485,13 @@ async def dht_abuse(
                 sybil, swarm, round_number, stage, kib
             )
 
+        author = one.identity.key_pair.public_key.serialize()
+
         async def put(info: Any, key: bytes, value: bytes) -> None:
-            record = Record(key=key, value=value)
-            message = Message(type=Message.MessageType.PUT_VALUE, key=key, record=record)
+            await put_record(info, Record(key=key, value=value))
+
+        async def put_record(info: Any, record: Any) -> None:
+            message = Message(type=Message.MessageType.PUT_VALUE, key=record.key, record=record)
             try:
                 with trio.fail_after(5):
                     stream = await host.new_stream(info.peer_id, ["/ipfs/kad/1.0.0"])
@@ -503,7 +516,7 @@ async def dht_abuse(
                 await put(info, key.encode(), value)
                 sent["big"] += 1
                 for sybil in sybils[(i * 8) % keys : (i * 8) % keys + 8]:
-                    key, value = signed(sybil, now_round, 0, 2)
+                    key, value = signed(sybil, now_round, 0, 60)
                     await put(info, key.encode(), value)
                     sent["small"] += 1
                 await put(
@@ -512,6 +525,11 @@ async def dht_abuse(
                 sent["foreign"] += 1
                 await put(info, f"/swarmp2p//{now_round}//{i}".encode(), os.urandom(1024))
                 sent["malformed"] += 1
+                # A record our validator accepts whose libp2p record signature does not verify.
+                key, value = signed(one, now_round, 0, 60)
+                record = Record(key=key.encode(), value=value, author=author, signature=os.urandom(64))
+                await put_record(info, record)
+                sent["bad_record_signature"] += 1
                 # What py-libp2p's handler refuses before any validator: a key that is not
                 # UTF-8, a record over its 1 MiB limit.
                 await put(info, b"/swarmp2p/\xff\xfe/" + os.urandom(8), os.urandom(1024))

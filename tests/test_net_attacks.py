@@ -85,10 +85,11 @@ def test_a_gossip_flood_from_one_host_loses_no_honest_rollouts() -> None:
 
 def test_dht_store_abuse_is_bounded_and_counted_and_loses_no_honest_rollouts() -> None:
     """For 12 s the attacker process stores straight at both nodes (PUT_VALUE): validly signed
-    ~960 KiB batch records under its own key (rounds now and next, three stages), small
-    validly signed records of 200 throwaway keys, records outside our namespace and under
-    malformed keys. Each node keeps at most its per-owner caps of any one key, refuses and
-    counts the rest, and the honest peers get each other's batch in every round."""
+    ~960 KiB batch records under its own key (rounds now and next, three stages), 60 KiB
+    validly signed records of 200 throwaway keys, records outside our namespace, under
+    malformed keys and with a libp2p record signature that does not verify. Each node keeps at
+    most its per-owner caps of any one key, refuses and counts the rest, and the honest peers get
+    each other's batch in every round."""
     report: dict = {}
     held: list[dict[str, tuple[int, int]]] = []
     settings = FAST
@@ -125,6 +126,9 @@ def test_dht_store_abuse_is_bounded_and_counted_and_loses_no_honest_rollouts() -
         # Refused inside py-libp2p (a key that is not UTF-8, a record over 1 MiB): on main
         # counted nowhere.
         assert drops["dht_refused_by_libp2p"] > 0, drops
+        # A record with a libp2p record signature that does not verify: py-libp2p refuses it after
+        # our validator accepted it (on main: a debug line, counted nowhere).
+        assert drops["dht_bad_record_signature"] > 0, drops
         assert drops["dht_rejected"] >= drops["dht_foreign_namespace"] + drops["dht_malformed_key"], drops
         count = float(drops["dht_foreign_namespace"])
         assert metric(status, "swarmp2p_network_drops_total", "kind", "dht_foreign_namespace") == count

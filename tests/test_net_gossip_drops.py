@@ -150,3 +150,29 @@ def test_garbage_and_oversized_gossip_frames_are_counted_and_survived() -> None:
                         assert (await inbox.receive()).data == b"still here?"
 
     trio.run(main)
+
+
+def test_queued_messages_py_libp2p_prunes_for_a_peer_not_yet_open_are_counted() -> None:
+    """py-libp2p queues our messages for a peer whose pubsub stream is not open yet (at most 100,
+    for 30 s) and prunes the queue before flushing it: what it drops there is counted."""
+    import time
+
+    from libp2p.pubsub.gossipsub import PROTOCOL_ID
+
+    from swarmp2p.net.counters import DropCounters
+    from swarmp2p.net.gossip import CountingGossipSub
+
+    counters = DropCounters()
+    router = CountingGossipSub(
+        counters=counters, protocols=[PROTOCOL_ID], degree=6, degree_low=4, degree_high=12
+    )
+    peer = ID.from_pubkey(create_new_key_pair().public_key)
+    now = time.time()
+    expired = [(now - 60.0, rpc_pb2.RPC()) for _ in range(3)]
+    fresh = [(now, rpc_pb2.RPC()) for _ in range(105)]
+    router._pending_messages[peer].extend(expired + fresh)
+    router._prune_pending_messages(peer)
+    assert len(router._pending_messages[peer]) == 100
+    assert counters["gossip_pending_dropped"] == 3 + 5
+    router._prune_pending_messages(peer)  # nothing more to drop: the count stays
+    assert counters["gossip_pending_dropped"] == 8

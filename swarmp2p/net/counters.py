@@ -36,6 +36,9 @@ class DropCounters:
         "gossip_seen_cache_evicted",  # the seen-cache was full: its oldest message id forgotten
         "gossip_rpc_garbage",  # an inbound frame that is not a protobuf RPC: stream and peer dropped
         "gossip_rpc_oversized",  # an inbound RPC over py-libp2p's 1 MiB limit: stream and peer dropped
+        # Our own messages py-libp2p queued for a peer whose pubsub stream was not open yet, then
+        # dropped: older than its TTL (30 s) or over its cap (100 per peer) when the queue is pruned.
+        "gossip_pending_dropped",
         "inbound_channel_full",
         "inbound_channel_evicted_unknown",
         "request_garbage",
@@ -55,6 +58,10 @@ class DropCounters:
         # Refused inside py-libp2p's DHT handler before our validator: empty or non-UTF-8 key,
         # record key unlike the message key, empty or oversized record, unparsable message.
         "dht_refused_by_libp2p",
+        # A record whose libp2p record signature (author + signature fields) does not verify:
+        # py-libp2p refuses it after our validator accepted its key and value, or drops it from
+        # the store before serving it.
+        "dht_bad_record_signature",
         # The bounded record store (net/dht.py BoundedValueStore) making room or expiring.
         "dht_stream_idle_reset",  # an inbound DHT stream idle past dht_stream_idle_s: reset
         "dht_evicted_owner_cap",

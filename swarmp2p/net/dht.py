@@ -23,6 +23,7 @@ after our validator accepted it).
 
 from __future__ import annotations
 
+import contextvars
 import time
 from collections.abc import Callable
 from typing import Any
@@ -311,6 +312,7 @@ def _count_handler_refusals(host: IHost, counters: DropCounters, idle_s: float) 
 
     async def counting_read(stream: Any, max_length: int) -> bytes:
         counters, idle_s = _host_of(stream)
+        _serving_counters.set(counters)  # for the record-signature check later in this task
         try:
             with trio.fail_after(idle_s):
                 data: bytes = await original(stream, max_length)
@@ -327,6 +329,28 @@ def _count_handler_refusals(host: IHost, counters: DropCounters, idle_s: float) 
 
     counting_read.counts_refusals = True  # type: ignore[attr-defined]
     _kad_module.read_varint_prefixed_bytes_limited = counting_read  # type: ignore[assignment]
+    _kad_module.verify_record = _counting_verify_record(_kad_module.verify_record)
+
+
+_serving_counters: contextvars.ContextVar[DropCounters | None] = contextvars.ContextVar(
+    "_serving_counters", default=None
+)
+"""The counters of the host whose DHT handler runs in this trio task (set at each read)."""
+
+
+def _counting_verify_record(original: Callable[[bytes, bytes, bytes, bytes], bool]) -> Any:
+    """KadDHT's handler checks a record's libp2p signature after our validator (on PUT_VALUE) and
+    again before serving it (GET_VALUE), and refuses or drops a bad one with a debug line only."""
+
+    def counting_verify(signature: bytes, author: bytes, key: bytes, value: bytes) -> bool:
+        valid = original(signature, author, key, value)
+        counters = _serving_counters.get()
+        if not valid and counters is not None:
+            counters.add("dht_bad_record_signature")
+            counters.add("dht_rejected")
+        return valid
+
+    return counting_verify
 
 
 def _host_of(stream: Any) -> tuple[DropCounters | None, float]:

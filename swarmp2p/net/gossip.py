@@ -72,6 +72,15 @@ class CountingGossipSub(GossipSub):
                     peers.add(peer_id)
         return peers
 
+    def _prune_pending_messages(self, peer_id: ID) -> None:
+        # py-libp2p drops queued messages here (expired, or over the per-peer cap) with a
+        # warning at most, which the node's logging silences.
+        before = len(self._pending_messages.get(peer_id, ()))
+        super()._prune_pending_messages(peer_id)
+        dropped = before - len(self._pending_messages.get(peer_id, ()))
+        if dropped > 0:
+            self._drop_counters.add("gossip_pending_dropped", dropped)
+
     def _check_spam_protection(self, peer_id: ID, msg: rpc_pb2.Message) -> bool:
         accepted = super()._check_spam_protection(peer_id, msg)
         if not accepted:
