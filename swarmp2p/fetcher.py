@@ -51,7 +51,12 @@ class Fetcher:
         self._waits_bounded = network.bounds_waits is True
 
     def start(self, nursery: trio.Nursery) -> None:
-        self._queue = queue = LaneQueue[FetchJob](self.settings.max_fetch_per_round)
+        settings = self.settings
+        # Lane 1 is unknown keys' (Inbox.fetch_lane): some workers always stay free for lane 0.
+        unknown_workers = max(1, min(settings.unknown_fetch_concurrency, settings.fetch_concurrency - 1))
+        self._queue = queue = LaneQueue[FetchJob](
+            settings.max_fetch_per_round, lane_limits={1: unknown_workers}
+        )
         for _ in range(self.settings.fetch_concurrency):
             nursery.start_soon(self._worker, queue)
 
@@ -118,6 +123,8 @@ class Fetcher:
                     log.exception("%s: fetching from %s failed unexpectedly", self.peer_id, job.sender)
                     self.inbox.reject("internal_error", blame=None)
                     accepted = False
+                finally:
+                    queue.done()
                 if not accepted and not job.dht_only:
                     top_up = self.inbox.top_up(job.round)
                     if top_up is not None:

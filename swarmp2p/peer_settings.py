@@ -69,6 +69,10 @@ class PeerSettings:
     """Ban at once on signed proof of lying (a forged reward, two batches for one round), instead
     of waiting for `ban_threshold` strikes: honest peers cannot produce such proof by accident."""
     fetch_concurrency: int = attrs.field(default=8, validator=attrs.validators.ge(1))
+    unknown_fetch_concurrency: int = attrs.field(default=4, validator=attrs.validators.ge(1))
+    """At most this many of the `fetch_concurrency` workers fetch from unknown keys at once (and
+    always one fewer than all of them): the others stay free for established senders, whose
+    fetches would otherwise wait behind unknown keys' fetches that wait out their timeouts."""
     poll_interval_s: float = attrs.field(default=1.0, validator=_positive)
     max_announce_bytes: int = attrs.field(default=1024 + 256, validator=attrs.validators.ge(1))
     max_batch_bytes: int = attrs.field(default=4 * 1024 * 1024 + 256, validator=attrs.validators.ge(1))

@@ -54,3 +54,69 @@ def test_a_cancelled_waiting_worker_leaves_no_trace() -> None:
         return len(queue)
 
     assert trio.run(main) == 1
+
+
+def test_unknown_keys_fetches_never_hold_every_worker() -> None:
+    """Lane 1 (unknown keys) may have at most `lane_limits[1]` jobs in the workers' hands: 16
+    parked sybil fetches released at a round's open once took all 8 workers, each waiting out its
+    timeout, and the honest peer's fetch queued behind them past the round's collect window (bench
+    /bench_attack.py, 1 round in 18). The rest of the workers stay free for established senders."""
+
+    async def main() -> tuple[list[str], float]:
+        queue = LaneQueue[str](capacity=64, lane_limits={1: 2})
+        started: list[str] = []
+        honest_done_at = [-1.0]
+
+        async def worker() -> None:
+            async with queue.worker():
+                while True:
+                    job = await queue.get()
+                    try:
+                        started.append(job)
+                        if job.startswith("sybil"):
+                            await trio.sleep(5)  # a fetch that waits out its timeout
+                        else:
+                            honest_done_at[0] = trio.current_time()
+                    finally:
+                        queue.done()
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(4):
+                nursery.start_soon(worker)
+            await trio.testing.wait_all_tasks_blocked()
+            for i in range(16):
+                queue.put_nowait(f"sybil{i}", lane=1)
+            await trio.sleep(0.1)
+            queue.put_nowait("honest", lane=0)
+            await trio.sleep(11)
+            nursery.cancel_scope.cancel()
+        return started, honest_done_at[0]
+
+    started, honest_at = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert honest_at == pytest.approx(0.1)  # a free worker took it at once
+    # Two sybil fetches at a time: 0-5 s, 5-10 s, 10-15 s (cancelled at 11 s).
+    assert started[:3] == ["sybil0", "sybil1", "honest"]
+    assert len(started) == 3 + 4
+
+
+def test_a_lane_at_its_limit_buffers_a_job_even_with_a_worker_waiting() -> None:
+    async def main() -> list[str]:
+        queue = LaneQueue[str](capacity=8, lane_limits={1: 1})
+        got: list[str] = []
+
+        async def worker() -> None:
+            async with queue.worker():
+                got.append(await queue.get())  # holds its job: never done
+
+        async with trio.open_nursery() as nursery:
+            for _ in range(2):
+                nursery.start_soon(worker)
+            await trio.testing.wait_all_tasks_blocked()
+            queue.put_nowait("s1", lane=1)  # to a waiting worker
+            queue.put_nowait("s2", lane=1)  # lane 1 at its limit: buffered, the other worker waits
+            await trio.testing.wait_all_tasks_blocked()
+            assert got == ["s1"] and len(queue) == 1
+            queue.put_nowait("h", lane=0)
+        return got
+
+    assert trio.run(main) == ["s1", "h"]
