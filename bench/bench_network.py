@@ -1,4 +1,5 @@
-"""Round-exchange latency of the libp2p adapter across real OS processes on 127.0.0.1.
+"""Round-exchange latency of the libp2p adapter across real OS processes on 127.0.0.1, or each
+in its own network namespace behind a delaying, lossy switch (`--netns`).
 
 One exchange = what a swarm round does: the publisher gossips a small announcement and serves
 its batch over /swarmp2p/fetch/1.0.0; every other process fetches the batch on hearing the
@@ -22,7 +23,17 @@ baseline, then ours).
     python bench/bench_network.py --procs 5,20 --sizes 10000 --conn-manager both
     python bench/bench_network.py --all-to-all --procs 20 --interval 8   # every process publishes per round
 
+`--netns` (root, iproute2, /dev/net/tun) runs every worker in its own network namespace, joined
+by tests/netns_harness.py's userspace switch (the kernel has no sch_netem) with `--delay-ms`
+± `--jitter-ms` one-way and `--loss` on every node's egress: 50 ms each way is 100 ms RTT.
+`--vs-loopback` runs each process count on 127.0.0.1 and then on the namespaces, back to back,
+and prints one markdown table: p99 on the namespaces minus p99 on loopback, in RTTs.
+
+    python bench/bench_network.py --all-to-all --netns --vs-loopback --procs 5,10 --sizes 10000,1000000 \
+        --messages 5 --interval 6 --idle 0 --delay-ms 50 --loss 0.01
+
 Targets (issue 6): p99 < 0.5 s at 20 processes with 10 KB batches; 1 MB batches with nothing lost.
+Target (issue 14): with 100 ms RTT and 1% loss, p99 time-to-all within 4 RTT of loopback's.
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import os
 import re
 import resource
@@ -39,9 +51,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from swarmp2p.net.counters import DropCounters
+
+if TYPE_CHECKING:
+    from netns_harness import NetnsNetwork
 
 TOPIC = "bench/announce"
 
@@ -62,6 +78,9 @@ def worker(args: argparse.Namespace) -> None:
 
     async def main() -> None:
         settings = NetworkSettings(
+            # In a namespace the worker listens on that namespace's switch address (its loopback
+            # is its own: peers elsewhere could not dial 127.0.0.1).
+            listen=(f"/ip4/{args.host}/tcp/0",),
             bootstrap=(args.bootstrap,) if args.bootstrap else (),
             libp2p_default_connection_manager=args.conn_manager == "libp2p-default",
         )
@@ -185,6 +204,7 @@ def run_config(
     all_to_all: bool = False,
     command: list[str] | None = None,
     grace_s: float = 30.0,
+    netns: NetnsNetwork | None = None,
 ) -> dict[int, dict[str, Any]]:
     """Run one swarm of `procs` worker processes and summarize it per batch size.
 
@@ -192,6 +212,10 @@ def run_config(
     on our adapter); bench_hivemind.py passes its hivemind worker, which speaks the same file
     protocol in `out`: `addr` from the first process, `ready-i`, then `start` (a wall-clock
     time) from here, `done-i` and `result-i.json` from each worker.
+
+    With `netns` (at least `procs` namespaces, already impaired) worker i runs in namespace i
+    and listens on its address; the others bootstrap to worker 0's, so every byte between
+    workers crosses the switch. The files in `out` and the wall clock are shared with the host.
     """
     with tempfile.TemporaryDirectory(prefix="bench-net-") as tmp:
         out = Path(tmp)
@@ -213,8 +237,14 @@ def run_config(
 
         # Each worker's stderr goes to a file: a crash's last line is reported as its reason.
         def launch(i: int, extra: list[str]) -> subprocess.Popen[bytes]:
+            # `ip netns exec` execs the worker in place: the pid is the worker's own, so the
+            # memory sampling and the kill below reach it as on loopback.
+            place = netns.exec_args(i) if netns else []
+            host = ["--host", load_harness().address(i)] if netns else []
             with open(out / f"stderr-{i}", "wb") as stderr:
-                return subprocess.Popen([*base, "--index", str(i), *extra], env=env, stderr=stderr)
+                return subprocess.Popen(
+                    [*place, *base, "--index", str(i), *host, *extra], env=env, stderr=stderr
+                )
 
         workers = [launch(0, [])]
         memory = MemorySampler()
@@ -452,6 +482,108 @@ def wait(  # type: ignore[no-untyped-def]
         time.sleep(0.1 if memory is None else 0.5)
 
 
+# ---- the namespace network (--netns) --------------------------------------------------------
+
+
+def load_harness() -> ModuleType:
+    """tests/netns_harness.py, imported rather than copied: the namespaces, the switch and their
+    teardown are the ones the netns tests use."""
+    tests = str(Path(__file__).resolve().parent.parent / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    import netns_harness
+
+    return netns_harness
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of one process so far (from /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_netns_config(
+    procs: int,
+    sizes: list[int],
+    messages: int,
+    interval: float,
+    conn_manager: str,
+    idle_s: float,
+    *,
+    delay_ms: float,
+    jitter_ms: float,
+    loss: float,
+    all_to_all: bool = False,
+    grace_s: float = 30.0,
+) -> dict[int, dict[str, Any]]:
+    """run_config with every worker in its own namespace and `delay_ms` ± `jitter_ms`, `loss` on
+    every node's egress. Each row also gets the switch's counters summed over nodes (`switch`)
+    and the switch process's CPU seconds (`switch_cpu_s`: it forwards every packet in Python,
+    so on a loaded machine it is part of the latency measured)."""
+    harness = load_harness()
+    # The context manager deletes the namespaces (and whatever still runs in them) on any exit.
+    with harness.NetnsNetwork(procs) as network:
+        network.impair(delay_ms=delay_ms, jitter_ms=jitter_ms, loss=loss)
+        assert network.switch is not None
+        switch_cpu = process_cpu_s(network.switch.pid)
+        rows = run_config(
+            procs, sizes, messages, interval, conn_manager, idle_s,
+            all_to_all=all_to_all, grace_s=grace_s, netns=network,
+        )  # fmt: skip
+        switch_cpu = process_cpu_s(network.switch.pid) - switch_cpu
+        totals: dict[str, int] = {}
+        for node in network.stats():
+            for key, value in node.items():
+                totals[key] = totals.get(key, 0) + value
+    for row in rows.values():
+        row["switch"] = totals
+        row["switch_cpu_s"] = switch_cpu
+    return rows
+
+
+def fmt_s(value: float) -> str:
+    return "never" if math.isinf(value) else f"{value:.3f}"
+
+
+def compare_table(results: list[dict[str, Any]], rtt_s: float, within_rtts: float) -> str:
+    """One markdown row per (procs, batch): loopback vs namespaces, the p99 difference in RTTs.
+
+    The switch's counters and CPU are per swarm (all sizes together), repeated on each size's row.
+    """
+    lines = [
+        "| procs | batch | loopback p50 s | loopback p99 s | netns p50 s | netns p99 s | netns gossip p99 s "
+        f"| p99 netns − loopback s | in RTTs | within {within_rtts:g} RTT | lost loopback / netns "
+        "| fetch errors loopback / netns | switch: packets lost / sent | switch CPU s | load avg |",
+        "|---" * 15 + "|",
+    ]
+    for r in results:
+        lo, ns = r["loopback"], r["netns"]
+        diff = ns["p99"] - lo["p99"]
+        rtts = diff / rtt_s
+        switch = ns["switch"]
+        sent = switch.get("forwarded", 0) + switch.get("dropped_loss", 0)
+        cells = [
+            str(r["procs"]),
+            f"{r['size'] / 1000:g} KB",
+            fmt_s(lo["p50"]),
+            fmt_s(lo["p99"]),
+            fmt_s(ns["p50"]),
+            fmt_s(ns["p99"]),
+            # Until the last process heard the last announcement: the rest is fetching.
+            fmt_s(ns["gossip_p99"]),
+            fmt_s(diff),
+            "never" if math.isinf(rtts) else f"{rtts:.1f}",
+            "yes" if rtts <= within_rtts else "**no**",
+            f"{lo['lost']} / {ns['lost']}",
+            f"{lo['fetch_errors']} / {ns['fetch_errors']}",
+            f"{switch.get('dropped_loss', 0)} / {sent}",
+            f"{ns['switch_cpu_s']:.1f}",
+            r["load"],
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -472,14 +604,43 @@ def main() -> None:
         action="store_true",
         help="every process publishes in every exchange (a swarm round); latency until all hold all",
     )
+    parser.add_argument(
+        "--netns",
+        action="store_true",
+        help="each worker in its own network namespace behind the harness's switch (root)",
+    )
+    parser.add_argument("--delay-ms", type=float, default=50.0, help="--netns: one-way delay per node")
+    parser.add_argument("--jitter-ms", type=float, default=0.0, help="--netns: ± uniform jitter per packet")
+    parser.add_argument(
+        "--loss", type=float, default=0.01, help="--netns: packet loss on every node's egress"
+    )
+    parser.add_argument(
+        "--vs-loopback",
+        action="store_true",
+        help="with --netns: run each process count on loopback, then on the namespaces; one table",
+    )
+    parser.add_argument("--within-rtts", type=float, default=4.0, help="--vs-loopback: the target, in RTTs")
+    parser.add_argument("--json", default="", help="--vs-loopback: also write the rows here")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--host", default="127.0.0.1", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", default="", help=argparse.SUPPRESS)
     parser.add_argument("--out", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         args.procs = int(args.procs)
         worker(args)
+        return
+    if args.vs_loopback and not args.netns:
+        parser.error("--vs-loopback compares with --netns: give both")
+    if args.vs_loopback and args.conn_manager == "both":
+        parser.error("--vs-loopback runs one connection manager")
+    if args.netns:
+        missing = load_harness().missing_requirements()
+        if missing:
+            raise SystemExit(f"--netns cannot run here: {missing}")
+    if args.vs_loopback:
+        compare(args)
         return
 
     from rich.console import Console
@@ -489,8 +650,13 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     proc_counts = [int(p) for p in args.procs.split(",")]
     managers = ["libp2p-default", "swarm"] if args.conn_manager == "both" else [args.conn_manager]
+    where = (
+        f"namespaces, {args.delay_ms:g} ± {args.jitter_ms:g} ms one-way, {args.loss:g} loss"
+        if args.netns
+        else "127.0.0.1"
+    )
     table = Table(
-        title=f"round exchange on 127.0.0.1 ({os.cpu_count()} cores, {args.messages} exchanges/size, "
+        title=f"round exchange on {where} ({os.cpu_count()} cores, {args.messages} exchanges/size, "
         f"idle {args.idle:g} s)"
     )
     for column in (
@@ -518,9 +684,17 @@ def main() -> None:
         task = progress.add_task("configurations", total=len(configs))
         for procs, manager in configs:
             load_before = os.getloadavg()[0]
-            rows = run_config(
-                procs, sizes, args.messages, args.interval, manager, args.idle, all_to_all=args.all_to_all
-            )
+            if args.netns:
+                rows = run_netns_config(
+                    procs, sizes, args.messages, args.interval, manager, args.idle,
+                    delay_ms=args.delay_ms, jitter_ms=args.jitter_ms, loss=args.loss,
+                    all_to_all=args.all_to_all,
+                )  # fmt: skip
+                notes.append(f"{procs} procs {manager} switch: {next(iter(rows.values()))['switch']}")
+            else:
+                rows = run_config(
+                    procs, sizes, args.messages, args.interval, manager, args.idle, all_to_all=args.all_to_all
+                )
             load = f"{load_before:.1f}-{os.getloadavg()[0]:.1f}"
             first = next(iter(rows.values()))  # errors and drops are per run, all sizes together
             if first["error_reasons"]:
@@ -538,15 +712,15 @@ def main() -> None:
                     f"{size / 1000:g} KB",
                     f"{row['p50']:.3f}",
                     f"{row['p99']:.3f}",
-                    f"{row['p99'] / baseline['p99']:.2f}x",
+                    ratio(row["p99"], baseline["p99"]),
                     f"{row['gossip_p99']:.3f}",
                     str(row["lost"]),
                     str(row["fetch_errors"]),
                     str(row["drops"]),
                     f"{row['cpu_s']:.2f}",
-                    f"{row['cpu_s'] / baseline['cpu_s']:.2f}x",
+                    ratio(row["cpu_s"], baseline["cpu_s"]),
                     f"{row['idle_cpu_s']:.2f}",
-                    f"{row['idle_cpu_s'] / baseline['idle_cpu_s']:.2f}x",
+                    ratio(row["idle_cpu_s"], baseline["idle_cpu_s"]),
                     # The machine's 1-minute load average before-after this configuration: on
                     # a shared machine, other work competes with the processes measured here.
                     load,
@@ -556,6 +730,76 @@ def main() -> None:
     console.print(table)
     for note in notes:
         console.print(note)
+
+
+def ratio(value: float, baseline: float) -> str:
+    # `--idle 0` measures no idle CPU: a zero baseline has no ratio.
+    return f"{value / baseline:.2f}x" if baseline else "-"
+
+
+def compare(args: argparse.Namespace) -> None:
+    """--vs-loopback: per process count, loopback then the namespaces back to back (so both see
+    about the same load from other work on a shared machine), then one markdown table."""
+    sizes = [int(s) for s in args.sizes.split(",")]
+    # Delay is one-way on each node's egress, the same on every node: a request and its answer
+    # cross two egresses.
+    rtt_s = 2 * args.delay_ms / 1000
+    results: list[dict[str, Any]] = []
+    notes: list[str] = []
+    for procs in [int(p) for p in args.procs.split(",")]:
+        load_before = os.getloadavg()[0]
+        by_network: dict[str, dict[int, dict[str, Any]]] = {}
+        for network in ("loopback", "netns"):
+            began = time.time()
+            try:
+                if network == "netns":
+                    by_network[network] = run_netns_config(
+                        procs, sizes, args.messages, args.interval, args.conn_manager, args.idle,
+                        delay_ms=args.delay_ms, jitter_ms=args.jitter_ms, loss=args.loss,
+                        all_to_all=args.all_to_all,
+                    )  # fmt: skip
+                else:
+                    by_network[network] = run_config(
+                        procs, sizes, args.messages, args.interval, args.conn_manager, args.idle,
+                        all_to_all=args.all_to_all,
+                    )  # fmt: skip
+            except SystemExit as error:  # the swarm never got ready: a measured failure
+                notes.append(f"{procs} procs {network}: {error}")
+                print(f"{procs} procs {network}: {error}", file=sys.stderr, flush=True)
+                break
+            first = next(iter(by_network[network].values()))
+            for label, key in (("fetch errors", "error_reasons"), ("crashes", "crash_reasons")):
+                if first[key]:
+                    notes.append(f"{procs} procs {network} {label}: {first[key]}")
+            print(
+                f"{procs} procs {network}: {time.time() - began:.0f} s, start-up {first['startup_s']:.1f} s, "
+                f"load {os.getloadavg()[0]:.1f}",
+                file=sys.stderr,
+                flush=True,
+            )
+        if len(by_network) < 2:
+            continue
+        load = f"{load_before:.1f}–{os.getloadavg()[0]:.1f}"
+        for size in sizes:
+            results.append(
+                {
+                    "procs": procs,
+                    "size": size,
+                    "load": load,
+                    "loopback": by_network["loopback"][size],
+                    "netns": by_network["netns"][size],
+                }
+            )
+    print(
+        f"round exchange{' all-to-all' if args.all_to_all else ''}: loopback vs namespaces at "
+        f"{args.delay_ms:g} ± {args.jitter_ms:g} ms one-way ({rtt_s * 1000:g} ms RTT), {args.loss:g} loss "
+        f"per egress; {args.messages} exchanges/size {args.interval:g} s apart; {os.cpu_count()} cores"
+    )
+    print(compare_table(results, rtt_s, args.within_rtts))
+    for note in notes:
+        print(note)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=1, default=str))
 
 
 if __name__ == "__main__":

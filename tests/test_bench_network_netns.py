@@ -1,0 +1,41 @@
+"""bench/bench_network.py --netns: the round exchange with every worker in its own network
+namespace behind tests/netns_harness.py's switch (needs root, iproute2 and /dev/net/tun; skipped
+with the harness's reason otherwise).
+
+What can break here and not on loopback: a worker that listens or bootstraps on 127.0.0.1 (its
+namespace's own loopback) never meets the others, and a launch outside the namespace would skip
+the switch and its delay. So: batches arrive, and a round takes at least one RTT.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from netns_harness import missing_requirements
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+
+import bench_network
+
+REASON = missing_requirements()
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(REASON is not None, reason=str(REASON))]
+
+DELAY_MS = 50.0  # one-way on every node's egress: 100 ms RTT
+
+
+def test_round_exchange_crosses_the_delaying_switch() -> None:
+    # No loss: the assertions are about where the bytes go, not about TCP's recovery.
+    rows = bench_network.run_netns_config(
+        3, [10000], 2, 1.5, "swarm", 0.0,
+        delay_ms=DELAY_MS, jitter_ms=0.0, loss=0.0, all_to_all=True, grace_s=10.0,
+    )  # fmt: skip
+    row = rows[10000]
+    assert row["lost"] == 0 and row["crashed"] == 0, row
+    # An announcement crosses one egress and a fetch's request and answer two more: every
+    # round's time-to-all is at least one RTT, where loopback takes milliseconds.
+    rtt_s = 2 * DELAY_MS / 1000
+    assert row["p50"] >= rtt_s, row
+    switch = row["switch"]
+    assert switch["forwarded"] > 0 and switch.get("unknown_dst", 0) == 0, switch
