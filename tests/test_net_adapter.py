@@ -397,3 +397,50 @@ def test_a_peer_that_left_is_forgotten_and_no_longer_dialed() -> None:
                 assert gone not in a.book
 
     trio.run(main)
+
+
+def test_a_host_without_our_protocols_is_refused_at_once_and_requests_send_with_the_negotiation() -> None:
+    """Requests write the multistream header, the protocol id and the request in one go
+    (net/lazy_select.py): the listener's bytes and order are unchanged, so a refusal still comes
+    back as "na" in place of the echo, raised as ProtocolRefused well before the timeout."""
+    import multiaddr
+    from libp2p import new_host
+    from libp2p.peer.peerinfo import info_from_p2p_addr
+
+    from swarmp2p.net.lazy_select import open_lazily
+    from swarmp2p.ports import ProtocolRefused
+
+    async def main() -> None:
+        with trio.fail_after(60):
+            async with open_libp2p_network(create_new_key_pair(), FAST) as ours:
+                bare = new_host(key_pair=create_new_key_pair())  # serves neither fetch nor hello
+                async with bare.run(listen_addrs=[multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")]):
+                    addr = f"{bare.get_addrs()[0]}"
+                    if "/p2p/" not in addr:
+                        addr += f"/p2p/{bare.get_id()}"
+                    await ours.connect(addr)
+                    started = trio.current_time()
+                    with pytest.raises(ProtocolRefused):
+                        await ours.request(bare.get_id().to_base58(), b"hi", 10)
+                    with pytest.raises(ProtocolRefused):
+                        await ours.request_hello(bare.get_id().to_base58(), 10)
+                    assert trio.current_time() - started < 5
+
+                    # One write, then the answers: the request reached the handler in full.
+                    got: list[bytes] = []
+
+                    async def echo(stream: Any) -> None:
+                        got.append(await stream.read(5))
+                        await stream.write(b"pong!")
+                        await stream.close()
+
+                    bare.set_stream_handler("/test/echo/1.0.0", echo)
+                    info = info_from_p2p_addr(multiaddr.Multiaddr(addr))
+                    stream = await open_lazily(
+                        ours.host.get_network(), info.peer_id, "/test/echo/1.0.0", b"ping!"
+                    )
+                    assert await stream.read(5) == b"pong!" and got == [b"ping!"]
+                    assert stream.get_protocol() == "/test/echo/1.0.0"
+                    await stream.close()
+
+    trio.run(main)

@@ -53,8 +53,9 @@ from swarmp2p.net.dht import (
     build_dht,
     namespaced_key,
 )
-from swarmp2p.net.frames import FrameError, FrameTooLarge
+from swarmp2p.net.frames import FrameError, FrameTooLarge, encode_frame
 from swarmp2p.net.gossip import CountingPubsub, build_gossip
+from swarmp2p.net.lazy_select import open_lazily
 from swarmp2p.net.peer_book import PeerBook
 from swarmp2p.net.priority_inbox import DROPPED, EVICTED, PriorityInbox
 from swarmp2p.net.settings import NetworkSettings
@@ -316,16 +317,20 @@ class LibP2PNetwork:
             stream = None
             try:
                 await self._ensure_connected(pid)
+                # The request goes out with the protocol negotiation, not after it (lazy_select.py).
+                request = encode_frame(data)
+                network = self.host.get_network()
                 try:
-                    stream = await self.host.new_stream(pid, [protocol])
+                    stream = await open_lazily(network, pid, protocol, request)
+                except ProtocolNotSupportedError:
+                    raise
                 except Exception:
                     # The connection closed under us: drop it, re-dial once, try again.
                     if not self._drop_stale_connections(pid):
                         raise
                     self.counters.add("stream_retried")
                     await self._ensure_connected(pid)
-                    stream = await self.host.new_stream(pid, [protocol])
-                await write_frame(stream, data)
+                    stream = await open_lazily(network, pid, protocol, request)
                 return await read_frame(stream, max_response)
             except FrameTooLarge as error:
                 self.counters.add("response_oversized")
