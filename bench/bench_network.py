@@ -54,6 +54,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+import procfs
+
 from swarmp2p.net.counters import DropCounters
 
 if TYPE_CHECKING:
@@ -496,12 +498,6 @@ def load_harness() -> ModuleType:
     return netns_harness
 
 
-def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of one process so far (from /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def run_netns_config(
     procs: int,
     sizes: list[int],
@@ -525,12 +521,12 @@ def run_netns_config(
     with harness.NetnsNetwork(procs) as network:
         network.impair(delay_ms=delay_ms, jitter_ms=jitter_ms, loss=loss)
         assert network.switch is not None
-        switch_cpu = process_cpu_s(network.switch.pid)
+        switch_cpu = procfs.cpu_seconds(network.switch.pid) or 0.0
         rows = run_config(
             procs, sizes, messages, interval, conn_manager, idle_s,
             all_to_all=all_to_all, grace_s=grace_s, netns=network,
         )  # fmt: skip
-        switch_cpu = process_cpu_s(network.switch.pid) - switch_cpu
+        switch_cpu = (procfs.cpu_seconds(network.switch.pid) or 0.0) - switch_cpu
         totals: dict[str, int] = {}
         for node in network.stats():
             for key, value in node.items():

@@ -30,20 +30,13 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 from local_swarm import start, stop_nodes, wait_for_address
-from procfs import rss_mib
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+from procfs import cpu_seconds, rss_mib
 
 
 def sample_process(pid: int) -> tuple[float, float] | None:
     """(RSS MiB, CPU seconds so far) of `pid` from /proc; None once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    # After the command name: state is field 3, utime 14 and stime 15 (1-based) of proc(5).
-    cpu_s = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-    return rss_mib(pid), cpu_s
+    cpu_s = cpu_seconds(pid)
+    return None if cpu_s is None else (rss_mib(pid), cpu_s)
 
 
 def rounds_completed(rounds_file: Path) -> int:

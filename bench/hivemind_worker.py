@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from procfs import cpu_seconds  # this script's folder is on sys.path when run as a script
+
 
 def proc_children() -> dict[int, list[int]]:
     children: dict[int, list[int]] = {}
@@ -40,16 +42,12 @@ def tree_cpu_seconds(root: int) -> float:
     """CPU seconds of this process and its descendants: hivemind's DHT runs in a forked process
     that starts the Go p2pd daemon, and most of a peer's work happens in those two."""
     children = proc_children()
-    ticks, stack = 0, [root]
+    total, stack = 0.0, [root]
     while stack:
         pid = stack.pop()
         stack.extend(children.get(pid, []))
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        ticks += int(fields[11]) + int(fields[12])  # utime, stime
-    return ticks / os.sysconf("SC_CLK_TCK")
+        total += cpu_seconds(pid) or 0.0  # a process gone meanwhile counts nothing
+    return total
 
 
 def main() -> None:
