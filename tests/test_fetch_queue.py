@@ -94,9 +94,10 @@ def test_unknown_keys_fetches_never_hold_every_worker() -> None:
 
     started, honest_at = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert honest_at == pytest.approx(0.1)  # a free worker took it at once
-    # Two sybil fetches at a time: 0-5 s, 5-10 s, 10-15 s (cancelled at 11 s).
-    assert started[:3] == ["sybil0", "sybil1", "honest"]
-    assert len(started) == 3 + 4
+    # Two sybil fetches at a time (which of the two idle workers takes which is trio's
+    # scheduling): 0-5 s, 5-10 s, 10-15 s (cancelled at 11 s).
+    assert sorted(started[:2]) == ["sybil0", "sybil1"] and started[2] == "honest"
+    assert sorted(started[3:]) == ["sybil2", "sybil3", "sybil4", "sybil5"]
 
 
 def test_a_lane_at_its_limit_buffers_a_job_even_with_a_worker_waiting() -> None:

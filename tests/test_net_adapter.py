@@ -27,6 +27,8 @@ def run_swarm(
 ) -> None:
     """Start `count` hosts, connect each to the first (a star), run `body`, shut down."""
 
+    failed: list[Exception] = []
+
     async def main() -> None:
         with trio.fail_after(timeout_s):
             async with AsyncExitStack() as stack:
@@ -36,9 +38,16 @@ def run_swarm(
                 ]
                 for net in nets[1:]:
                     await net.connect(nets[0].listen_addrs()[0])
-                await body(nets)
+                try:
+                    await body(nets)
+                except Exception as error:
+                    # Raised from here it would reach pytest wrapped in one exception group per
+                    # nursery it leaves (more than traceback prints): keep it, raise it bare.
+                    failed.append(error)
 
     trio.run(main)
+    if failed:
+        raise failed[0]
 
 
 async def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
