@@ -2,9 +2,10 @@
 (unknown keys). A FIFO channel let a few hundred fetches of throwaway keys, each of which may
 wait out its timeout, sit in front of an honest peer's fetch until its round was over (issue 15).
 
-Order alone was not enough: 16 unknown keys' fetches released at a round's open took all 8
-workers before the honest announcement arrived, each waited out its timeout, and the honest fetch
-queued behind them past the round's collect window (bench/bench_attack.py, 1 round in 18). A lane
+Order alone is not enough: 16 unknown keys' fetches released at a round's open can take all 8
+workers before the honest announcement arrives, each waits out its timeout, and the honest fetch
+queues behind them past the round's collect window (the likely cause of 1 round lost in 18 in
+bench/bench_attack.py). A lane
 may therefore have a limit on the jobs in the workers' hands at once (`lane_limits`); a worker
 reports the end of each job with `done()`, and the workers beyond the limit stay free for the
 other lanes.

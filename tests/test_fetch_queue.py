@@ -58,9 +58,10 @@ def test_a_cancelled_waiting_worker_leaves_no_trace() -> None:
 
 def test_unknown_keys_fetches_never_hold_every_worker() -> None:
     """Lane 1 (unknown keys) may have at most `lane_limits[1]` jobs in the workers' hands: 16
-    parked sybil fetches released at a round's open once took all 8 workers, each waiting out its
-    timeout, and the honest peer's fetch queued behind them past the round's collect window (bench
-    /bench_attack.py, 1 round in 18). The rest of the workers stay free for established senders."""
+    parked sybil fetches released at a round's open could take all 8 workers, each waiting out
+    its timeout, and the honest peer's fetch queued behind them past the round's collect window
+    (bench/bench_attack.py lost 1 round in 18 that way, likely). The rest stay free for established
+    senders."""
 
     async def main() -> tuple[list[str], float]:
         queue = LaneQueue[str](capacity=64, lane_limits={1: 2})
