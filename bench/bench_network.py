@@ -3,7 +3,9 @@ in its own network namespace behind a delaying, lossy switch (`--netns`).
 
 One exchange = what a swarm round does: the publisher gossips a small announcement and serves
 its batch over /swarmp2p/fetch/1.0.0; every other process fetches the batch on hearing the
-announcement. Latency = from publish until the LAST process holds the batch. Reported per
+announcement. As in the node, a batch up to `push_max_bytes` (NetworkSettings, 64 KiB; set with
+`--push-max-bytes`, 0 = never) rides inside the announcement instead and nobody fetches it
+(swarmp2p/pushed.py). Latency = from publish until the LAST process holds the batch. Reported per
 (processes, batch size): p50 / p99 of that latency; gossip p99 (until the last process HEARD the
 announcement, the gossip share of the latency); batches lost (not fetched 30 s after the last
 publish); failed fetch attempts (retried up to 3 times; reasons printed under the table); CPU
@@ -62,12 +64,14 @@ if TYPE_CHECKING:
     from netns_harness import NetnsNetwork
 
 TOPIC = "bench/announce"
+PUSH_ENV = "SWARMP2P_BENCH_PUSH_MAX_BYTES"
 
 
 # ---- worker process -------------------------------------------------------------------------
 
 
 def worker(args: argparse.Namespace) -> None:
+    import attrs
     import msgpack
     import trio
     from libp2p.crypto.ed25519 import create_new_key_pair
@@ -86,6 +90,9 @@ def worker(args: argparse.Namespace) -> None:
             bootstrap=(args.bootstrap,) if args.bootstrap else (),
             libp2p_default_connection_manager=args.conn_manager == "libp2p-default",
         )
+        push_max_bytes = os.environ.get(PUSH_ENV)  # --push-max-bytes, handed down by the orchestrator
+        if push_max_bytes is not None:
+            settings = attrs.evolve(settings, push_max_bytes=int(push_max_bytes))
         async with open_libp2p_network(create_new_key_pair(), settings) as net:
             payloads: dict[int, bytes] = {}
 
@@ -138,8 +145,12 @@ def worker(args: argparse.Namespace) -> None:
 
             async def listen(nursery: trio.Nursery) -> None:
                 async for message in channel:
-                    msg_id = msgpack.unpackb(message.data)["id"]
+                    decoded = msgpack.unpackb(message.data)
+                    msg_id = decoded["id"]
                     heard[msg_id] = time.time()
+                    if len(decoded.get("data", b"")) == expected_size(msg_id):
+                        received[msg_id] = heard[msg_id]
+                        continue
                     nursery.start_soon(fetch, msg_id, message.transport_sender)
 
             total = len(sizes) * args.messages * fanin
@@ -154,7 +165,12 @@ def worker(args: argparse.Namespace) -> None:
                     if msg_id % args.procs == args.index:
                         payloads[msg_id] = os.urandom(expected_size(msg_id))
                         published[msg_id] = time.time()
-                        await net.publish(TOPIC, msgpack.packb({"id": msg_id}))
+                        # As the node does (swarmp2p/pushed.py): a batch up to the network's
+                        # push_max_bytes rides in its announcement; a bigger one is fetched.
+                        body: dict[str, Any] = {"id": msg_id}
+                        if len(payloads[msg_id]) <= net.push_max_bytes:
+                            body["data"] = payloads[msg_id]
+                        await net.publish(TOPIC, msgpack.packb(body))
                 # Lost = not here 30 s after the last publish; until then a batch is only late.
                 # Every process keeps serving until all are done: one that left early would
                 # make the others' late fetches from it look like network losses.
@@ -617,12 +633,21 @@ def main() -> None:
     )
     parser.add_argument("--within-rtts", type=float, default=4.0, help="--vs-loopback: the target, in RTTs")
     parser.add_argument("--json", default="", help="--vs-loopback: also write the rows here")
+    parser.add_argument(
+        "--push-max-bytes",
+        type=int,
+        default=None,
+        help="batches up to this size ride in their announcement, as the node pushes them "
+        "(default: the node's NetworkSettings.push_max_bytes; 0: every batch is fetched)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--host", default="127.0.0.1", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", default="", help=argparse.SUPPRESS)
     parser.add_argument("--out", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.push_max_bytes is not None:
+        os.environ[PUSH_ENV] = str(args.push_max_bytes)  # every worker inherits it
     if args.worker:
         args.procs = int(args.procs)
         worker(args)

@@ -40,6 +40,7 @@ from protocol.messages import (
     FetchRequest,
     FetchResponse,
     Hello,
+    PushedAnnouncement,
     QuestionGroup,
     QuestionRef,
     RewardReport,
@@ -205,6 +206,13 @@ SCHEMAS: dict[type, Record] = {
         FetchResponse,
         {"found": Bool(), "envelope": Bytes(0, limits.MAX_ENVELOPE_BYTES)},
         check=_check_fetch_response,
+    ),
+    PushedAnnouncement: Record(
+        PushedAnnouncement,
+        {
+            "announcement": Bytes(1, limits.MAX_SEALED_ANNOUNCE_BYTES),
+            "envelope": Bytes(1, limits.MAX_PUSHED_ENVELOPE_BYTES),
+        },
     ),
     RewardReport: Record(
         RewardReport,
@@ -532,6 +540,16 @@ def encode(message: WireMessage) -> bytes:
     if len(data) > cap:
         raise ProtocolError("oversized", f"{kind}: {len(data)} bytes > {cap}")
     return data
+
+
+def kind_prefix(kind: str) -> bytes:
+    """The first bytes of every encoded message of `kind` (`encode` writes "v", "k", "b" in
+    that order): a receiver that handles two kinds on one topic tells them apart with one
+    `startswith` before it decodes anything. A match is no proof: `decode` still judges it."""
+    if kind not in CLASS_OF:
+        raise ValueError(f"unknown message kind {kind!r}")
+    head = msgpack.packb("v") + msgpack.packb(PROTOCOL_VERSION) + msgpack.packb("k") + msgpack.packb(kind)
+    return b"\x83" + head  # a map of three keys
 
 
 def decode(data: bytes) -> WireMessage:

@@ -71,12 +71,20 @@ ENVELOPE_OVERHEAD_BYTES = 256
 MAX_ENVELOPE_BYTES = MAX_BATCH_BYTES + ENVELOPE_OVERHEAD_BYTES
 """Largest sealed envelope (a sealed batch is the largest thing a peer signs)."""
 
+MAX_PUSHED_ENVELOPE_BYTES = 512 * KIB
+"""Largest batch envelope pushed inside its gossip announcement (PushedAnnouncement): gossip
+RPCs over 1 MiB are dropped by py-libp2p, and every relay hop carries the whole batch."""
+
+MAX_SEALED_ANNOUNCE_BYTES = 2 * KIB
+"""A sealed announcement: the announce message plus envelope framing."""
+
 MAX_MESSAGE_BYTES: dict[str, int] = {
     "hello": 16 * KIB,
     "announce": 1 * KIB,
     "batch": MAX_BATCH_BYTES,
     "fetch_req": 1 * KIB,
     "fetch_resp": MAX_ENVELOPE_BYTES + 1 * KIB,
+    "pushed": MAX_PUSHED_ENVELOPE_BYTES + MAX_SEALED_ANNOUNCE_BYTES + 1 * KIB,
     "reward": 1 * KIB,
     "winners": 16 * KIB,
 }

@@ -127,6 +127,21 @@ class FetchResponse:
 
 
 @attrs.frozen
+class PushedAnnouncement:
+    """A small batch pushed together with its announcement, in ONE gossip message (eager push).
+
+    Both parts are exactly what the author would otherwise send apart, each already signed:
+    `announcement` is the sealed RolloutAnnouncement, `envelope` the sealed batch whose sha256
+    the announcement names (`batch_digest`). No signature of its own: a relay that swaps the
+    batch breaks the digest, one that swaps the announcement breaks its signature. A receiver
+    handles the announcement as if it came alone and, if it decides to fetch the batch, takes
+    it from here instead of opening a stream to the author (swarmp2p/pushed.py)."""
+
+    announcement: bytes
+    envelope: bytes
+
+
+@attrs.frozen
 class RewardReport:
     """A peer's mean reward for one (round, stage), as reported to the coordinator or DHT."""
 
@@ -148,7 +163,14 @@ class WinnersVote:
 
 
 WireMessage = (
-    Hello | RolloutAnnouncement | RolloutBatch | FetchRequest | FetchResponse | RewardReport | WinnersVote
+    Hello
+    | RolloutAnnouncement
+    | RolloutBatch
+    | FetchRequest
+    | FetchResponse
+    | PushedAnnouncement
+    | RewardReport
+    | WinnersVote
 )
 
 # The kind name written on the wire for each top-level message class. Changing one
@@ -159,6 +181,7 @@ KIND_OF: dict[type, str] = {
     RolloutBatch: "batch",
     FetchRequest: "fetch_req",
     FetchResponse: "fetch_resp",
+    PushedAnnouncement: "pushed",
     RewardReport: "reward",
     WinnersVote: "winners",
 }

@@ -461,6 +461,10 @@ class SimNetwork:
     """NetworkPort.bounds_waits: `request` returns or raises by its `timeout_s` (the world's
     deadline) and `dht_get` within two link latencies, so the Peer needs no cancel scope of its
     own around them."""
+    push_max_bytes = 0
+    """NetworkPort.push_max_bytes: peers announce and fetch. The world models a fetch's
+    latency and loss per request; a push would bypass that model (libp2p nodes push small
+    batches: swarmp2p/pushed.py)."""
 
     def __init__(self, world: SimWorld, peer_id: str) -> None:
         self._world = world

@@ -19,6 +19,7 @@ from swarmp2p.fetch_queue import LaneQueue
 from swarmp2p.peer_cache import VerifyCache
 from swarmp2p.peer_settings import PeerSettings, batch_dht_key
 from swarmp2p.ports import InboundMessage, NetworkError, NetworkPort
+from swarmp2p.pushed import PushedBatches, unwrap
 
 log = logging.getLogger("swarmp2p.peer")
 
@@ -49,6 +50,9 @@ class Fetcher:
         # simulator's network does). Then our own deadline around them would never fire, and a
         # cancel scope per fetch is a visible cost at 100 peers.
         self._waits_bounded = network.bounds_waits is True
+        # Pushed envelopes (swarmp2p/pushed.py) of announcements the inbox chose to fetch: at
+        # most one per queued job, taken by the worker that runs it.
+        self.pushed = PushedBatches(settings.max_fetch_per_round + settings.fetch_concurrency, self.counters)
 
     def start(self, nursery: trio.Nursery) -> None:
         settings = self.settings
@@ -60,14 +64,16 @@ class Fetcher:
         for _ in range(self.settings.fetch_concurrency):
             nursery.start_soon(self._worker, queue)
 
-    def enqueue(self, job: FetchJob) -> None:
+    def enqueue(self, job: FetchJob) -> bool:
         assert self._queue is not None
         try:
             # The inbox picks the lane: established senders' fetches run before unknown keys'.
             self._queue.put_nowait(job, self.inbox.fetch_lane(job.sender))
             self.inbox.queued(job)
+            return True
         except trio.WouldBlock:
             self.inbox.reject("fetch_queue_full", blame=None)
+            return False
 
     def take(self, decision: object) -> None:
         """Carry out an inbox decision: queue a Fetch; a Hold wakes the round loop."""
@@ -100,12 +106,26 @@ class Fetcher:
     def on_announcement(self, message: InboundMessage) -> None:
         sender = message.transport_sender
         inbox = self.inbox
+        try:
+            # A small batch may ride along (eager push): the announcement is judged alone.
+            announcement, pushed = unwrap(message.data)
+        except ProtocolError as error:
+            inbox.reject(error.reason, blame=sender)
+            return
         if inbox.unknown_budget_full() and not inbox.established(sender):
             # Peers connect during a round too (a node opens round 0 before the others are up):
             # before a sender is refused as an unknown key, learn who is connected now. Only
             # then: this runs per delivery, and asking the network costs a walk of its peers.
             inbox.peers_connected(self.network.connected_peers())
-        self.take(inbox.heard(sender, message.data))
+        decision = inbox.heard(sender, announcement)
+        if pushed is not None and isinstance(decision, Fetch):
+            # Kept only for a batch the inbox wants: deferred or refused ones go at once.
+            job = decision.job
+            self.pushed.keep(job.sender, job.digest, pushed)
+            if not self.enqueue(job):
+                self.pushed.discard(job.sender, job.digest)
+            return
+        self.take(decision)
 
     def sweep(self) -> None:
         """The sweep is due: queue DHT lookups for the batches of known peers that announced
@@ -131,9 +151,16 @@ class Fetcher:
                         self.enqueue(top_up.job)
 
     async def _fetch_and_verify(self, job: FetchJob) -> bool:
+        pushed = self.pushed.take(job.sender, job.digest)
         if not self.inbox.may_fetch(job):
             return False
-        fetched = await (self._from_dht(job) if job.dht_only else self._fetch(job))
+        if pushed is not None:
+            # Pushed with its announcement by its author: judged below exactly as if fetched
+            # from the author directly.
+            self.counters["pushed_used"] += 1
+            fetched: Fetched = (pushed, True)
+        else:
+            fetched = await (self._from_dht(job) if job.dht_only else self._fetch(job))
         envelope, direct = fetched if fetched is not None else (None, False)
         decision = self.inbox.fetched(job, envelope, direct)
         if isinstance(decision, NeedInputs):

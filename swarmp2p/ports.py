@@ -10,7 +10,8 @@
 
 Every method the runtime calls on a port is declared here: the Peer never probes an adapter
 with getattr. Abilities that only some transports have are declared too, with the answer a
-transport without them gives (`subscribe_inline` returns False, `bounds_waits` is False).
+transport without them gives (`subscribe_inline` returns False, `bounds_waits` is False,
+`push_max_bytes` is 0).
 
 Payloads cross the network port as raw bytes: the node decodes them with `protocol.codec`
 so that every inbound message is validated and counted in one place.
@@ -63,6 +64,13 @@ class NetworkPort(Protocol):
     def bounds_waits(self) -> bool:
         """True when `request` and `dht_get` always end by their own timeout (the simulator's
         network): the caller then needs no cancel scope of its own around them."""
+        ...
+
+    @property
+    def push_max_bytes(self) -> int:
+        """The largest batch envelope worth pushing inside its gossip announcement
+        (swarmp2p/pushed.py): one message to every peer instead of a stream from each.
+        0: never push (every peer fetches). Receiving pushes needs nothing from the port."""
         ...
 
     def set_request_handler(self, handler: RequestHandler) -> None:

@@ -16,6 +16,7 @@ from protocol.messages import FetchRequest, FetchResponse, RolloutAnnouncement
 from swarmp2p.peer_cache import VerifyCache
 from swarmp2p.peer_settings import PeerSettings, announce_topic, batch_dht_key
 from swarmp2p.ports import NetworkError, NetworkPort
+from swarmp2p.pushed import wrap
 from swarmp2p.round_record import RoundWork
 
 log = logging.getLogger("swarmp2p.peer")
@@ -43,6 +44,9 @@ class Publisher:
         # (round, stage) -> encoded FetchResponse carrying our signed batch, for recent rounds.
         self._published: dict[tuple[int, int], bytes] = {}
         self._not_found = codec.encode(FetchResponse(found=False, envelope=b""))
+        # Batches up to this size ride in their announcement's gossip message (swarmp2p/pushed.py):
+        # the transport says how much its gossip carries well (0: announcements only).
+        self.push_max_bytes = network.push_max_bytes
 
     def keep(self, round_number: int, stage: int, envelope: bytes) -> None:
         """Serve `envelope` as our batch for (round, stage) from now on (recent rounds only)."""
@@ -65,6 +69,9 @@ class Publisher:
         )
         work.rollouts_out = len(work.local)
         sealed = seal(announcement, self._seed)
+        if len(envelope) <= self.push_max_bytes:
+            sealed = wrap(sealed, envelope)
+            self.counters["pushed"] += 1
         key = batch_dht_key(self.settings.swarm_id, work.round, work.stage, self.peer_id)
         # Both at once: the announcement is what peers act on before their collect deadline, so
         # it must not queue behind a DHT put (a lookup plus stores to the closest peers). The

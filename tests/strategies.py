@@ -19,6 +19,7 @@ from protocol.messages import (
     FetchRequest,
     FetchResponse,
     Hello,
+    PushedAnnouncement,
     QuestionGroup,
     QuestionRef,
     RewardReport,
@@ -144,12 +145,19 @@ winners_votes = st.builds(
     winners=st.lists(peer_ids, max_size=limits.MAX_WINNERS).map(tuple),
 )
 
+pushed_announcements = st.builds(
+    PushedAnnouncement,
+    announcement=st.binary(min_size=1, max_size=512),
+    envelope=st.binary(min_size=1, max_size=2048),
+)
+
 STRATEGY_OF_KIND: dict[str, st.SearchStrategy] = {
     "hello": hellos,
     "announce": announcements,
     "batch": batches,
     "fetch_req": fetch_requests,
     "fetch_resp": fetch_responses,
+    "pushed": pushed_announcements,
     "reward": reward_reports,
     "winners": winners_votes,
 }
@@ -158,6 +166,6 @@ wire_messages = st.one_of(*STRATEGY_OF_KIND.values())
 
 def authored_by(message, peer_id: str):
     """`message` with its author field set to `peer_id` (messages without one unchanged)."""
-    if isinstance(message, FetchRequest | FetchResponse):
+    if isinstance(message, FetchRequest | FetchResponse | PushedAnnouncement):
         return message
     return attrs.evolve(message, peer_id=peer_id)

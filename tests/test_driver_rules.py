@@ -41,6 +41,7 @@ from tests.test_admission_rules import (
 
 class StubNetwork:
     bounds_waits = True
+    push_max_bytes = 0
 
     def __init__(self, peer_id: str) -> None:
         self.local_peer_id = peer_id

@@ -166,6 +166,11 @@ class LibP2PNetwork:
     # ---- identity and addresses -------------------------------------------------------------
 
     @property
+    def push_max_bytes(self) -> int:
+        """NetworkPort.push_max_bytes: `NetworkSettings.push_max_bytes`."""
+        return self.settings.push_max_bytes
+
+    @property
     def local_peer_id(self) -> str:
         return self._peer_id
 

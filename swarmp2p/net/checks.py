@@ -2,7 +2,9 @@
 (`LibP2PNetwork.set_gossip_validator`): what fails them is never relayed to other peers.
 
 - `announcement_check`: the envelope opens (size, schema, signature), holds a
-  RolloutAnnouncement signed by the gossip origin, for our swarm and a round near ours.
+  RolloutAnnouncement signed by the gossip origin, for our swarm and a round near ours. A
+  batch pushed along (swarmp2p/pushed.py) must be the one the announcement names (its
+  sha256 is the signed digest): a relay cannot swap it.
   The node's Peer repeats these checks on delivery (it counts and blames by reason), so the
   announce topic is registered with `deliver_rejected=True`: the validator only stops relaying.
 - `HelloGuard`: a hello must open (signed by the origin, our protocol version) and be fresh.
@@ -27,11 +29,18 @@ def announcement_check(
     swarm_id: str, current_round: RoundClock, max_bytes: int, *, window_rounds: int = 1
 ) -> Callable[[str, bytes], str | None]:
     """A gossip check for the announce topic (see the module doc). Reasons are the Peer's."""
+    import hashlib
+
     from protocol.envelope import open_envelope
     from protocol.errors import ProtocolError
     from protocol.messages import RolloutAnnouncement
+    from swarmp2p.pushed import unwrap
 
-    def check(origin: str, data: bytes) -> str | None:
+    def check(origin: str, payload: bytes) -> str | None:
+        try:
+            data, pushed = unwrap(payload)
+        except ProtocolError as error:
+            return error.reason
         if len(data) > max_bytes:
             return "oversized"
         try:
@@ -45,6 +54,8 @@ def announcement_check(
             return "sender_mismatch"
         if announcement.swarm_id != swarm_id:
             return "wrong_swarm"
+        if pushed is not None and hashlib.sha256(pushed).digest() != announcement.batch_digest:
+            return "digest_mismatch"
         now = current_round()
         if now is not None and now >= 0:
             if announcement.round < now - window_rounds:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import attrs
 
+from protocol.limits import MAX_PUSHED_ENVELOPE_BYTES
+
 DEFAULT_LISTEN = ("/ip4/127.0.0.1/tcp/0",)
 
 
@@ -50,6 +52,12 @@ class NetworkSettings:
     # Gossip carries announcements and hellos only; py-libp2p drops RPCs over 1 MiB without a word,
     # so publish refuses anything near that limit loudly instead.
     max_gossip_bytes: int = attrs.field(default=512 * 1024, validator=_positive)
+    # Batches up to this size are pushed inside their announcement (swarmp2p/pushed.py) instead of
+    # fetched by every peer over a stream of its own: at 20 processes x 10 KB that took the
+    # round's p99 from 7.0 to 2.8 s (docs/benchmarks.md). Each mesh relay carries the whole
+    # batch, so big ones are still fetched: the default keeps a round's pushes to about D x
+    # peers x 64 KiB per node. 0 turns pushing off.
+    push_max_bytes: int = attrs.field(default=64 * 1024, validator=attrs.validators.ge(0))
     # py-libp2p queues every publish for each connected peer that has not (yet) subscribed to the
     # topic, for 30 s by default, and hands the queue over when that peer subscribes: meant for
     # the identify/subscription race (well under a second), it gave every joiner the last 30 s
@@ -151,6 +159,16 @@ class NetworkSettings:
             raise ValueError(
                 f"target_peers ({self.target_peers}) above conn_low_watermark "
                 f"({self.conn_low_watermark}): libp2p would prune the connections upkeep dials"
+            )
+        if self.push_max_bytes > MAX_PUSHED_ENVELOPE_BYTES:
+            raise ValueError(
+                f"push_max_bytes ({self.push_max_bytes}) exceeds the protocol's "
+                f"{MAX_PUSHED_ENVELOPE_BYTES} for a pushed batch"
+            )
+        if self.push_max_bytes > self.max_gossip_bytes - 4096:
+            raise ValueError(
+                f"push_max_bytes ({self.push_max_bytes}) must leave room for the announcement "
+                f"under max_gossip_bytes ({self.max_gossip_bytes})"
             )
         if self.max_gossip_bytes > 1024 * 1024 - 16 * 1024:
             raise ValueError("max_gossip_bytes must leave headroom under py-libp2p's 1 MiB RPC limit")

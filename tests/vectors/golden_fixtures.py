@@ -15,6 +15,7 @@ from protocol.messages import (
     FetchRequest,
     FetchResponse,
     Hello,
+    PushedAnnouncement,
     QuestionGroup,
     QuestionRef,
     RewardReport,
@@ -80,6 +81,7 @@ MESSAGES = {
     "fetch_req": FetchRequest(swarm_id=SWARM, round=12, stage=0, peer_id=OTHER_PEER),
     "fetch_resp": FetchResponse(found=True, envelope=b"\x00\x01\xfe\xff"),
     "fetch_resp_missing": FetchResponse(found=False, envelope=b""),
+    "pushed": PushedAnnouncement(announcement=b"\x83sealed-announcement", envelope=b"\x83sealed-batch"),
     "reward": RewardReport(swarm_id=SWARM, round=12, stage=0, peer_id=PEER, reward=0.625),
     "winners": WinnersVote(swarm_id=SWARM, round=12, peer_id=PEER, winners=(PEER, OTHER_PEER)),
 }
