@@ -5,7 +5,9 @@ One exchange = what a swarm round does: the publisher gossips a small announceme
 its batch over /swarmp2p/fetch/1.0.0; every other process fetches the batch on hearing the
 announcement. As in the node, a batch up to `push_max_bytes` (NetworkSettings, 64 KiB; set with
 `--push-max-bytes`, 0 = never) rides inside the announcement instead and nobody fetches it
-(swarmp2p/pushed.py). Latency = from publish until the LAST process holds the batch. Reported per
+(swarmp2p/pushed.py). Each process runs at most `--fetch-concurrency` fetches at once (the
+node's fetch workers, 8) and queues the rest. Latency = from publish until the LAST process
+holds the batch. Reported per
 (processes, batch size): p50 / p99 of that latency; gossip p99 (until the last process HEARD the
 announcement, the gossip share of the latency); batches lost (not fetched 30 s after the last
 publish); failed fetch attempts (retried up to 3 times; reasons printed under the table); CPU
@@ -65,6 +67,7 @@ if TYPE_CHECKING:
 
 TOPIC = "bench/announce"
 PUSH_ENV = "SWARMP2P_BENCH_PUSH_MAX_BYTES"
+FETCH_SLOTS_ENV = "SWARMP2P_BENCH_FETCH_SLOTS"
 
 
 # ---- worker process -------------------------------------------------------------------------
@@ -77,6 +80,7 @@ def worker(args: argparse.Namespace) -> None:
     from libp2p.crypto.ed25519 import create_new_key_pair
 
     from swarmp2p.net import NetworkSettings, open_libp2p_network
+    from swarmp2p.peer_settings import PeerSettings
     from swarmp2p.ports import NetworkError
 
     out = Path(args.out)
@@ -128,10 +132,17 @@ def worker(args: argparse.Namespace) -> None:
             errors: dict[str, int] = {}
             cpu_before = resource.getrusage(resource.RUSAGE_SELF)
 
+            # As many fetches at once as the node's fetch workers (PeerSettings.fetch_concurrency);
+            # the rest wait their turn, as queued fetch jobs do in the node.
+            node_workers = attrs.fields(PeerSettings).fetch_concurrency.default
+            slots = int(os.environ.get(FETCH_SLOTS_ENV, "0")) or node_workers
+            fetch_slots = trio.Semaphore(slots)
+
             async def fetch(msg_id: int, sender: str) -> None:
                 for _attempt in range(3):
                     try:
-                        data = await net.request(sender, str(msg_id).encode(), timeout_s=10)
+                        async with fetch_slots:
+                            data = await net.request(sender, str(msg_id).encode(), timeout_s=10)
                     except NetworkError as error:
                         reason = re.sub(r"12D3Koo\w+", "<peer>", str(error))[:120]
                         errors[reason] = errors.get(reason, 0) + 1
@@ -640,6 +651,12 @@ def main() -> None:
         help="batches up to this size ride in their announcement, as the node pushes them "
         "(default: the node's NetworkSettings.push_max_bytes; 0: every batch is fetched)",
     )
+    parser.add_argument(
+        "--fetch-concurrency",
+        type=int,
+        default=0,
+        help="fetches in flight per process (default: the node's PeerSettings.fetch_concurrency, 8)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--host", default="127.0.0.1", help=argparse.SUPPRESS)
@@ -648,6 +665,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.push_max_bytes is not None:
         os.environ[PUSH_ENV] = str(args.push_max_bytes)  # every worker inherits it
+    if args.fetch_concurrency:
+        os.environ[FETCH_SLOTS_ENV] = str(args.fetch_concurrency)
     if args.worker:
         args.procs = int(args.procs)
         worker(args)

@@ -177,9 +177,11 @@ def swarm_report(nodes: list[NodeProcess]) -> str:
 def test_five_node_swarm_survives_sigkill_and_rejoin(tmp_path: Path, warm_model: Path) -> None:
     config = write_config(tmp_path / "swarm.toml")
     odd = write_config(tmp_path / "odd.toml", tasks=ODD_TASKS, format_reward=0.2, questions_per_round=3)
+    port = free_port()
     nodes = [NodeProcess(tmp_path / f"node{i}", odd if i == 3 else config, warm_model, []) for i in range(5)]
+    nodes[1].args += ["--dashboard-port", str(port)]
     try:
-        run_five_node_scenario(nodes)
+        run_five_node_scenario(nodes, status_port=port)
     except BaseException:
         print(swarm_report(nodes))
         raise
@@ -188,7 +190,15 @@ def test_five_node_swarm_survives_sigkill_and_rejoin(tmp_path: Path, warm_model:
             node.stop(signal.SIGKILL, timeout_s=5)
 
 
-def run_five_node_scenario(nodes: list[NodeProcess]) -> None:
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def run_five_node_scenario(nodes: list[NodeProcess], status_port: int) -> None:
     nodes[0].start()
     boot = nodes[0].info()
     bootstrap = boot["listen_addrs"][0]
@@ -262,6 +272,11 @@ def run_five_node_scenario(nodes: list[NodeProcess]) -> None:
         lambda: all(back in by_round(node) for node in nodes[:4]), 3 * ROUND_SECONDS + 20, f"round {back}"
     )
     assert any(ids[4] in by_round(node)[back]["accepted_peers"] for node in nodes[:4])
+
+    # Small batches ride in their announcements (swarmp2p/pushed.py): node 1 (its dashboard on
+    # `status_port`) pushed its own and took others' from their pushes, not over fetch streams.
+    counters = _status(status_port)["counters"]
+    assert counters.get("pushed", 0) >= 3 and counters.get("pushed_used", 0) >= 3, counters
 
     # Clean shutdown on SIGTERM within a few seconds.
     for node in nodes:
