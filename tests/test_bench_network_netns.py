@@ -4,7 +4,8 @@ with the harness's reason otherwise).
 
 What can break here and not on loopback: a worker that listens or bootstraps on 127.0.0.1 (its
 namespace's own loopback) never meets the others, and a launch outside the namespace would skip
-the switch and its delay. So: batches arrive, and a round takes at least one RTT.
+the switch and its delay. So: batches arrive, pushed in their announcement (at least one
+one-way delay) or fetched (at least one RTT).
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(REASON is not None, reason=st
 DELAY_MS = 50.0  # one-way on every node's egress: 100 ms RTT
 
 
-def test_round_exchange_crosses_the_delaying_switch() -> None:
+@pytest.mark.parametrize("push_max_bytes", [64 * 1024, 0], ids=["pushed", "fetched"])
+def test_round_exchange_crosses_the_delaying_switch(
+    push_max_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(bench_network.PUSH_ENV, str(push_max_bytes))  # the workers inherit it
     # No loss: the assertions are about where the bytes go, not about TCP's recovery.
     rows = bench_network.run_netns_config(
         3, [10000], 2, 1.5, "swarm", 0.0,
@@ -33,9 +38,13 @@ def test_round_exchange_crosses_the_delaying_switch() -> None:
     )  # fmt: skip
     row = rows[10000]
     assert row["lost"] == 0 and row["crashed"] == 0, row
-    # An announcement crosses one egress and a fetch's request and answer two more: every
-    # round's time-to-all is at least one RTT, where loopback takes milliseconds.
-    rtt_s = 2 * DELAY_MS / 1000
-    assert row["p50"] >= rtt_s, row
+    one_way_s = DELAY_MS / 1000
+    if push_max_bytes:
+        # The batch rides in its announcement: one egress, half an RTT, and no fetch at all.
+        assert row["p50"] >= one_way_s and row["fetch_errors"] == 0, row
+    else:
+        # An announcement crosses one egress and a fetch's request and answer two more: every
+        # round's time-to-all is at least one RTT, where loopback takes milliseconds.
+        assert row["p50"] >= 2 * one_way_s, row
     switch = row["switch"]
     assert switch["forwarded"] > 0 and switch.get("unknown_dst", 0) == 0, switch
