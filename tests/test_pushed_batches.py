@@ -40,7 +40,8 @@ def seed_of(name: str) -> bytes:
 def sealed_pair(seed: bytes, round_number: int = 3) -> tuple[bytes, bytes]:
     """(sealed announcement, sealed batch) as a publisher makes them."""
     author = peer_id_from_seed(seed)
-    envelope = seal(RolloutBatch(swarm_id=SWARM, round=round_number, stage=0, peer_id=author, groups=()), seed)
+    batch = RolloutBatch(swarm_id=SWARM, round=round_number, stage=0, peer_id=author, groups=())
+    envelope = seal(batch, seed)
     announcement = RolloutAnnouncement(
         swarm_id=SWARM,
         round=round_number,
@@ -98,7 +99,8 @@ def test_the_gossip_check_relays_a_true_push_and_refuses_a_swapped_batch() -> No
     _, other_envelope = sealed_pair(seed, round_number=4)
     assert check(author, wrap(announcement, other_envelope)) == "digest_mismatch"
     assert check(author, PUSHED_PREFIX + b"junk") is not None
-    assert check(peer_id_from_seed(seed_of("someone else")), wrap(announcement, envelope)) == "sender_mismatch"
+    stranger = peer_id_from_seed(seed_of("someone else"))
+    assert check(stranger, wrap(announcement, envelope)) == "sender_mismatch"
 
 
 def test_push_limits_are_checked_against_the_protocol_and_gossip_limits() -> None:
