@@ -11,7 +11,10 @@ bytes (`PushedBatches`), which the fetch then takes instead of opening a stream.
 judged exactly as a fetched one (its digest against the signed announcement, its signature,
 every reward re-scored). Batches the inbox defers or refuses are dropped at once, so what is
 kept is bounded by the fetch queue. Large batches, the DHT fallback and late joiners still use
-the fetch protocol, which every peer keeps serving.
+the fetch protocol, which every peer keeps serving. So does an announcement for a round this
+node has not opened yet (the inbox holds it, `Hold`, and releases it when the round opens): its
+push is not kept, and that batch is fetched as before. A node that lags its peers (a long
+training step) therefore fetches more of its batches; keeping held pushes too is not done.
 """
 
 from __future__ import annotations
