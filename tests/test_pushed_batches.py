@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from hypothesis import given
+from hypothesis import strategies as st
 
 from protocol import codec
 from protocol.envelope import peer_id_from_seed, seal
@@ -199,3 +201,36 @@ def test_a_swapped_pushed_batch_is_refused_and_blamed_never_accepted() -> None:
         assert peer.rejections["digest_mismatch"] >= 1, dict(peer.rejections)
         assert all(liar not in peers for _, peers in accepted(peer))
         assert peer.inbox.scores.reasons_by_peer[liar]["digest_mismatch"] >= 1
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["keep", "take", "discard"]), st.integers(0, 5), st.integers(0, 3)),
+        max_size=60,
+    ),
+    st.integers(1, 4),
+)
+def test_kept_pushes_behave_like_a_bounded_oldest_first_map(
+    ops: list[tuple[str, int, int]], cap: int
+) -> None:
+    counters: Counter[str] = Counter()
+    kept = PushedBatches(max_entries=cap, counters=counters)
+    model: dict[tuple[str, bytes], bytes] = {}  # insertion order = age
+    evicted = 0
+    for op, who, what in ops:
+        key = (f"peer{who}", bytes([what]) * 32)
+        if op == "keep":
+            value = b"%d-%d-%d" % (who, what, len(model))
+            model.pop(key, None)
+            if len(model) >= cap:
+                del model[next(iter(model))]
+                evicted += 1
+            model[key] = value
+            kept.keep(*key, value)
+        elif op == "take":
+            assert kept.take(*key) == model.pop(key, None)
+        else:
+            kept.discard(*key)
+            model.pop(key, None)
+        assert len(kept) == len(model) <= cap
+    assert counters["pushed_evicted"] == evicted
