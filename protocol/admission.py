@@ -55,6 +55,7 @@ from protocol.inputs import admit_input, need_inputs
 from protocol.messages import QuestionGroup, RolloutAnnouncement, RolloutBatch
 from protocol.rounds import COLLECTING_PHASES, RoundMachine
 from protocol.scoring import PeerScores
+from protocol.shared_open import SharedOpen
 from protocol.verification import Verdict
 
 __all__ = [
@@ -87,6 +88,11 @@ class Opener(Protocol):
 
     def verdict(self, digest: bytes, compute: Callable[[], Any]) -> Any: ...
 
+    def reopened(self, data: bytes, times: int, *, max_size: int | None = None) -> None:
+        """Do to the opener's own state what `times` more `open(data, max_size=...)` calls, right
+        after one, would have done (their outcome is already known: protocol.shared_open)."""
+        ...
+
 
 class PlainOpener:
     """The uncached Opener: every call does the work."""
@@ -99,6 +105,9 @@ class PlainOpener:
 
     def verdict(self, digest: bytes, compute: Callable[[], Any]) -> Any:
         return compute()
+
+    def reopened(self, data: bytes, times: int, *, max_size: int | None = None) -> None:
+        pass  # no state: nothing to account for
 
 
 @attrs.frozen
@@ -232,10 +241,19 @@ class Inbox:
 
     def unknown_budget_full(self) -> bool:
         """Would an unknown sender's announcement be refused now, for this round or the next?"""
+        # This runs for every delivery (Fetcher.on_announcement), so the common answers come
+        # first and without a generator: no unknown fetch yet (the limit is at least 1), and no
+        # early announcement parked.
         state = self.current
-        return (state is not None and state.unknown_fetches >= self.unknown_fetch_limit) or any(
-            count >= self.rules.max_early_unknown for count in self.early_unknown.values()
-        )
+        if state is not None and state.unknown_fetches and state.unknown_fetches >= self.unknown_fetch_limit:
+            return True
+        early_unknown = self.early_unknown
+        if early_unknown:
+            limit = self.rules.max_early_unknown
+            for count in early_unknown.values():
+                if count >= limit:
+                    return True
+        return False
 
     def fetch_lane(self, sender: str) -> int:
         """The runtime's fetch queue runs lane 0 before lane 1: established senders first, so
@@ -254,8 +272,10 @@ class Inbox:
 
     # ---- announcements ------------------------------------------------------------------
 
-    def heard(self, sender: str, data: bytes) -> Decision:
-        """An announcement arrived on the topic; `sender` is who the transport says sent it."""
+    def heard(self, sender: str, data: bytes, shared: SharedOpen | None = None) -> Decision:
+        """An announcement arrived on the topic; `sender` is who the transport says sent it.
+        `shared`: the same message is being handed to many receivers in this process, and its
+        envelope is opened once for all of them (the outcome is the same: see SharedOpen)."""
         rules = self.rules
         if sender == rules.me:
             return None  # our own publish echoed back
@@ -265,7 +285,10 @@ class Inbox:
         if len(data) > max_bytes:
             return self.reject("oversized", blame=sender)
         try:
-            opened = self.opener.open(data, max_size=max_bytes)
+            if shared is None:
+                opened = self.opener.open(data, max_size=max_bytes)
+            else:
+                opened = shared.open(self.opener, max_bytes)
         except ProtocolError as error:
             return self.reject(error.reason, blame=sender)
         announcement = opened.message

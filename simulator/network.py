@@ -40,7 +40,7 @@ from typing import Any
 import attrs
 import trio
 
-from swarmp2p.ports import InboundMessage, NetworkError, RequestHandler
+from swarmp2p.ports import InboundMessage, InlineHandler, NetworkError, RequestHandler
 
 
 @attrs.frozen
@@ -378,16 +378,36 @@ class SimWorld:
                         item[0] = None
                         trio.lowlevel.reschedule(task)
                     continue
-                topic = item.topic
-                for receiver in receivers:
-                    sink = receiver.sinks.get(topic) if receiver.online else None
-                    if sink is None:
-                        self._count(dropped_offline=1)
-                        continue
-                    try:
-                        sink(item)
-                    except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
-                        self._count(dropped_queue=1)
+                self._deliver(item, receivers)
+
+    def _deliver(self, message: InboundMessage, receivers: list[_Node]) -> None:
+        """Hand `message` to `receivers` in order. Consecutive receivers subscribed with an
+        `InlineHandler` sharing one `many` get it in one call (the message judged once, then
+        each receiver: see Fetcher.handle_announcement_many); any other sink, one call each."""
+        topic = message.topic
+        batch: list[Any] = []
+        batch_many: Callable[[InboundMessage, list[Any]], None] | None = None
+        for receiver in receivers:
+            sink = receiver.sinks.get(topic) if receiver.online else None
+            if sink is None:
+                self._count(dropped_offline=1)
+                continue
+            if type(sink) is InlineHandler:
+                if sink.many is not batch_many:
+                    if batch:
+                        batch_many(message, batch)  # type: ignore[misc]
+                    batch, batch_many = [], sink.many
+                batch.append(sink.receiver)
+                continue
+            if batch:
+                batch_many(message, batch)  # type: ignore[misc]
+                batch, batch_many = [], None
+            try:
+                sink(message)
+            except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+                self._count(dropped_queue=1)
+        if batch:
+            batch_many(message, batch)  # type: ignore[misc]
 
     # ---- direct requests -----------------------------------------------------------------
 

@@ -15,10 +15,11 @@ import trio
 from protocol.admission import Accept, Fetch, FetchJob, Hold, Inbox, NeedInputs
 from protocol.errors import ProtocolError
 from protocol.messages import FetchRequest, FetchResponse
+from protocol.shared_open import SharedOpen
 from swarmp2p.fetch_queue import LaneQueue
 from swarmp2p.peer_cache import VerifyCache
 from swarmp2p.peer_settings import PeerSettings, batch_dht_key
-from swarmp2p.ports import InboundMessage, NetworkError, NetworkPort
+from swarmp2p.ports import InboundMessage, InlineHandler, NetworkError, NetworkPort
 
 log = logging.getLogger("swarmp2p.peer")
 
@@ -97,15 +98,38 @@ class Fetcher:
             log.exception("%s: handling an announcement failed", self.peer_id)
             self.inbox.reject("internal_error", blame=None)
 
-    def on_announcement(self, message: InboundMessage) -> None:
+    def inline_handler(self) -> InlineHandler:
+        """What the Peer subscribes inline with: per message, or (the simulator's world) one
+        message for many fetchers at once."""
+        return InlineHandler(self.handle_announcement, Fetcher.handle_announcement_many, self)
+
+    @staticmethod
+    def handle_announcement_many(message: InboundMessage, fetchers: list[Fetcher]) -> None:
+        """`handle_announcement(message)` for each of `fetchers`, in order, with the envelope
+        opened once for all of them (SharedOpen): the same decisions, one open per message
+        instead of one per receiver. Never raises."""
         sender = message.transport_sender
+        data = message.data
+        shared = SharedOpen(data)
+        for fetcher in fetchers:
+            try:
+                fetcher._announced(sender, data, shared)
+            except Exception:
+                log.exception("%s: handling an announcement failed", fetcher.peer_id)
+                fetcher.inbox.reject("internal_error", blame=None)
+        shared.settle()
+
+    def on_announcement(self, message: InboundMessage) -> None:
+        self._announced(message.transport_sender, message.data, None)
+
+    def _announced(self, sender: str, data: bytes, shared: SharedOpen | None) -> None:
         inbox = self.inbox
         if inbox.unknown_budget_full() and not inbox.established(sender):
             # Peers connect during a round too (a node opens round 0 before the others are up):
             # before a sender is refused as an unknown key, learn who is connected now. Only
             # then: this runs per delivery, and asking the network costs a walk of its peers.
             inbox.peers_connected(self.network.connected_peers())
-        self.take(inbox.heard(sender, message.data))
+        self.take(inbox.heard(sender, data, shared))
 
     def sweep(self) -> None:
         """The sweep is due: queue DHT lookups for the batches of known peers that announced

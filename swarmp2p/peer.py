@@ -167,7 +167,7 @@ class Peer:
             self.counters["load_failed"] += 1
         if self.evaluation.wants_before_train():  # `swarmp2p node` runs it before joining instead
             await self.evaluation.run(self.policy, self._offload, self.clock.now_ms, None)
-        inline = self.network.subscribe_inline(self.topic, self.fetcher.handle_announcement)
+        inline = self.network.subscribe_inline(self.topic, self.fetcher.inline_handler())
         channel = None if inline else await self.network.subscribe(self.topic)
         set_priority = getattr(self.network, "set_gossip_priority", None)
         if set_priority is not None:  # a full gossip inbox keeps established senders' messages
