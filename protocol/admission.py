@@ -48,6 +48,7 @@ from protocol.decisions import (
     _new_tuple,
     job_for,
 )
+from protocol.deferred import DeferredStore
 from protocol.envelope import Opened, open_envelope
 from protocol.errors import ProtocolError
 from protocol.game import Game, mean_reward
@@ -77,6 +78,11 @@ __all__ = [
 PROOF_OF_LYING = frozenset({"forged_reward", "equivocation"})
 """Rejection reasons backed by the sender's own signature: a batch whose claimed rewards the
 deterministic re-scoring contradicts, or two different batches signed for one round."""
+
+
+MAX_TOP_UPS_PER_ROUND = 64
+"""`AdmissionRules.max_top_ups_per_round`'s default: far more failed sampled fetches than a
+round with `fetch_sample` in the tens sees while the swarm works."""
 
 
 class Opener(Protocol):
@@ -130,6 +136,10 @@ class AdmissionRules:
     max_early_unknown: int = 16
     """How many announcements for the NEXT round (held until it opens) unknown senders may park,
     in all; each sender parks at most one. Established senders are held to the fetch budget."""
+    max_top_ups_per_round: int = attrs.field(default=MAX_TOP_UPS_PER_ROUND, validator=attrs.validators.ge(0))
+    """How many sampled-out announcements a round may take to replace failed fetches (`top_up`);
+    only that many are kept (`protocol.deferred`). Not `max_fetch_per_round`: the simulator sets
+    that to twice the peers, and the deferred entries would stay O(peers) per peer (issue 13)."""
 
 
 @attrs.define
@@ -144,8 +154,8 @@ class RoundInbox:
     fetches: int = 0
     unknown_fetches: int = 0  # of `fetches`, those for senders not `established`
     fetch_hash_prefix: Any = None  # sha256 state over (seed, round, me), see `fetch_priority`
-    # sampled out, kept for top-ups: sender -> (priority, announcement) (a `Defer`)
-    deferred: dict[str, tuple[float, RolloutAnnouncement]] = attrs.Factory(dict)
+    # sampled out, the lowest kept for top-ups: sender -> (priority, announcement) (a `Defer`)
+    deferred: DeferredStore = attrs.Factory(lambda: DeferredStore(MAX_TOP_UPS_PER_ROUND))
     rejected: Counter[str] = attrs.Factory(Counter)
     external: dict[str, tuple[QuestionGroup, ...]] = attrs.Factory(dict)
     external_reward: dict[str, float] = attrs.Factory(dict)
@@ -220,6 +230,7 @@ class Inbox:
             round=round_number,
             stage=stage,
             fetch_probability=fetch_probability(self.rules.fetch_sample, connected),
+            deferred=DeferredStore(self.rules.max_top_ups_per_round),
         )
         return self.current
 
@@ -356,7 +367,8 @@ class Inbox:
         if state.fetch_probability < 1.0:
             priority = self._priority(state, sender)
             if priority >= state.fetch_probability:
-                state.deferred[sender] = deferred = _new_tuple(Defer, (priority, announcement))
+                deferred = _new_tuple(Defer, (priority, announcement))
+                state.deferred.offer(deferred)  # kept if a top-up could still reach it
                 self.counters["fetch_deferred"] += 1
                 return deferred
         if unknown:
@@ -400,7 +412,9 @@ class Inbox:
             yield FetchJob(state.round, state.stage, peer, b"", -1, dht_only=True)
 
     def top_up(self, round_number: int) -> Fetch | None:
-        """A sampled fetch failed: fetch the next deferred batch instead (lowest priority first)."""
+        """A sampled fetch failed: fetch the next deferred batch instead (lowest priority first).
+        A round takes at most `max_top_ups_per_round` deferred entries (a banned sender's one
+        counts too): a wave of failures does not turn a sampled round into fetching everyone."""
         state = self.current
         while (
             state is not None
@@ -408,9 +422,11 @@ class Inbox:
             and state.deferred
             and self.machine.collecting(round_number, state.stage)
         ):
-            sender = min(state.deferred, key=lambda peer: (state.deferred[peer][0], peer))
-            _, announcement = state.deferred.pop(sender)
-            if not self.scores.is_banned(sender):
+            entry = state.deferred.take()
+            if entry is None:
+                return None  # the round's top-ups are used up
+            _, announcement = entry
+            if not self.scores.is_banned(announcement.peer_id):
                 return Fetch(job_for(announcement))
         return None
 

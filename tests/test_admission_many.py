@@ -130,7 +130,7 @@ def _state(fetcher: Fetcher) -> tuple[object, ...]:
         dict(inbox.early_unknown),
         sorted(inbox.connected),
         dict(current.announced),
-        dict(current.deferred),
+        dict(current.deferred.items()),
         dict(current.duplicates),
         dict(current.rejected),
         current.fetches,
