@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from typing import Any, Protocol
 
 import attrs
@@ -54,6 +55,7 @@ from protocol.errors import ProtocolError
 from protocol.game import Game, mean_reward
 from protocol.inputs import admit_input, need_inputs
 from protocol.messages import QuestionGroup, RolloutAnnouncement, RolloutBatch
+from protocol.peer_sets import PeersExcept
 from protocol.rounds import COLLECTING_PHASES, RoundMachine
 from protocol.scoring import PeerScores
 from protocol.shared_open import SharedOpen
@@ -206,7 +208,7 @@ class Inbox:
         self.early_unknown: Counter[int] = Counter()  # how many of `early[round]` are not established
         # Peers the runtime reports connected (at round open): established before any batch of
         # theirs verified, so a fresh swarm's first round is not left to the unknown share.
-        self.connected: frozenset[str] = frozenset()
+        self.connected: AbstractSet[str] = frozenset()
         # A multi-stage game's inputs: this round's accepted batches (and our own), by stage.
         self.store = InputStore()
 
@@ -243,7 +245,9 @@ class Inbox:
 
     def peers_connected(self, peers: Iterable[str]) -> None:
         """The runtime's connected peers, now (reported when a round opens)."""
-        self.connected = frozenset(peers)
+        # A PeersExcept (the simulator's) is immutable and shared by all peers: kept as it is,
+        # not copied (a frozenset each is O(peers) per peer).
+        self.connected = peers if isinstance(peers, (frozenset, PeersExcept)) else frozenset(peers)
 
     def established(self, sender: str) -> bool:
         """A sender with a reason to trust it: a batch of its verified before, or connected to us.
