@@ -77,6 +77,9 @@ __all__ = [
     "job_for",
 ]
 
+SLOW = object()
+"""`Inbox.heard_fast`: not the common case, nothing changed; take the usual path."""
+
 PROOF_OF_LYING = frozenset({"forged_reward", "equivocation"})
 """Rejection reasons backed by the sender's own signature: a batch whose claimed rewards the
 deterministic re-scoring contradicts, or two different batches signed for one round."""
@@ -332,6 +335,67 @@ class Inbox:
                 return Hold(announcement.round, announcement.stage)
         return self.reject("future_round", blame=None)
 
+    def heard_fast(self, sender: str, data: bytes, shared: SharedOpen) -> Decision | object:
+        """`heard(sender, data, shared)` for the common case of a gossip message handed to many
+        receivers: an established sender's first, well-formed announcement for the current
+        round while it collects, within the fetch budget. Returns `SLOW`, having changed
+        nothing, for anything else (the caller then runs the runtime's usual path, `heard`
+        included). The decisions and state are exactly `heard`'s: the same checks in the same
+        order, only without the rejecting branches and the calls between them
+        (tests/test_admission_many.py runs both on random receivers and messages).
+
+        Why established only: the fetcher refreshes `connected` before `heard` for an unknown
+        sender when the unknown budget is full; for an established one it never does."""
+        rules = self.rules
+        scores = self.scores
+        if (
+            sender == rules.me
+            or sender in scores.banned
+            or not (sender in self.connected or scores.valid.get(sender, 0) > 0)
+            or len(data) > rules.max_announce_bytes
+        ):
+            return SLOW
+        entry = shared.peek(self.opener)
+        if entry is None:
+            return SLOW  # the first receiver with this opener opens it, on the usual path
+        opened = entry[1]
+        if type(opened) is not Opened:
+            return SLOW  # an error outcome: the usual path rejects it
+        announcement = opened.message
+        if (
+            type(announcement) is not RolloutAnnouncement
+            or opened.signer != sender
+            or announcement.swarm_id != rules.swarm_id
+        ):
+            return SLOW
+        current, stage = self.machine.current_position()
+        state = self.current
+        if (
+            announcement.round != current
+            or announcement.stage == stage + 1 < self.game.stage_count
+            or state is None
+            or state.round != current
+            or self.machine.phase not in COLLECTING_PHASES
+            or announcement.stage != state.stage
+            or sender in state.announced
+            or announcement.size_bytes > rules.max_batch_bytes
+            or state.fetches >= rules.max_fetch_per_round
+        ):
+            return SLOW
+        # Decided: from here on, what `heard` -> `consider` does for an established sender.
+        entry[3] += 1  # the open this receiver would have made (SharedOpen.settle accounts it)
+        state.announced[sender] = announcement.batch_digest
+        self.known[sender] = state.round
+        if state.fetch_probability < 1.0:
+            priority = self._priority(state, sender)
+            if priority >= state.fetch_probability:
+                deferred = _new_tuple(Defer, (priority, announcement))
+                if priority <= state.deferred.cutoff:
+                    state.deferred.offer(deferred)
+                self.counters["fetch_deferred"] += 1
+                return deferred
+        return Fetch(job_for(announcement))
+
     def release_early(self, round_number: int) -> list[Decision]:
         """The round (or stage) opened and its questions are known: consider the announcements
         that came before it did (in sender order), and forget older ones."""
@@ -372,7 +436,8 @@ class Inbox:
             priority = self._priority(state, sender)
             if priority >= state.fetch_probability:
                 deferred = _new_tuple(Defer, (priority, announcement))
-                state.deferred.offer(deferred)  # kept if a top-up could still reach it
+                if priority <= state.deferred.cutoff:  # else never taken: spare the call
+                    state.deferred.offer(deferred)  # kept if a top-up could still reach it
                 self.counters["fetch_deferred"] += 1
                 return deferred
         if unknown:

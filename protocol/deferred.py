@@ -24,31 +24,37 @@ class DeferredStore:
     """sender -> `Defer` for the lowest `limit` (priority, sender) offered; `take` gives the
     lowest, at most `limit` times in all."""
 
-    __slots__ = ("_by_sender", "_order", "limit", "taken")
+    __slots__ = ("_by_sender", "_order", "cutoff", "limit", "taken")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.taken = 0
         self._by_sender: dict[str, Defer] = {}
         self._order: list[tuple[float, str]] = []  # ascending, the keys of `_by_sender`
+        # No entry of higher priority than this can ever be taken, so none is kept: the highest
+        # kept priority when `limit` were last kept at once (-1 for limit 0; above any priority
+        # before). It never rises: when `limit` entries at most `cutoff` were kept, later takes
+        # (fewer than `limit` are left) each find one at most `cutoff`. Callers may skip `offer`
+        # above it (most sampled-out deliveries at scale) with one float compare.
+        self.cutoff = 2.0 if limit else -1.0
 
     def offer(self, entry: Defer) -> None:
-        """Keep `entry` if it is among the `limit` lowest (each sender is offered once a round)."""
-        order = self._order
+        """Keep `entry` if a take could still reach it (each sender is offered once a round)."""
         priority = entry[0]
+        if priority > self.cutoff:
+            return  # most offers at scale: decided with one compare
+        order = self._order
+        key = (priority, entry[1].peer_id)
         if len(order) >= self.limit:
-            # Full: most entries are above the highest kept one; decide that with one compare.
-            if not order or priority > order[-1][0]:
-                return
-            key = (priority, entry[1].peer_id)
-            if key > order[-1]:
+            if not order or key > order[-1]:
                 return
             insort(order, key)
             del self._by_sender[order.pop()[1]]
         else:
-            key = (priority, entry[1].peer_id)
             insort(order, key)
         self._by_sender[key[1]] = entry
+        if len(order) >= self.limit:
+            self.cutoff = order[-1][0]
 
     def take(self) -> Defer | None:
         """The lowest entry, removed; None when none is left or `limit` were taken already."""

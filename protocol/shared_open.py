@@ -45,6 +45,12 @@ class SharedOpen:
             raise ProtocolError(outcome.reason, outcome.message)
         return outcome
 
+    def peek(self, opener: Any) -> list[Any] | None:
+        """The memo entry `[opener, outcome, max_size, repeats]` once `opener` opened the data,
+        else None. Counts nothing: a caller that uses the outcome in place of `open` adds 1 to
+        `entry[3]` (Inbox.heard_fast does, once it is sure to decide)."""
+        return self._by_opener.get(id(opener))
+
     def settle(self) -> None:
         """Tell each opener about the calls it did not get (call once, after all receivers)."""
         for opener, _, max_size, repeats in self._by_opener.values():

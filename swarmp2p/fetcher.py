@@ -12,7 +12,7 @@ from typing import Any
 
 import trio
 
-from protocol.admission import Accept, Fetch, FetchJob, Hold, Inbox, NeedInputs
+from protocol.admission import SLOW, Accept, Fetch, FetchJob, Hold, Inbox, NeedInputs
 from protocol.errors import ProtocolError
 from protocol.messages import FetchRequest, FetchResponse
 from protocol.shared_open import SharedOpen
@@ -113,7 +113,13 @@ class Fetcher:
         shared = SharedOpen(data)
         for fetcher in fetchers:
             try:
-                fetcher._announced(sender, data, shared)
+                # The common case decided in one call (Inbox.heard_fast); it never holds, so
+                # only a Fetch is left to carry out (`take` ignores Defer and Reject).
+                decision = fetcher.inbox.heard_fast(sender, data, shared)
+                if decision is SLOW:
+                    fetcher._announced(sender, data, shared)
+                elif type(decision) is Fetch:
+                    fetcher.enqueue(decision.job)
             except Exception:
                 log.exception("%s: handling an announcement failed", fetcher.peer_id)
                 fetcher.inbox.reject("internal_error", blame=None)

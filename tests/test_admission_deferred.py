@@ -60,6 +60,10 @@ def test_the_bounded_store_takes_what_the_unbounded_one_would(limit: int, steps:
             store.offer(_entry(step, sender))
             reference[sender] = step
             assert len(store) <= limit
+            # `cutoff`: callers skip `offer` above it, so nothing above it may ever be kept.
+            kept = [entry.priority for _, entry in store.items()]
+            assert all(priority <= store.cutoff for priority in kept)
+            assert not limit or len(kept) < limit or store.cutoff == max(kept)
             continue
         got = store.take()
         if takes >= limit or not reference:

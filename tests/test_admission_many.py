@@ -27,7 +27,7 @@ from swarmp2p.peer_cache import VerifyCache
 from swarmp2p.ports import InboundMessage, InlineHandler
 from tests.test_admission_rules import GAME, ROUND, SEED, SWARM, key, pid
 
-SIGNERS = [key(f"signer{i}") for i in range(5)]
+SIGNERS = [key(f"signer{i}") for i in range(12)]
 SENDERS = [pid(k) for k in SIGNERS]
 
 
@@ -57,6 +57,7 @@ def _messages() -> list[InboundMessage]:
 
 
 MESSAGES = _messages()
+COMMON = [6 * i for i in range(len(SIGNERS))]  # each signer's valid one: the fast path's case
 
 
 class _Network:
@@ -70,12 +71,14 @@ class _Network:
 
 receiver_plans = st.fixed_dictionaries(
     {
-        "round": st.sampled_from([ROUND - 1, ROUND, ROUND + 1]),
+        "round": st.sampled_from([ROUND, ROUND, ROUND, ROUND - 1, ROUND + 1]),
         "fetch_sample": st.sampled_from([0, 1, 3]),
         "connected_count": st.integers(0, 6),
-        "connected": st.sets(st.sampled_from(SENDERS)),
+        "connected": st.one_of(st.just(set(SENDERS)), st.sets(st.sampled_from(SENDERS))),
+        "network": st.sets(st.sampled_from(SENDERS)),  # who the network says is connected later
         "banned": st.sets(st.sampled_from(SENDERS), max_size=2),
         "max_fetch_per_round": st.integers(1, 6),
+        "max_top_ups_per_round": st.integers(0, 3),
         "max_early_unknown": st.integers(0, 2),
         "max_duplicates_per_round": st.integers(0, 2),
         "me": st.sampled_from([*SENDERS[:1], "someone-else"]),
@@ -95,6 +98,7 @@ def _build(plans: list[dict[str, Any]]) -> tuple[list[Fetcher], list[list[object
             seed=SEED,
             fetch_sample=plan["fetch_sample"],
             max_fetch_per_round=plan["max_fetch_per_round"],
+            max_top_ups_per_round=plan["max_top_ups_per_round"],
             max_early_unknown=plan["max_early_unknown"],
             max_duplicates_per_round=plan["max_duplicates_per_round"],
             unknown_fetch_share=0.5,
@@ -103,14 +107,21 @@ def _build(plans: list[dict[str, Any]]) -> tuple[list[Fetcher], list[list[object
         scores.banned.update(plan["banned"])
         inbox = Inbox(rules, machine, GAME, opener=cache, scores=scores)
         inbox.open_round(plan["round"], 0, connected=plan["connected_count"])
-        fetcher = Fetcher.__new__(Fetcher)  # no settings or queue: `take` is recorded instead
+        inbox.peers_connected(sorted(plan["connected"]))  # as the Peer does at round open
+        fetcher = Fetcher.__new__(Fetcher)  # no settings or queue: what it queues is recorded
         fetcher.peer_id = plan["me"]
-        fetcher.network = _Network(sorted(plan["connected"]))  # type: ignore[assignment]
+        fetcher.network = _Network(sorted(plan["network"]))  # type: ignore[assignment]
         fetcher.inbox = inbox
         fetcher.cache = cache
         fetcher.counters = inbox.counters
-        decisions: list[object] = []
-        fetcher.take = decisions.append  # type: ignore[method-assign]
+        decisions: list[object] = []  # what the fetcher carries out: fetches queued, holds
+
+        def enqueue(job: Any, done: list[object] = decisions, inbox: Inbox = inbox) -> None:
+            done.append(job)
+            inbox.queued(job)  # as Fetcher.enqueue does when the queue has room
+
+        fetcher.enqueue = enqueue  # type: ignore[method-assign]
+        fetcher._on_hold = lambda done=decisions: done.append("hold")
         fetchers.append(fetcher)
         taken.append(decisions)
     return fetchers, taken, cache
@@ -140,7 +151,9 @@ def _state(fetcher: Fetcher) -> tuple[object, ...]:
 
 @given(
     plans=st.lists(receiver_plans, min_size=1, max_size=6),
-    deliveries=st.lists(st.sampled_from(range(len(MESSAGES))), min_size=1, max_size=25),
+    deliveries=st.lists(
+        st.one_of(st.sampled_from(COMMON), st.sampled_from(range(len(MESSAGES)))), min_size=1, max_size=25
+    ),
 )
 def test_the_many_path_decides_what_the_per_delivery_path_does(
     plans: list[dict[str, Any]], deliveries: list[int]
@@ -162,7 +175,7 @@ def test_the_inline_handler_is_the_fetchers_per_message_handler_too() -> None:
     handler = fetcher.inline_handler()
     assert isinstance(handler, InlineHandler) and handler.receiver is fetcher
     handler(MESSAGES[0])
-    assert len(taken) == 1 and taken[0] is not None
+    assert len(taken) == 1 and taken[0].sender == SENDERS[0]  # type: ignore[attr-defined]
 
 
 _PLAN: dict[str, Any] = {
@@ -170,8 +183,10 @@ _PLAN: dict[str, Any] = {
     "fetch_sample": 0,
     "connected_count": 1,
     "connected": set(),
+    "network": set(),
     "banned": set(),
     "max_fetch_per_round": 4,
+    "max_top_ups_per_round": 1,
     "max_early_unknown": 1,
     "max_duplicates_per_round": 1,
     "me": "someone-else",
