@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Set as AbstractSet
 from typing import Any, Protocol
 
 import attrs
@@ -48,13 +49,16 @@ from protocol.decisions import (
     _new_tuple,
     job_for,
 )
+from protocol.deferred import DeferredStore
 from protocol.envelope import Opened, open_envelope
 from protocol.errors import ProtocolError
 from protocol.game import Game, mean_reward
 from protocol.inputs import admit_input, need_inputs
 from protocol.messages import QuestionGroup, RolloutAnnouncement, RolloutBatch
+from protocol.peer_sets import PeersExcept
 from protocol.rounds import COLLECTING_PHASES, RoundMachine
 from protocol.scoring import PeerScores
+from protocol.shared_open import SharedOpen
 from protocol.verification import Verdict
 
 __all__ = [
@@ -73,9 +77,17 @@ __all__ = [
     "job_for",
 ]
 
+SLOW = object()
+"""`Inbox.heard_fast`: not the common case, nothing changed; take the usual path."""
+
 PROOF_OF_LYING = frozenset({"forged_reward", "equivocation"})
 """Rejection reasons backed by the sender's own signature: a batch whose claimed rewards the
 deterministic re-scoring contradicts, or two different batches signed for one round."""
+
+
+MAX_TOP_UPS_PER_ROUND = 64
+"""`AdmissionRules.max_top_ups_per_round`'s default: far more failed sampled fetches than a
+round with `fetch_sample` in the tens sees while the swarm works."""
 
 
 class Opener(Protocol):
@@ -86,6 +98,11 @@ class Opener(Protocol):
     def digest(self, data: bytes) -> bytes: ...
 
     def verdict(self, digest: bytes, compute: Callable[[], Any]) -> Any: ...
+
+    def reopened(self, data: bytes, times: int, *, max_size: int | None = None) -> None:
+        """Do to the opener's own state what `times` more `open(data, max_size=...)` calls, right
+        after one, would have done (their outcome is already known: protocol.shared_open)."""
+        ...
 
 
 class PlainOpener:
@@ -99,6 +116,9 @@ class PlainOpener:
 
     def verdict(self, digest: bytes, compute: Callable[[], Any]) -> Any:
         return compute()
+
+    def reopened(self, data: bytes, times: int, *, max_size: int | None = None) -> None:
+        pass  # no state: nothing to account for
 
 
 @attrs.frozen
@@ -121,6 +141,10 @@ class AdmissionRules:
     max_early_unknown: int = 16
     """How many announcements for the NEXT round (held until it opens) unknown senders may park,
     in all; each sender parks at most one. Established senders are held to the fetch budget."""
+    max_top_ups_per_round: int = attrs.field(default=MAX_TOP_UPS_PER_ROUND, validator=attrs.validators.ge(0))
+    """How many sampled-out announcements a round may take to replace failed fetches (`top_up`);
+    only that many are kept (`protocol.deferred`). Not `max_fetch_per_round`: the simulator sets
+    that to twice the peers, and the deferred entries would stay O(peers) per peer (issue 13)."""
 
 
 @attrs.define
@@ -135,8 +159,8 @@ class RoundInbox:
     fetches: int = 0
     unknown_fetches: int = 0  # of `fetches`, those for senders not `established`
     fetch_hash_prefix: Any = None  # sha256 state over (seed, round, me), see `fetch_priority`
-    # sampled out, kept for top-ups: sender -> (priority, announcement) (a `Defer`)
-    deferred: dict[str, tuple[float, RolloutAnnouncement]] = attrs.Factory(dict)
+    # sampled out, the lowest kept for top-ups: sender -> (priority, announcement) (a `Defer`)
+    deferred: DeferredStore = attrs.Factory(lambda: DeferredStore(MAX_TOP_UPS_PER_ROUND))
     rejected: Counter[str] = attrs.Factory(Counter)
     external: dict[str, tuple[QuestionGroup, ...]] = attrs.Factory(dict)
     external_reward: dict[str, float] = attrs.Factory(dict)
@@ -187,7 +211,7 @@ class Inbox:
         self.early_unknown: Counter[int] = Counter()  # how many of `early[round]` are not established
         # Peers the runtime reports connected (at round open): established before any batch of
         # theirs verified, so a fresh swarm's first round is not left to the unknown share.
-        self.connected: frozenset[str] = frozenset()
+        self.connected: AbstractSet[str] = frozenset()
         # A multi-stage game's inputs: this round's accepted batches (and our own), by stage.
         self.store = InputStore()
 
@@ -211,6 +235,7 @@ class Inbox:
             round=round_number,
             stage=stage,
             fetch_probability=fetch_probability(self.rules.fetch_sample, connected),
+            deferred=DeferredStore(self.rules.max_top_ups_per_round),
         )
         return self.current
 
@@ -223,7 +248,9 @@ class Inbox:
 
     def peers_connected(self, peers: Iterable[str]) -> None:
         """The runtime's connected peers, now (reported when a round opens)."""
-        self.connected = frozenset(peers)
+        # A PeersExcept (the simulator's) is immutable and shared by all peers: kept as it is,
+        # not copied (a frozenset each is O(peers) per peer).
+        self.connected = peers if isinstance(peers, (frozenset, PeersExcept)) else frozenset(peers)
 
     def established(self, sender: str) -> bool:
         """A sender with a reason to trust it: a batch of its verified before, or connected to us.
@@ -232,10 +259,19 @@ class Inbox:
 
     def unknown_budget_full(self) -> bool:
         """Would an unknown sender's announcement be refused now, for this round or the next?"""
+        # This runs for every delivery (Fetcher.on_announcement), so the common answers come
+        # first and without a generator: no unknown fetch yet (the limit is at least 1), and no
+        # early announcement parked.
         state = self.current
-        return (state is not None and state.unknown_fetches >= self.unknown_fetch_limit) or any(
-            count >= self.rules.max_early_unknown for count in self.early_unknown.values()
-        )
+        if state is not None and state.unknown_fetches and state.unknown_fetches >= self.unknown_fetch_limit:
+            return True
+        early_unknown = self.early_unknown
+        if early_unknown:
+            limit = self.rules.max_early_unknown
+            for count in early_unknown.values():
+                if count >= limit:
+                    return True
+        return False
 
     def fetch_lane(self, sender: str) -> int:
         """The runtime's fetch queue runs lane 0 before lane 1: established senders first, so
@@ -254,8 +290,10 @@ class Inbox:
 
     # ---- announcements ------------------------------------------------------------------
 
-    def heard(self, sender: str, data: bytes) -> Decision:
-        """An announcement arrived on the topic; `sender` is who the transport says sent it."""
+    def heard(self, sender: str, data: bytes, shared: SharedOpen | None = None) -> Decision:
+        """An announcement arrived on the topic; `sender` is who the transport says sent it.
+        `shared`: the same message is being handed to many receivers in this process, and its
+        envelope is opened once for all of them (the outcome is the same: see SharedOpen)."""
         rules = self.rules
         if sender == rules.me:
             return None  # our own publish echoed back
@@ -265,7 +303,10 @@ class Inbox:
         if len(data) > max_bytes:
             return self.reject("oversized", blame=sender)
         try:
-            opened = self.opener.open(data, max_size=max_bytes)
+            if shared is None:
+                opened = self.opener.open(data, max_size=max_bytes)
+            else:
+                opened = shared.open(self.opener, max_bytes)
         except ProtocolError as error:
             return self.reject(error.reason, blame=sender)
         announcement = opened.message
@@ -293,6 +334,67 @@ class Inbox:
                 early[announcement.peer_id] = (announcement, opened.digest)
                 return Hold(announcement.round, announcement.stage)
         return self.reject("future_round", blame=None)
+
+    def heard_fast(self, sender: str, data: bytes, shared: SharedOpen) -> Decision | object:
+        """`heard(sender, data, shared)` for the common case of a gossip message handed to many
+        receivers: an established sender's first, well-formed announcement for the current
+        round while it collects, within the fetch budget. Returns `SLOW`, having changed
+        nothing, for anything else (the caller then runs the runtime's usual path, `heard`
+        included). The decisions and state are exactly `heard`'s: the same checks in the same
+        order, only without the rejecting branches and the calls between them
+        (tests/test_admission_many.py runs both on random receivers and messages).
+
+        Why established only: the fetcher refreshes `connected` before `heard` for an unknown
+        sender when the unknown budget is full; for an established one it never does."""
+        rules = self.rules
+        scores = self.scores
+        if (
+            sender == rules.me
+            or sender in scores.banned
+            or not (sender in self.connected or scores.valid.get(sender, 0) > 0)
+            or len(data) > rules.max_announce_bytes
+        ):
+            return SLOW
+        entry = shared.peek(self.opener)
+        if entry is None:
+            return SLOW  # the first receiver with this opener opens it, on the usual path
+        opened = entry[1]
+        if type(opened) is not Opened:
+            return SLOW  # an error outcome: the usual path rejects it
+        announcement = opened.message
+        if (
+            type(announcement) is not RolloutAnnouncement
+            or opened.signer != sender
+            or announcement.swarm_id != rules.swarm_id
+        ):
+            return SLOW
+        current, stage = self.machine.current_position()
+        state = self.current
+        if (
+            announcement.round != current
+            or announcement.stage == stage + 1 < self.game.stage_count
+            or state is None
+            or state.round != current
+            or self.machine.phase not in COLLECTING_PHASES
+            or announcement.stage != state.stage
+            or sender in state.announced
+            or announcement.size_bytes > rules.max_batch_bytes
+            or state.fetches >= rules.max_fetch_per_round
+        ):
+            return SLOW
+        # Decided: from here on, what `heard` -> `consider` does for an established sender.
+        entry[3] += 1  # the open this receiver would have made (SharedOpen.settle accounts it)
+        state.announced[sender] = announcement.batch_digest
+        self.known[sender] = state.round
+        if state.fetch_probability < 1.0:
+            priority = self._priority(state, sender)
+            if priority >= state.fetch_probability:
+                deferred = _new_tuple(Defer, (priority, announcement))
+                if priority <= state.deferred.cutoff:
+                    state.deferred.offer(deferred)
+                self.counters["fetch_deferred"] += 1
+                return deferred
+        return Fetch(job_for(announcement))
 
     def release_early(self, round_number: int) -> list[Decision]:
         """The round (or stage) opened and its questions are known: consider the announcements
@@ -333,7 +435,9 @@ class Inbox:
         if state.fetch_probability < 1.0:
             priority = self._priority(state, sender)
             if priority >= state.fetch_probability:
-                state.deferred[sender] = deferred = _new_tuple(Defer, (priority, announcement))
+                deferred = _new_tuple(Defer, (priority, announcement))
+                if priority <= state.deferred.cutoff:  # else never taken: spare the call
+                    state.deferred.offer(deferred)  # kept if a top-up could still reach it
                 self.counters["fetch_deferred"] += 1
                 return deferred
         if unknown:
@@ -377,7 +481,9 @@ class Inbox:
             yield FetchJob(state.round, state.stage, peer, b"", -1, dht_only=True)
 
     def top_up(self, round_number: int) -> Fetch | None:
-        """A sampled fetch failed: fetch the next deferred batch instead (lowest priority first)."""
+        """A sampled fetch failed: fetch the next deferred batch instead (lowest priority first).
+        A round takes at most `max_top_ups_per_round` deferred entries (a banned sender's one
+        counts too): a wave of failures does not turn a sampled round into fetching everyone."""
         state = self.current
         while (
             state is not None
@@ -385,9 +491,11 @@ class Inbox:
             and state.deferred
             and self.machine.collecting(round_number, state.stage)
         ):
-            sender = min(state.deferred, key=lambda peer: (state.deferred[peer][0], peer))
-            _, announcement = state.deferred.pop(sender)
-            if not self.scores.is_banned(sender):
+            entry = state.deferred.take()
+            if entry is None:
+                return None  # the round's top-ups are used up
+            _, announcement = entry
+            if not self.scores.is_banned(announcement.peer_id):
                 return Fetch(job_for(announcement))
         return None
 

@@ -39,9 +39,9 @@ class Fetch:
 
 class Defer(tuple[float, RolloutAnnouncement]):
     """Sampled out: `(priority, announcement)`, the very entry kept in `RoundInbox.deferred`
-    for a top-up. A tuple, built with `tuple.__new__`: one allocation per sampled-out
-    announcement, the entry and the decision at once (this runs for most deliveries when
-    `fetch_sample` is set)."""
+    for a top-up when a top-up can reach it (protocol/deferred.py). A tuple, built with
+    `tuple.__new__`: one allocation per sampled-out announcement, the entry and the decision
+    at once (this runs for most deliveries when `fetch_sample` is set)."""
 
     __slots__ = ()
 

@@ -400,6 +400,11 @@ class RoundMachine:
     def current_position(self) -> tuple[int, int]:
         """`current_round`, with its stage: (round, stage) of the newer of the open and the
         skipped position."""
+        if not self.timing.stages:
+            # `_at` is (round, 0) here: the same max without building four tuples (this runs
+            # for every announcement delivered).
+            newer = self.round if self.round >= self.skipped_round else self.skipped_round
+            return (newer, 0)
         return max(self._at(self.round, self.stage), self._at(self.skipped_round, self.skipped_stage))
 
     def _at(self, round_number: int, stage: int) -> tuple[int, int]:

@@ -40,7 +40,8 @@ from typing import Any
 import attrs
 import trio
 
-from swarmp2p.ports import InboundMessage, NetworkError, RequestHandler
+from protocol.peer_sets import PeersExcept
+from swarmp2p.ports import InboundMessage, InlineHandler, NetworkError, RequestHandler
 
 
 @attrs.frozen
@@ -122,7 +123,7 @@ class SimWorld:
         self._members_version = 0
         self._topic_members: dict[str, tuple[int, list[_Node]]] = {}
         self._sender_bases: dict[tuple[str, str], tuple[int, array]] = {}
-        self._online_cache: tuple[int, list[str]] | None = None
+        self._online_cache: tuple[int, frozenset[str]] | None = None
 
     # ---- membership ----------------------------------------------------------------------
 
@@ -169,18 +170,21 @@ class SimWorld:
                 return False
         return True
 
-    def reachable_from(self, a: str) -> list[str]:
+    def reachable_from(self, a: str) -> Sequence[str]:
         """Online peers other than `a` that `a` can reach now (one clock read, not one per peer)."""
         now = self.now_ms()
         cuts = [(p.side, a in p.side) for p in self.partitions if p.start_ms <= now < p.heal_ms]
         if not cuts:
             # Every peer asks this at every round start and sweep: the online list is cached
             # until membership changes, and only `a` is filtered out per call.
+            # Every peer asks this at every round start and sweep: one frozenset of the online
+            # peers per membership change, shared by all of them (PeersExcept leaves `a` out on
+            # lookup). A list or set per peer is O(peers) each: ~5 GB at 10,000 peers.
             cached = self._online_cache
             if cached is None or cached[0] != self._members_version:
-                online = [peer_id for peer_id, node in self.nodes.items() if node.online]
+                online = frozenset(peer_id for peer_id, node in self.nodes.items() if node.online)
                 cached = self._online_cache = (self._members_version, online)
-            return [peer_id for peer_id in cached[1] if peer_id != a]
+            return PeersExcept(cached[1], a)
         return [
             peer_id
             for peer_id, node in self.nodes.items()
@@ -378,16 +382,36 @@ class SimWorld:
                         item[0] = None
                         trio.lowlevel.reschedule(task)
                     continue
-                topic = item.topic
-                for receiver in receivers:
-                    sink = receiver.sinks.get(topic) if receiver.online else None
-                    if sink is None:
-                        self._count(dropped_offline=1)
-                        continue
-                    try:
-                        sink(item)
-                    except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
-                        self._count(dropped_queue=1)
+                self._deliver(item, receivers)
+
+    def _deliver(self, message: InboundMessage, receivers: list[_Node]) -> None:
+        """Hand `message` to `receivers` in order. Consecutive receivers subscribed with an
+        `InlineHandler` sharing one `many` get it in one call (the message judged once, then
+        each receiver: see Fetcher.handle_announcement_many); any other sink, one call each."""
+        topic = message.topic
+        batch: list[Any] = []
+        batch_many: Callable[[InboundMessage, list[Any]], None] | None = None
+        for receiver in receivers:
+            sink = receiver.sinks.get(topic) if receiver.online else None
+            if sink is None:
+                self._count(dropped_offline=1)
+                continue
+            if type(sink) is InlineHandler:
+                if sink.many is not batch_many:
+                    if batch:
+                        batch_many(message, batch)  # type: ignore[misc]
+                    batch, batch_many = [], sink.many
+                batch.append(sink.receiver)
+                continue
+            if batch:
+                batch_many(message, batch)  # type: ignore[misc]
+                batch, batch_many = [], None
+            try:
+                sink(message)
+            except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
+                self._count(dropped_queue=1)
+        if batch:
+            batch_many(message, batch)  # type: ignore[misc]
 
     # ---- direct requests -----------------------------------------------------------------
 

@@ -12,14 +12,15 @@ from typing import Any
 
 import trio
 
-from protocol.admission import Accept, Fetch, FetchJob, Hold, Inbox, NeedInputs
+from protocol.admission import SLOW, Accept, Fetch, FetchJob, Hold, Inbox, NeedInputs
 from protocol.errors import ProtocolError
 from protocol.messages import FetchRequest, FetchResponse
+from protocol.shared_open import SharedOpen
 from swarmp2p.fetch_queue import LaneQueue
 from swarmp2p.peer_cache import VerifyCache
 from swarmp2p.peer_settings import PeerSettings, batch_dht_key
-from swarmp2p.ports import InboundMessage, NetworkError, NetworkPort
-from swarmp2p.pushed import PushedBatches, unwrap
+from swarmp2p.ports import InboundMessage, InlineHandler, NetworkError, NetworkPort
+from swarmp2p.pushed import PUSHED_PREFIX, PushedBatches, unwrap
 
 log = logging.getLogger("swarmp2p.peer")
 
@@ -103,21 +104,58 @@ class Fetcher:
             log.exception("%s: handling an announcement failed", self.peer_id)
             self.inbox.reject("internal_error", blame=None)
 
+    def inline_handler(self) -> InlineHandler:
+        """What the Peer subscribes inline with: per message, or (the simulator's world) one
+        message for many fetchers at once."""
+        return InlineHandler(self.handle_announcement, Fetcher.handle_announcement_many, self)
+
+    @staticmethod
+    def handle_announcement_many(message: InboundMessage, fetchers: list[Fetcher]) -> None:
+        """`handle_announcement(message)` for each of `fetchers`, in order, with the envelope
+        opened once for all of them (SharedOpen): the same decisions, one open per message
+        instead of one per receiver. Never raises."""
+        sender = message.transport_sender
+        data = message.data
+        if data.startswith(PUSHED_PREFIX):
+            # A pushed batch (swarmp2p/pushed.py): each receiver unwraps and keeps its own.
+            for fetcher in fetchers:
+                fetcher.handle_announcement(message)
+            return
+        shared = SharedOpen(data)
+        for fetcher in fetchers:
+            try:
+                # The common case decided in one call (Inbox.heard_fast); it never holds, so
+                # only a Fetch is left to carry out (`take` ignores Defer and Reject).
+                decision = fetcher.inbox.heard_fast(sender, data, shared)
+                if decision is SLOW:
+                    fetcher._announced(sender, data, shared)
+                elif type(decision) is Fetch:
+                    fetcher.enqueue(decision.job)
+            except Exception:
+                log.exception("%s: handling an announcement failed", fetcher.peer_id)
+                fetcher.inbox.reject("internal_error", blame=None)
+        shared.settle()
+
     def on_announcement(self, message: InboundMessage) -> None:
         sender = message.transport_sender
-        inbox = self.inbox
         try:
             # A small batch may ride along (eager push): the announcement is judged alone.
             announcement, pushed = unwrap(message.data)
         except ProtocolError as error:
-            inbox.reject(error.reason, blame=sender)
+            self.inbox.reject(error.reason, blame=sender)
             return
+        self._announced(sender, announcement, None, pushed)
+
+    def _announced(
+        self, sender: str, data: bytes, shared: SharedOpen | None, pushed: bytes | None = None
+    ) -> None:
+        inbox = self.inbox
         if inbox.unknown_budget_full() and not inbox.established(sender):
             # Peers connect during a round too (a node opens round 0 before the others are up):
             # before a sender is refused as an unknown key, learn who is connected now. Only
             # then: this runs per delivery, and asking the network costs a walk of its peers.
             inbox.peers_connected(self.network.connected_peers())
-        decision = inbox.heard(sender, announcement)
+        decision = inbox.heard(sender, data, shared)
         if pushed is not None and isinstance(decision, Fetch):
             # Kept only for a batch the inbox wants: deferred or refused ones go at once.
             job = decision.job

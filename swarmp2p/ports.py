@@ -37,6 +37,22 @@ class InboundMessage:
     data: bytes
 
 
+@attrs.frozen(eq=False)
+class InlineHandler:
+    """A `subscribe_inline` handler (callable per message) that an in-process transport may also
+    call once per message for many receivers: `many(message, [receiver, ...])` with the
+    `receiver` of each subscribed handler sharing the same `many`, in delivery order. `many`
+    must decide for each receiver exactly what `one(message)` would (the simulator's world hands
+    a gossip message to hundreds of virtual peers; tests/test_admission_many.py)."""
+
+    one: Callable[[InboundMessage], None]
+    many: Callable[[InboundMessage, list[Any]], None]
+    receiver: Any
+
+    def __call__(self, message: InboundMessage) -> None:
+        self.one(message)
+
+
 RequestHandler = Callable[[str, bytes], Awaitable[bytes]]
 """(requesting peer id, request bytes) -> response bytes, for the direct request/response protocol."""
 

@@ -303,3 +303,18 @@ def test_a_request_for_another_peers_batch_is_not_served_ours() -> None:
     assert codec.decode(ours) == FetchResponse(found=True, envelope=envelope)
     theirs = trio.run(peer._serve_fetch, "x", codec.encode(FetchRequest(SWARM, 5, 0, pid(ALICE))))
     assert codec.decode(theirs) == FetchResponse(found=False, envelope=b"")
+
+
+def test_only_an_abandoned_rounds_work_is_kept_when_the_next_round_opens() -> None:
+    """The work of a round in progress is parked for its record (AbandonRound); a finished
+    round's is let go: it holds the round's inbox, O(peers) per peer in a big simulation."""
+    peer, _, clock = make_peer()
+    open_round(peer, clock, 5)
+    fifth = peer._work
+    open_round(peer, clock, 6)  # round 5 still generating: abandoned, kept for its record
+    assert fifth is not None and peer._abandoned is fifth
+    peer._abandon(5)
+    assert [(r.round, r.completed) for r in peer.history] == [(5, False)]
+    peer.machine.phase = Phase.IDLE  # round 6 finished (reported)
+    open_round(peer, clock, 7)
+    assert peer._abandoned is None

@@ -1,0 +1,59 @@
+"""One gossip message opened once for all of its receivers in one process (the simulator).
+
+A simulated gossip message reaches hundreds of virtual peers as the SAME bytes object. Each
+receiver's `Inbox.heard` would open it through its `Opener`; with a `SharedOpen` the first
+receiver that gets that far opens it and the others reuse the outcome. What the skipped calls
+would have done to the opener (a memo hit each, in `VerifyCache`) is settled afterwards with
+`Opener.reopened`, so the opener's state and counters end up exactly as with one call per
+receiver (tests/test_admission_many.py).
+
+Why the outcome may be shared: `heard` opens only data no longer than the receiver's
+`max_announce_bytes`, and below that bound the outcome of opening does not depend on the bound.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.envelope import Opened
+from protocol.errors import ProtocolError
+
+
+class SharedOpen:
+    """`open(opener, max_size)` for one message's `data`, memoized per opener."""
+
+    __slots__ = ("_by_opener", "data")
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        # id(opener) -> [opener, outcome, max_size, calls answered from the memo]
+        self._by_opener: dict[int, list[Any]] = {}
+
+    def open(self, opener: Any, max_size: int) -> Opened:
+        """What `opener.open(self.data, max_size=max_size)` returns or raises."""
+        entry = self._by_opener.get(id(opener))
+        if entry is None:
+            try:
+                outcome: Opened | ProtocolError = opener.open(self.data, max_size=max_size)
+            except ProtocolError as error:
+                outcome = error
+            self._by_opener[id(opener)] = [opener, outcome, max_size, 0]
+        else:
+            entry[3] += 1
+            outcome = entry[1]
+        if isinstance(outcome, ProtocolError):
+            raise ProtocolError(outcome.reason, outcome.message)
+        return outcome
+
+    def peek(self, opener: Any) -> list[Any] | None:
+        """The memo entry `[opener, outcome, max_size, repeats]` once `opener` opened the data,
+        else None. Counts nothing: a caller that uses the outcome in place of `open` adds 1 to
+        `entry[3]` (Inbox.heard_fast does, once it is sure to decide)."""
+        return self._by_opener.get(id(opener))
+
+    def settle(self) -> None:
+        """Tell each opener about the calls it did not get (call once, after all receivers)."""
+        for opener, _, max_size, repeats in self._by_opener.values():
+            if repeats:
+                opener.reopened(self.data, repeats, max_size=max_size)
+        self._by_opener.clear()

@@ -1,0 +1,193 @@
+"""The simulator's fast delivery path decides exactly what the per-delivery path does.
+
+`Fetcher.handle_announcement_many(message, fetchers)` (one call per gossip message and arrival
+slot, the envelope opened once: protocol/shared_open.py) against `handle_announcement(message)`
+once per receiver: on random receivers (rounds, phases, bans, sampling, connected peers, what
+they heard before) and random messages (valid, duplicate, equivocating, next round, stale,
+wrong swarm, relayed, garbage, oversized), the decisions, every inbox's state and the shared
+VerifyCache's counters must be identical.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from protocol.admission import AdmissionRules, Inbox
+from protocol.envelope import seal
+from protocol.messages import RolloutAnnouncement
+from protocol.rounds import RoundMachine, RoundOpened
+from protocol.scoring import PeerScores
+from swarmp2p.fetcher import Fetcher
+from swarmp2p.peer_cache import VerifyCache
+from swarmp2p.ports import InboundMessage, InlineHandler
+from tests.test_admission_rules import GAME, ROUND, SEED, SWARM, key, pid
+
+SIGNERS = [key(f"signer{i}") for i in range(12)]
+SENDERS = [pid(k) for k in SIGNERS]
+
+
+def _announcement(signer: bytes, *, round_number: int = ROUND, variant: int = 0, swarm: str = SWARM) -> bytes:
+    digest = hashlib.sha256(f"{variant}".encode()).digest()
+    return seal(RolloutAnnouncement(swarm, round_number, 0, pid(signer), digest, 2, 1000), signer)
+
+
+def _messages() -> list[InboundMessage]:
+    """A fixed pool (signing is the slow part), drawn from by the tests."""
+    pool = []
+    for i, signer in enumerate(SIGNERS):
+        sender = SENDERS[i]
+        pool += [
+            InboundMessage("t", sender, _announcement(signer)),
+            InboundMessage("t", sender, _announcement(signer, variant=1)),  # equivocation
+            InboundMessage("t", sender, _announcement(signer, round_number=ROUND + 1)),  # held
+            InboundMessage("t", sender, _announcement(signer, round_number=ROUND - 1)),  # stale
+            InboundMessage("t", sender, _announcement(signer, swarm="other")),
+            InboundMessage("t", SENDERS[(i + 1) % len(SENDERS)], _announcement(signer)),  # relayed
+        ]
+    pool += [
+        InboundMessage("t", SENDERS[0], b"\x93garbage"),
+        InboundMessage("t", SENDERS[1], b"x" * 2000),  # oversized
+    ]
+    return pool
+
+
+MESSAGES = _messages()
+COMMON = [6 * i for i in range(len(SIGNERS))]  # each signer's valid one: the fast path's case
+
+
+class _Network:
+    def __init__(self, connected: Sequence[str]) -> None:
+        self.connected = list(connected)
+        self.bounds_waits = True
+
+    def connected_peers(self) -> list[str]:
+        return self.connected
+
+
+receiver_plans = st.fixed_dictionaries(
+    {
+        "round": st.sampled_from([ROUND, ROUND, ROUND, ROUND - 1, ROUND + 1]),
+        "fetch_sample": st.sampled_from([0, 1, 3]),
+        "connected_count": st.integers(0, 6),
+        "connected": st.one_of(st.just(set(SENDERS)), st.sets(st.sampled_from(SENDERS))),
+        "network": st.sets(st.sampled_from(SENDERS)),  # who the network says is connected later
+        "banned": st.sets(st.sampled_from(SENDERS), max_size=2),
+        "max_fetch_per_round": st.integers(1, 6),
+        "max_top_ups_per_round": st.integers(0, 3),
+        "max_early_unknown": st.integers(0, 2),
+        "max_duplicates_per_round": st.integers(0, 2),
+        "me": st.sampled_from([*SENDERS[:1], "someone-else"]),
+    }
+)
+
+
+def _build(plans: list[dict[str, Any]]) -> tuple[list[Fetcher], list[list[object]], VerifyCache]:
+    cache = VerifyCache(max_entries=64, identity_entries=16)
+    fetchers, taken = [], []
+    for plan in plans:
+        machine = RoundMachine()
+        machine.handle(0, RoundOpened(plan["round"], collect_until_ms=1000, round_ends_ms=2000))
+        rules = AdmissionRules(
+            swarm_id=SWARM,
+            me=plan["me"],
+            seed=SEED,
+            fetch_sample=plan["fetch_sample"],
+            max_fetch_per_round=plan["max_fetch_per_round"],
+            max_top_ups_per_round=plan["max_top_ups_per_round"],
+            max_early_unknown=plan["max_early_unknown"],
+            max_duplicates_per_round=plan["max_duplicates_per_round"],
+            unknown_fetch_share=0.5,
+        )
+        scores = PeerScores(ban_threshold=2)
+        scores.banned.update(plan["banned"])
+        inbox = Inbox(rules, machine, GAME, opener=cache, scores=scores)
+        inbox.open_round(plan["round"], 0, connected=plan["connected_count"])
+        inbox.peers_connected(sorted(plan["connected"]))  # as the Peer does at round open
+        fetcher = Fetcher.__new__(Fetcher)  # no settings or queue: what it queues is recorded
+        fetcher.peer_id = plan["me"]
+        fetcher.network = _Network(sorted(plan["network"]))  # type: ignore[assignment]
+        fetcher.inbox = inbox
+        fetcher.cache = cache
+        fetcher.counters = inbox.counters
+        decisions: list[object] = []  # what the fetcher carries out: fetches queued, holds
+
+        def enqueue(job: Any, done: list[object] = decisions, inbox: Inbox = inbox) -> None:
+            done.append(job)
+            inbox.queued(job)  # as Fetcher.enqueue does when the queue has room
+
+        fetcher.enqueue = enqueue  # type: ignore[method-assign]
+        fetcher._on_hold = lambda done=decisions: done.append("hold")
+        fetchers.append(fetcher)
+        taken.append(decisions)
+    return fetchers, taken, cache
+
+
+def _state(fetcher: Fetcher) -> tuple[object, ...]:
+    inbox = fetcher.inbox
+    current = inbox.current
+    assert current is not None
+    return (
+        dict(inbox.rejections),
+        dict(inbox.counters),
+        sorted(inbox.scores.banned),
+        dict(inbox.scores.invalid),
+        dict(inbox.known),
+        {r: dict(e) for r, e in inbox.early.items()},
+        dict(inbox.early_unknown),
+        sorted(inbox.connected),
+        dict(current.announced),
+        dict(current.deferred.items()),
+        dict(current.duplicates),
+        dict(current.rejected),
+        current.fetches,
+        current.unknown_fetches,
+    )
+
+
+@given(
+    plans=st.lists(receiver_plans, min_size=1, max_size=6),
+    deliveries=st.lists(
+        st.one_of(st.sampled_from(COMMON), st.sampled_from(range(len(MESSAGES)))), min_size=1, max_size=25
+    ),
+)
+def test_the_many_path_decides_what_the_per_delivery_path_does(
+    plans: list[dict[str, Any]], deliveries: list[int]
+) -> None:
+    one, one_taken, one_cache = _build(plans)
+    many, many_taken, many_cache = _build(plans)
+    for index in deliveries:
+        message = MESSAGES[index]
+        for fetcher in one:
+            fetcher.handle_announcement(message)
+        Fetcher.handle_announcement_many(message, many)
+    assert one_taken == many_taken
+    assert [_state(f) for f in one] == [_state(f) for f in many]
+    assert (one_cache.hits, one_cache.misses) == (many_cache.hits, many_cache.misses)
+
+
+def test_the_inline_handler_is_the_fetchers_per_message_handler_too() -> None:
+    (fetcher,), (taken,), _ = _build([{**_PLAN}])
+    handler = fetcher.inline_handler()
+    assert isinstance(handler, InlineHandler) and handler.receiver is fetcher
+    handler(MESSAGES[0])
+    assert len(taken) == 1 and taken[0].sender == SENDERS[0]  # type: ignore[attr-defined]
+
+
+_PLAN: dict[str, Any] = {
+    "round": ROUND,
+    "fetch_sample": 0,
+    "connected_count": 1,
+    "connected": set(),
+    "network": set(),
+    "banned": set(),
+    "max_fetch_per_round": 4,
+    "max_top_ups_per_round": 1,
+    "max_early_unknown": 1,
+    "max_duplicates_per_round": 1,
+    "me": "someone-else",
+}
