@@ -186,6 +186,28 @@ class CountingPubsub(Pubsub):
         # forwarded): see LibP2PNetwork.set_gossip_validator.
         self.deliver_rejected_topics: set[str] = set()
 
+    async def _handle_new_peer(self, peer_id: ID) -> None:
+        """py-libp2p 0.8.1's, then the subscriptions that changed while it ran, to that peer.
+
+        It builds the new peer's hello (our topics), awaits writing it, and only then registers
+        the peer: a `subscribe` in between went to every registered peer but this one and was
+        not in the hello either, so that peer never learned it (it then sent us nothing on the
+        topic by flood publish; tests/test_net_adapter.py's star test lost one in ~25 runs
+        under load). Resending a subscription the hello did carry is harmless."""
+        topics_before = frozenset(self.topic_ids)
+        await super()._handle_new_peer(peer_id)
+        queue = self.peer_queues.get(peer_id)
+        if queue is None or peer_id not in self.peers:
+            return
+        topics_now = frozenset(self.topic_ids)
+        changes = [(topic, True) for topic in topics_now - topics_before]
+        changes += [(topic, False) for topic in topics_before - topics_now]
+        if changes:
+            packet = rpc_pb2.RPC()
+            for topic, subscribe in sorted(changes):
+                packet.subscriptions.append(rpc_pb2.RPC.SubOpts(subscribe=subscribe, topicid=topic))
+            queue.push(packet)
+
     async def subscribe(self, topic_id: str) -> Any:
         """py-libp2p 0.8.1's `Pubsub.subscribe`, step for step, with a PriorityInbox in place of
         its memory channel (see `notify_subscriptions`)."""
