@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import time
 import urllib.request
 from pathlib import Path
@@ -25,15 +24,9 @@ from typing import Any
 import attrs
 import pytest
 from test_node_acr import ROUND_SECONDS, STAGES, by_position, start_acr_swarm
-from test_node_swarm import NodeProcess, swarm_report, wait_for, warm_model, write_config
+from test_node_swarm import NodeProcess, free_port, swarm_report, wait_for, warm_model, write_config
 
 __all__ = ["warm_model"]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def api_status(port: int) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -141,6 +142,13 @@ class NodeProcess:
             return None
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (for a node's --dashboard-port)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
@@ -188,14 +196,6 @@ def test_five_node_swarm_survives_sigkill_and_rejoin(tmp_path: Path, warm_model:
     finally:
         for node in nodes:
             node.stop(signal.SIGKILL, timeout_s=5)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def run_five_node_scenario(nodes: list[NodeProcess], status_port: int) -> None:
@@ -316,8 +316,6 @@ def everything_counted(port: int) -> bool:
 
 @pytest.mark.slow
 def test_node_counts_garbage_oversized_replayed_and_impersonated(tmp_path: Path, warm_model: Path) -> None:
-    import socket
-
     import trio
     from libp2p.crypto.ed25519 import create_new_key_pair
     from libp2p.peer.id import ID
@@ -328,9 +326,7 @@ def test_node_counts_garbage_oversized_replayed_and_impersonated(tmp_path: Path,
     from swarmp2p.net import FETCH_PROTOCOL, NetworkSettings, open_libp2p_network
     from swarmp2p.peer import announce_topic
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     config = write_config(tmp_path / "one.toml")
     node = NodeProcess(tmp_path / "victim", config, warm_model, ["--dashboard-port", str(port)])
     node.start()
