@@ -49,7 +49,7 @@ def sharing(
     hetero: bool = typer.Option(
         False,
         "--hetero",
-        help="Half the peers run a larger, stronger model (1.6M parameters); rows per size.",
+        help="Half the peers run a larger model (1.6M parameters, pre-trained longer); rows per size.",
     ),
     questions: int = typer.Option(
         16,
