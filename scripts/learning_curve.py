@@ -59,12 +59,19 @@ def selection_of(folder: Path) -> dict | None:
         "test_start": starts[-1]["accuracy"],
         "test_selected": selected[-1]["accuracy"],
         "gain": selected[-1]["accuracy"] - starts[-1]["accuracy"],
+        # The mean over tasks (what "overall" meant before it weighed every question alike).
+        "task_mean_gain": task_mean(selected[-1]) - task_mean(starts[-1]),
         "selected_step": selected[-1]["selected_step"],
         "validation_accuracy": selected[-1]["validation_accuracy"],
         "test_per_task_start": {t: v["accuracy"] for t, v in starts[-1]["per_task"].items()},
         "test_per_task_selected": {t: v["accuracy"] for t, v in selected[-1]["per_task"].items()},
         "test_questions": selected[-1]["questions"],
     }
+
+
+def task_mean(result: dict) -> float:
+    accuracies = [v["accuracy"] for v in result["per_task"].values()]
+    return sum(accuracies) / len(accuracies)
 
 
 def finished(folder: Path, steps: int) -> bool:

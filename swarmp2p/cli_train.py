@@ -227,7 +227,8 @@ def train(
     best = BestByValidation(window=select_window)
 
     def record_test(key: str, result: dict, **extra: object) -> None:
-        fields = {k: result[k] for k in ("step", "accuracy", "reward", "per_task", "questions", "split")}
+        keys = ("step", "accuracy", "task_mean_accuracy", "reward", "per_task", "questions", "split")
+        fields = {k: result[k] for k in keys if k in result}
         log.write(json.dumps({key: {**fields, **extra}}) + "\n")
 
     def maybe_evaluate() -> None:
@@ -236,8 +237,17 @@ def train(
             result = policy.evaluate()
             last_eval_at = policy.step
             evals.append(result)
-            fields = ("step", "accuracy", "reward", "per_task", "questions", "split", "seconds")
-            log.write(json.dumps({"eval": {k: result[k] for k in fields}}) + "\n")
+            fields = (
+                "step",
+                "accuracy",
+                "task_mean_accuracy",
+                "reward",
+                "per_task",
+                "questions",
+                "split",
+                "seconds",
+            )
+            log.write(json.dumps({"eval": {k: result[k] for k in fields if k in result}}) + "\n")
             if board is not None:
                 board.evaluation(iteration, result)
             if selecting:

@@ -211,6 +211,10 @@ def serve(envelope: bytes, *, delay_s: float = 0.0):  # type: ignore[no-untyped-
     return handler
 
 
+async def serve_nothing(requester: str, data: bytes) -> bytes:
+    return codec.encode(FetchResponse(found=False, envelope=b""))
+
+
 def test_repeated_announcements_are_duplicates_then_a_flood() -> None:
     harness = Harness()
     topic = announce_topic(SWARM)
@@ -316,7 +320,9 @@ def test_a_dht_batch_that_conflicts_with_a_later_announcement_is_a_sweep_conflic
         changer, changer_seed = attacker_port(h, "changer")
         swept = honest_batch_envelope(h, changer_seed, 1)
         other = honest_batch_envelope(h, changer_seed, 1, groups=3)
-        changer.set_request_handler(serve(other))
+        # Asked directly (the sweep asks a connected peer first), it gives nothing: the sweep
+        # falls back to the DHT record.
+        changer.set_request_handler(serve_nothing)
         await changer.dht_put(batch_dht_key(SWARM, 1, 0, changer.local_peer_id), swept)
         slow_envelope = honest_batch_envelope(h, slow_seed, 1)
         slow.set_request_handler(serve(slow_envelope, delay_s=4.0))
@@ -352,9 +358,10 @@ def test_an_announcement_after_the_collect_window_is_late() -> None:
     async def attack(h: Harness) -> None:
         port, seed = attacker_port(h, "latecomer")
         envelope = honest_batch_envelope(h, seed, 0)
-        port.set_request_handler(serve(envelope))
+        port.set_request_handler(serve_nothing)  # no batch yet when the sweep asks
         # collect_fraction 0.6: round 0 collects until ~6 s; announce at 9 s, still round 0.
         await trio.sleep(ROUND_MS / 1000 * 0.9)
+        port.set_request_handler(serve(envelope))
         await port.publish(announce_topic(SWARM), announce(seed, 0, envelope))
 
     harness.run(1, attack)
@@ -524,3 +531,37 @@ def test_peer_refuses_a_key_that_is_not_the_networks() -> None:
             harness.registry,
             harness.clock,
         )
+
+
+def test_the_sweep_asks_a_connected_peer_itself_when_its_gossip_and_the_dht_fail() -> None:
+    """Honest-0's announcements never arrive and the DHT finds nothing: the sweep still gets its
+    batch by asking it directly over a stream of its own. In the flood test a busy process held
+    a neighbour's gossip for seconds while its fetch streams answered in a millisecond, and the
+    DHT lookup (tried first at the attacker, who speaks no DHT) timed out."""
+    harness = Harness()
+    silent = harness.peers[0]
+    topic = announce_topic(SWARM)
+    publish = silent.network.publish
+
+    async def publish_all_but_announcements(to: str, data: bytes) -> None:
+        if to != topic:
+            await publish(to, data)
+
+    async def nothing_in_the_dht(key: str) -> bytes | None:
+        return None
+
+    silent.network.publish = publish_all_but_announcements  # type: ignore[method-assign]
+    for peer in harness.peers[1:]:
+        peer.network.dht_get = nothing_in_the_dht  # type: ignore[method-assign]
+
+    async def idle(h: Harness) -> None:
+        pass
+
+    harness.run(4, idle)
+    for peer in harness.peers[1:]:
+        completed = [record for record in peer.history if record.completed]
+        assert len(completed) >= 3
+        assert all(silent.peer_id in record.accepted_peers for record in completed), [
+            (record.round, record.accepted_peers, dict(record.rejected)) for record in completed
+        ]
+        assert peer.counters["sweep_recovered"] >= len(completed)

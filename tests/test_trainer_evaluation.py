@@ -174,3 +174,18 @@ def test_learning_rate_decays_from_lr_to_a_tenth_and_stays(step: int, decay: int
         assert rate == pytest.approx(3e-5)
     else:
         assert learning_rate(config, step + 1) <= rate + 1e-15, "never rises"
+
+
+def test_overall_accuracy_weighs_every_question_alike(registry: ReasoningGymRegistry) -> None:
+    """A task with few held-out questions (leg_counting has 8 at difficulty 0) must not carry the
+    same weight as one with a hundred: the overall is correct answers over all questions, and
+    the mean over tasks is kept beside it as `task_mean_accuracy`."""
+    chain = [ref for ref in registry.eval_questions(4, 99) if ref.task == "chain_sum"][:3]
+    legs = [ref for ref in registry.eval_questions(4, 99) if ref.task == "leg_counting"][:1]
+    refs = chain + legs
+    right = [f"<answer>{registry.question(ref)[1]}</answer>" for ref in refs]
+    texts = [*right[:3], "<answer>-1</answer>"]  # chain_sum 3 of 3, leg_counting 0 of 1
+    result = summarize(registry, refs, texts, generations_to_log=0)
+    assert result["accuracy"] == pytest.approx(3 / 4)
+    assert result["task_mean_accuracy"] == pytest.approx(0.5)
+    assert result["per_task"]["leg_counting"]["n"] == 1

@@ -60,7 +60,10 @@ def summarize(
     samples_per_question: int = 1,
 ) -> dict[str, Any]:
     """Accuracy (correct answers, format ignored) and mean reward (the swarm's reward, format
-    included) per task and overall (the mean over tasks, so every task weighs the same).
+    included) per task and overall. Overall weighs every question alike (correct answers over
+    all questions): a task's held-out split can be small (leg_counting has 8 questions at
+    difficulty 0, where one question would move a mean over tasks by 6 points). The mean over
+    tasks is kept beside it as `task_mean_accuracy`.
 
     `texts` holds `samples_per_question` completions per question, question-major; accuracy is
     their mean, i.e. the expected accuracy of one completion, measured with less sampling noise."""
@@ -97,9 +100,11 @@ def summarize(
         }
         for task, stats in per_task.items()
     }
+    samples_total = sum(stats["n"] for stats in per_task.values())
     return {
-        "accuracy": sum(t["accuracy"] for t in tasks.values()) / len(tasks),
-        "reward": sum(t["reward"] for t in tasks.values()) / len(tasks),
+        "accuracy": sum(stats["correct"] for stats in per_task.values()) / samples_total,
+        "reward": sum(stats["reward_sum"] for stats in per_task.values()) / samples_total,
+        "task_mean_accuracy": sum(t["accuracy"] for t in tasks.values()) / len(tasks),
         "questions": len(refs),
         "per_task": tasks,
         "samples": samples,

@@ -243,8 +243,12 @@ def _eval_metrics(status: Mapping[str, Any]) -> list[Any]:
     families: list[Any] = []
     overall = {
         "swarmp2p_eval_accuracy": (
-            "Held-out accuracy of the latest evaluation (the mean over its tasks).",
+            "Held-out accuracy of the latest evaluation (correct answers over all its questions).",
             "accuracy",
+        ),
+        "swarmp2p_eval_task_mean_accuracy": (
+            "Held-out accuracy of the latest evaluation, the mean over its tasks.",
+            "task_mean_accuracy",
         ),
         "swarmp2p_eval_reward": ("Held-out mean reward of the latest evaluation.", "reward"),
         "swarmp2p_eval_step": ("Training step the latest held-out evaluation measured.", "step"),

@@ -22,6 +22,8 @@ class DropCounters:
         # and its stream is not read for a while (each such pause counted once).
         "gossip_forwarder_rate_limited",
         "gossip_forwarder_paused",
+        # An unknown origin's message delivered here but not relayed: past the relay budget.
+        "gossip_relay_unknown_limited",
         "gossip_oversized_publish",
         # Inbound gossip py-libp2p refuses (it only logs them at debug level).
         "gossip_bad_signature",

@@ -47,6 +47,14 @@ class NetworkSettings:
     # hellos: tens a second in a 100-peer swarm.
     forwarder_rate_per_s: float = attrs.field(default=200.0, validator=_positive)
     forwarder_burst: float = attrs.field(default=200.0, validator=_positive)
+    # Messages of unknown origins (neither connected nor vouched for) this node relays, over all
+    # its neighbours: past it they are still delivered here, not forwarded (counted
+    # `gossip_relay_unknown_limited`). Half the forwarder allowance, so our relaying never gets
+    # us paused by a neighbour; far above an honest swarm's joiners. Under a flood from throwaway
+    # keys, relaying it all put hundreds of frames ahead of our own announcement on the link to
+    # each honest neighbour, and both honest peers lost a round (tests/test_net_gossip_relay.py).
+    relay_unknown_rate_per_s: float = attrs.field(default=100.0, validator=_positive)
+    relay_unknown_burst: float = attrs.field(default=200.0, validator=_positive)
     outbound_queue_size: int = attrs.field(default=4096, validator=_positive)
     subscription_queue_size: int = attrs.field(default=4096, validator=_positive)
     # Gossip carries announcements and hellos only; py-libp2p drops RPCs over 1 MiB without a word,
