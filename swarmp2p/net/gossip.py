@@ -97,7 +97,7 @@ class _SizedOutboundQueues(dict[ID, RpcQueue]):
     it goes in place of the newest relayed RPC (that one is dropped, counted). Measured in the
     flood test on one busy core: the queue to the other honest peer held 50-150 RPCs of an
     attacker's relayed announcements, our own announcement waited 4-5 s behind them, past the
-    other peer's collect deadline, and both lost the round (tests/test_net_outbound_priority.py).
+    other peer's collect deadline, and both lost the round (tests/test_net_gossip_relay.py).
     Only our own: anyone can sign relayed messages, so nothing else may jump the queue."""
 
     def __init__(self, max_size: int, counters: DropCounters, my_id: ID) -> None:
