@@ -12,7 +12,8 @@ at a time (one torch thread each), all from ONE pre-built tiny model (built here
 user's model cache; the base does not depend on `--seed`, so the seeds differ only in GRPO's
 sampling and question draws).
 Reads each run's metrics.jsonl and writes OUT/curve.png and OUT/summary.json: held-out accuracy
-(mean over tasks) per evaluation step, mean and min-max over seeds, and the gain from step 0.
+(correct answers over all held-out questions) per evaluation step, mean and min-max over seeds,
+and the gain from step 0.
 """
 
 from __future__ import annotations

@@ -87,8 +87,9 @@ class ExperimentSettings:
     """TrainerConfig overrides of the larger half of a `hetero` swarm (odd peer indices): 1.6M
     parameters pre-trained 1000 steps. On the current base (near-miss share 0.6) it is the better
     number_sequence solver (test 0.142 against 0.122) and earns more reward per round, but answers
-    fewer of leg_counting's 8 test questions (0.375 against 0.562), so its overall test accuracy
-    starts lower (0.259 against 0.343; docs/experiments.md). On the first base it was 0.40 against
+    fewer of leg_counting's 8 test questions (0.375 against 0.562), so its test accuracy as the
+    mean over tasks starts lower (0.259 against 0.343), over all questions a little higher (0.159
+    against 0.155; docs/experiments.md). On the first base it was 0.40 against
     0.19 (a larger model pre-trained as long as the base, 400 steps, was weaker: 0.13 at hidden
     256)."""
     questions_per_round: int = 16
