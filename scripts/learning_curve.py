@@ -124,10 +124,13 @@ def main() -> None:
                 print(f"seed {seed}: {status} in {time.time() - began:.0f} s", flush=True)
 
     curves = {seed: evals_of(args.out / f"seed-{seed}") for seed in seeds}
-    steps = [e["step"] for e in curves[seeds[0]]]
+    # By step, over the steps every run evaluated: a run misses its last evaluation when one of
+    # its updates was skipped (every group of zero advantage: `--steps` counts iterations).
+    by_step = {s: {e["step"]: e for e in curves[s]} for s in seeds}
+    steps = sorted(set.intersection(*(set(evals) for evals in by_step.values())))
     table = []
-    for i, step in enumerate(steps):
-        values = [curves[s][i]["accuracy"] for s in seeds]
+    for step in steps:
+        values = [by_step[s][step]["accuracy"] for s in seeds]
         table.append({"step": step, "mean": statistics.mean(values), "min": min(values), "max": max(values)})
     gains = [curves[s][-1]["accuracy"] - curves[s][0]["accuracy"] for s in seeds]
     per_task_first = {t: statistics.mean(curves[s][0]["per_task"][t]["accuracy"] for s in seeds)
