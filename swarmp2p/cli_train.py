@@ -11,6 +11,8 @@ from trainer.selection import DEFAULT_WINDOW
 
 TRAIN_DATA_DIR = ".swarmp2p-train"
 """`train`'s own default data dir: never the node's `.swarmp2p`."""
+RESULT_FIELDS = ("step", "accuracy", "task_mean_accuracy", "reward", "per_task", "questions", "split")
+"""What metrics.jsonl keeps of an evaluation result (trainer/evaluation.py `evaluate`)."""
 
 
 def register(app: typer.Typer) -> None:
@@ -227,8 +229,7 @@ def train(
     best = BestByValidation(window=select_window)
 
     def record_test(key: str, result: dict, **extra: object) -> None:
-        keys = ("step", "accuracy", "task_mean_accuracy", "reward", "per_task", "questions", "split")
-        fields = {k: result[k] for k in keys if k in result}
+        fields = {k: result[k] for k in RESULT_FIELDS}
         log.write(json.dumps({key: {**fields, **extra}}) + "\n")
 
     def maybe_evaluate() -> None:
@@ -237,17 +238,7 @@ def train(
             result = policy.evaluate()
             last_eval_at = policy.step
             evals.append(result)
-            fields = (
-                "step",
-                "accuracy",
-                "task_mean_accuracy",
-                "reward",
-                "per_task",
-                "questions",
-                "split",
-                "seconds",
-            )
-            log.write(json.dumps({"eval": {k: result[k] for k in fields if k in result}}) + "\n")
+            log.write(json.dumps({"eval": {k: result[k] for k in (*RESULT_FIELDS, "seconds")}}) + "\n")
             if board is not None:
                 board.evaluation(iteration, result)
             if selecting:

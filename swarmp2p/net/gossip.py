@@ -95,7 +95,7 @@ class _SizedOutboundQueues(dict[ID, RpcQueue]):
     Our own messages go out ahead of what we relay: an RPC that carries one is queued in the
     priority lane (py-libp2p's, where gossipsub puts control messages), and into a full queue
     it goes in place of the newest relayed RPC (that one is dropped, counted). Measured in the
-    flood test on one busy core: the queue to the other honest peer held 50-150 RPCs of an
+    flood test on one busy core: the queue to the other honest peer held 50-560 RPCs of an
     attacker's relayed announcements, our own announcement waited 4-5 s behind them, past the
     other peer's collect deadline, and both lost the round (tests/test_net_gossip_relay.py).
     Only our own: anyone can sign relayed messages, so nothing else may jump the queue."""
@@ -324,19 +324,22 @@ class CountingPubsub(Pubsub):
             # Our own message replayed to us after the seen-cache forgot it.
             self._drop_counters.add("gossip_replayed_own")
             return
-        self.notify_subscriptions(msg)
-        if not self._relay_allowed(msg):
+        established = self.notify_subscriptions(msg)
+        if not self._relay_allowed(msg, established):
             self._drop_counters.add("gossip_relay_unknown_limited")
             return
         await self.router.publish(msg_forwarder, msg)
 
-    def _relay_allowed(self, msg: rpc_pb2.Message) -> bool:
+    def _relay_allowed(self, msg: rpc_pb2.Message, established: bool | None) -> bool:
         """Whether to forward `msg` (already delivered here): always for our own and established
-        origins, for unknown origins within the relay budget (settings.relay_unknown_rate_per_s)."""
+        origins, for unknown origins within the relay budget (settings.relay_unknown_rate_per_s).
+        `established`: the verdict `notify_subscriptions` already reached (None: it had none)."""
         limiter = self.relay_limiter
-        if limiter is None or msg.from_id == self._my_id_bytes or self.established_origin(msg.from_id):
+        if limiter is None or msg.from_id == self._my_id_bytes:
             return True
-        return limiter.allow(b"")
+        if established is None:
+            established = self.established_origin(msg.from_id)
+        return established or limiter.allow(b"")
 
     def _forwarder_allowed(self, forwarder: ID, msg: rpc_pb2.Message) -> bool:
         """A connected peer past its allowance: this message is dropped (counted
@@ -370,12 +373,14 @@ class CountingPubsub(Pubsub):
             return 0.0
         return until
 
-    def notify_subscriptions(self, publish_message: rpc_pb2.Message) -> None:
+    def notify_subscriptions(self, publish_message: rpc_pb2.Message) -> bool | None:
         """Into the topic's PriorityInbox: when it is full, an established origin's message
         (`established_origin`) takes the place of an unknown origin's (counted
         `gossip_subscription_evicted_unknown`), else the arriving message is dropped
         (`gossip_subscription_queue_full`). Before, a flood of throwaway keys filled the queue
-        and honest announcements arriving after it were dropped with the junk."""
+        and honest announcements arriving after it were dropped with the junk. Returns whether
+        the origin is established (None: no subscribed topic, not asked), so that `push_msg`'s
+        relay decision does not ask again (for an unknown origin, a peer-id encoding per ask)."""
         established: bool | None = None
         for topic in publish_message.topicIDs:
             if topic in self.topic_ids:
@@ -387,6 +392,7 @@ class CountingPubsub(Pubsub):
                     self._drop_counters.add("gossip_subscription_queue_full")
                 elif outcome == EVICTED:
                     self._drop_counters.add("gossip_subscription_evicted_unknown")
+        return established
 
     def _connected_origin(self, from_id: bytes) -> bool:
         """The default `established_origin`: a peer we hold a connection to."""
