@@ -9,6 +9,9 @@ Models:
 
 Methods, all sampling at temperature 1 with a KV cache, G completions per prompt:
 - ours: trainer.generation.sample (each prompt prefilled once, its cache repeated G times).
+- ours+stop (tiny): the same, ending each completion at its first `</answer>` with EOS after it,
+  as the node generates (TrainerConfig.stop_at_answer). Its completions are the same text when
+  the model writes EOS right after the tag (one decoding step fewer each); compare its seconds.
 - generate: `model.generate(do_sample=True, num_return_sequences=G)` with the model's default
   generation settings (transformers' defaults: top_k 50).
 - trl: what GRPOTrainer does without vLLM: every prompt repeated G times in the batch and
@@ -56,10 +59,12 @@ def completion_lengths(rows: Sequence[Sequence[int]], eos_id: int) -> list[int]:
     return lengths
 
 
-def tiny_setup(prompts_n: int) -> tuple[Any, list[list[int]], int, int, str]:
+def tiny_setup(prompts_n: int) -> tuple[Any, list[list[int]], int, int, str, Any]:
     from protocol.messages import QuestionRef
     from trainer.config import TrainerConfig, user_model_cache
+    from trainer.generation import StopAtText
     from trainer.model import load_model_and_tokenizer
+    from trainer.rewards import ANSWER_CLOSE
     from trainer.tasks import ReasoningGymRegistry
 
     config = TrainerConfig(model_cache=user_model_cache())
@@ -71,10 +76,11 @@ def tiny_setup(prompts_n: int) -> tuple[Any, list[list[int]], int, int, str]:
         ids = tokenizer(text, add_special_tokens=False)["input_ids"][-config.max_prompt_tokens :]
         prompts.append(list(ids))
     params = sum(p.numel() for p in model.parameters())
-    return model, prompts, tokenizer.eos_token_id, tokenizer.pad_token_id, f"tiny ({params / 1e6:.1f}M)"
+    stop = StopAtText.for_tokenizer(tokenizer, ANSWER_CLOSE)
+    return model, prompts, tokenizer.eos_token_id, tokenizer.pad_token_id, f"tiny ({params / 1e6:.1f}M)", stop
 
 
-def qwen_setup(prompts_n: int, prompt_len: int) -> tuple[Any, list[list[int]], int, int, str]:
+def qwen_setup(prompts_n: int, prompt_len: int) -> tuple[Any, list[list[int]], int, int, str, Any]:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -87,7 +93,7 @@ def qwen_setup(prompts_n: int, prompt_len: int) -> tuple[Any, list[list[int]], i
         torch.randint(0, 150_000, (prompt_len,), generator=generator).tolist() for _ in range(prompts_n)
     ]
     params = sum(p.numel() for p in model.parameters())
-    return model, prompts, 151_643, 151_643, f"0.5b-shaped ({params / 1e6:.0f}M, random)"
+    return model, prompts, 151_643, 151_643, f"0.5b-shaped ({params / 1e6:.0f}M, random)", None
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any]:
@@ -103,7 +109,7 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any]:
 
 
 def methods(
-    model: Any, prompts: list[list[int]], g: int, tokens: int, eos_id: int, pad_id: int
+    model: Any, prompts: list[list[int]], g: int, tokens: int, eos_id: int, pad_id: int, stop: Any = None
 ) -> dict[str, Callable[[int], list[list[int]]]]:
     import torch
     from transformers import GenerationConfig
@@ -113,6 +119,10 @@ def methods(
     def ours(seed: int) -> list[list[int]]:
         generator = torch.Generator().manual_seed(seed)
         return sample(model, prompts, g, tokens, 1.0, eos_id, pad_id, generator)
+
+    def ours_stop(seed: int) -> list[list[int]]:
+        generator = torch.Generator().manual_seed(seed)
+        return sample(model, prompts, g, tokens, 1.0, eos_id, pad_id, generator, stop=stop)
 
     ids, mask = left_pad(prompts, pad_id)
 
@@ -157,14 +167,17 @@ def methods(
             out = model.generate(input_ids=trl_ids, attention_mask=trl_mask, generation_config=trl_config)
         return out[:, trl_ids.size(1) :].tolist()
 
-    return {"ours": ours, "generate": plain, "trl": trl}
+    runs = {"ours": ours, "ours+stop": ours_stop, "generate": plain, "trl": trl}
+    if stop is None:
+        del runs["ours+stop"]
+    return runs
 
 
 def measure(
-    name: str, setup: tuple[Any, list[list[int]], int, int, str], g: int, tokens: int, repeats: int
+    name: str, setup: tuple[Any, list[list[int]], int, int, str, Any], g: int, tokens: int, repeats: int
 ) -> list[dict[str, Any]]:
-    model, prompts, eos_id, pad_id, label = setup
-    runs = methods(model, prompts, g, tokens, eos_id, pad_id)
+    model, prompts, eos_id, pad_id, label, stop = setup
+    runs = methods(model, prompts, g, tokens, eos_id, pad_id, stop)
     times: dict[str, list[float]] = {method: [] for method in runs}
     cpu: dict[str, list[float]] = {method: [] for method in runs}
     counts: dict[str, list[int]] = {method: [] for method in runs}
@@ -199,6 +212,7 @@ def measure(
     for result in results:
         result["vs_ours"] = result["tokens_per_s"] / ours["tokens_per_s"]
         result["cpu_vs_ours"] = result["tokens_per_cpu_s"] / ours["tokens_per_cpu_s"]
+        result["seconds_vs_ours"] = result["seconds"] / ours["seconds"]
     return results
 
 
@@ -239,7 +253,7 @@ def main() -> None:
         f"load {os.getloadavg()[0]:.2f})"
     )
     header = (
-        f"{'model':<28} {'method':<9} {'prompts x G x max':>17} {'tokens':>7} {'s':>7} "
+        f"{'model':<28} {'method':<9} {'prompts x G x max':>17} {'tokens':>7} {'s':>7} {'s x ours':>8} "
         f"{'tok/s':>8} {'x ours':>7} {'tok/CPU-s':>10} {'x ours':>7}"
     )
     print(header)
@@ -248,6 +262,7 @@ def main() -> None:
         shape = f"{r['prompts']} x {r['g']} x {r['max_tokens']}"
         print(
             f"{r['model']:<28} {r['method']:<9} {shape:>17} {r['tokens']:>7.0f} {r['seconds']:>7.2f} "
+            f"{r['seconds_vs_ours']:>8.2f} "
             f"{r['tokens_per_s']:>8.1f} {r['vs_ours']:>7.2f} "
             f"{r['tokens_per_cpu_s']:>10.1f} {r['cpu_vs_ours']:>7.2f}"
         )

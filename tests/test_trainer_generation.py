@@ -3,6 +3,7 @@ batch (compaction) changes nothing about the rows still running; trainer/model.p
 
 from __future__ import annotations
 
+import itertools
 import os
 
 import pytest
@@ -110,3 +111,56 @@ def test_decoding_uses_the_models_current_cache_keyword_without_a_deprecation_wa
         def forward(self, input_ids: torch.Tensor, past_key_values: object = None) -> None: ...
 
     assert generation.cache_keyword(OldStyle) == "past_key_values"
+
+
+def token_text(token: int) -> str:
+    return f"<{token}>"
+
+
+def decode_marked(ids: list[int]) -> str:
+    return "".join(token_text(token) for token in ids)
+
+
+@pytest.mark.parametrize("compact_when_ended", [1, 8, 10**9])
+def test_rows_end_at_the_first_stop_text_followed_by_eos(
+    monkeypatch: pytest.MonkeyPatch, compact_when_ended: int
+) -> None:
+    model = tiny_llama()
+    full = greedy(model, eos_id=-1)  # the full greedy continuations (12 tokens each)
+    eos_id = min(set(range(40)) - {token for row in full for token in row})  # never sampled
+    # A stop text of two tokens that some rows write, at different steps, and others never do.
+    pairs: dict[tuple[int, int], int] = {}
+    for row in full:
+        for pair in set(itertools.pairwise(row)):
+            pairs[pair] = pairs.get(pair, 0) + 1
+    first, second = min(pairs, key=lambda pair: (abs(pairs[pair] - len(full) / 2), pair))
+    stop = generation.StopAtText(token_text(first) + token_text(second), decode_marked, 40)
+    monkeypatch.setattr(generation, "COMPACT_WHEN_ENDED", compact_when_ended)
+    rows = generation.sample(
+        model, PROMPTS, 1, 12, 0.0, eos_id=eos_id, pad_id=PAD, generator=torch.Generator(), stop=stop
+    )
+
+    def expected(row: list[int]) -> list[int]:
+        for end in range(1, len(row)):
+            if (row[end - 1], row[end]) == (first, second):
+                kept = row[: end + 1]
+                return [*kept, eos_id] if len(kept) < 12 else kept
+        return row
+
+    assert rows == [expected(row) for row in full]
+    assert any(row[-1] == eos_id for row in rows) and any(len(row) == 12 for row in rows)
+
+
+def test_only_tokens_that_can_complete_the_stop_text_are_checked() -> None:
+    texts = {3: "ab>", 4: ">", 5: "x"}
+    decoded: list[list[int]] = []
+
+    def decode(ids: list[int]) -> str:
+        decoded.append(list(ids))
+        return "".join(texts.get(token, "") for token in ids)
+
+    stop = generation.StopAtText("b>", decode, vocab_size=6)
+    assert stop.may_end(torch.device("cpu"), 8).tolist() == [False] * 3 + [True, True] + [False] * 3
+    assert stop.found([5, 3]) and not stop.found([5, 4]) and stop.found([3, 4])
+    with pytest.raises(ValueError, match="empty"):
+        generation.StopAtText("", decode, 6)

@@ -176,3 +176,34 @@ def test_evaluate_reports_per_task_reward_and_accuracy(model_cache: Path) -> Non
         assert 0.0 <= values["reward"] <= 1.0 and 0.0 <= values["accuracy"] <= 1.0
     assert result["samples"] and all(s["index"] >= 10_000_000 for s in result["samples"])
     assert (model_cache / "eval.jsonl").read_text().count("\n") >= 1
+
+
+@pytest.mark.parametrize("stop_at_answer", [True, False])
+def test_completions_end_at_the_answers_closing_tag(model_cache: Path, stop_at_answer: bool) -> None:
+    policy = TrainerPolicy(small_config(model_cache, stop_at_answer=stop_at_answer))
+    tokenizer = policy.tokenizer
+    script = [tokenizer.convert_tokens_to_ids(t) for t in ("<answer>", "</answer>")]
+    script.insert(1, tokenizer("7", add_special_tokens=False)["input_ids"][0])
+    filler = tokenizer("x", add_special_tokens=False)["input_ids"][0]
+    calls = 0
+
+    def write_an_answer_then_go_on(module: object, inputs: object, output: object) -> None:
+        # The model's forward, overridden in its logits: "<answer>7</answer>" then "x" forever.
+        nonlocal calls
+        token = script[calls] if calls < len(script) else filler
+        calls += 1
+        logits = output.logits  # type: ignore[attr-defined]
+        logits[:, -1, :] = -1e9
+        logits[:, -1, token] = 0.0
+
+    policy.model.register_forward_hook(write_an_answer_then_go_on)
+    groups = policy.generate([QuestionRef("basic_arithmetic", 3, 1)])
+    texts = {c.text for c in groups[0].completions}
+    if stop_at_answer:
+        assert texts == {"<answer>7</answer>"}
+        question = groups[0].question
+        ids = policy.completion_ids(question, "<answer>7</answer>")
+        assert ids == [*script, tokenizer.eos_token_id]  # ended: EOS after the tag
+    else:
+        (text,) = texts
+        assert text.startswith("<answer>7</answer>x") and text.count("x") == 16 - 3

@@ -4,6 +4,8 @@ A hand-written loop instead of `model.generate`: on a small model on CPU the per
 overhead of `generate` (logits processors, stopping criteria, cache bookkeeping) costs as much
 as the forward pass itself. Prefilling every prompt once and repeating its cache G times also
 saves (G - 1) prompt forwards per question, and rows that ended (EOS) leave the batch.
+A row can also end at a stop text (`StopAtText`: the answer's closing tag), so a model that would
+write on after its answer does not spend the round's time on text no reward reads.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import functools
 import inspect
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -36,6 +38,49 @@ def cache_keyword(model_class: type) -> str:
     return "cache" if "cache" in parameters else "past_key_values"
 
 
+class StopAtText:
+    """Ends a completion at the first occurrence of `text` in its decoded text.
+
+    Checked only on steps whose new token could complete `text` (its decoded text holds
+    `text`'s last character: a vocabulary-sized mask, built on first use), and then on the
+    decoded tail of that row alone, so a step costs one tensor lookup, not a decode per row.
+    A row that stops gets EOS after it (when the length limit leaves room): the completion
+    ended, as the model's own EOS would have said, and as `TrainerPolicy.completion_ids`
+    re-tokenizes a peer's completion that ended before the limit."""
+
+    def __init__(self, text: str, decode: Callable[[list[int]], str], vocab_size: int) -> None:
+        if not text:
+            raise ValueError("the stop text is empty")
+        self.text = text
+        self.decode = decode
+        self.vocab_size = vocab_size
+        # Tokens decode to at least one character (a special one to none: skipped, so they
+        # cannot complete the text), so `text` lies within the last len(text) tokens; twice
+        # that leaves room for byte-level pieces of one character.
+        self.window = 2 * len(text)
+        self._may_end: torch.Tensor | None = None
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer: Any, text: str) -> StopAtText:
+        """Decoded as the policy decodes completions (special tokens skipped)."""
+        return cls(text, lambda ids: tokenizer.decode(ids, skip_special_tokens=True), len(tokenizer))
+
+    def may_end(self, device: torch.device, logits_size: int) -> torch.Tensor:
+        """(logits_size,) bool: the tokens whose text holds the stop text's last character.
+        A model's output layer may be wider than its tokenizer (Qwen2's is padded): those
+        ids decode to nothing and are never marked."""
+        if self._may_end is None or self._may_end.device != device or self._may_end.numel() != logits_size:
+            last = self.text[-1]
+            marks = [last in self.decode([token]) for token in range(min(self.vocab_size, logits_size))]
+            marks += [False] * (logits_size - len(marks))
+            self._may_end = torch.tensor(marks, dtype=torch.bool, device=device)
+        return self._may_end
+
+    def found(self, tail: list[int]) -> bool:
+        """Does the decoded `tail` (a row's last `window` tokens) hold the stop text?"""
+        return self.text in self.decode(tail)
+
+
 class Cancelled(Exception):
     """Raised between steps when the caller asked the trainer to stop."""
 
@@ -52,10 +97,12 @@ def sample(
     generator: torch.Generator,
     cancel: threading.Event | None = None,
     top_p: float = 1.0,
+    stop: StopAtText | None = None,
 ) -> list[list[int]]:
     """`repeats` sampled completions (token ids, EOS included when produced) per prompt, in
     prompt-major order. temperature 0 means greedy; top_p < 1 samples from the smallest set of
-    tokens whose probability reaches top_p (nucleus sampling)."""
+    tokens whose probability reaches top_p (nucleus sampling). `stop`: a row also ends at the
+    first token that completes the stop text, followed by EOS when shorter than the limit."""
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
@@ -91,6 +138,8 @@ def sample(
     # ended, so the tail of a round's generation does not pay for finished rows.
     live = torch.arange(rows, device=device)
     finished = torch.zeros(rows, dtype=torch.bool, device=device)
+    stopped: list[int] = []  # output rows that ended at the stop text (EOS appended at the end)
+    may_end = stop.may_end(device, logits.size(-1)) if stop is not None else None
 
     for step in range(max_new_tokens):
         if cancel is not None and cancel.is_set():
@@ -108,6 +157,15 @@ def sample(
         if bool(just_finished.any()):
             lengths[live[just_finished]] = step + 1
             finished |= just_finished
+        if stop is not None and may_end is not None:
+            candidates = may_end[chosen] & ~finished
+            if bool(candidates.any()):
+                for index in candidates.nonzero().squeeze(1).tolist():
+                    row = int(live[index])
+                    if stop.found(tokens[row, max(0, step + 1 - stop.window) : step + 1].tolist()):
+                        lengths[row] = step + 1
+                        finished[index] = True
+                        stopped.append(row)
         if step == max_new_tokens - 1:
             break
         ended = int(finished.sum())
@@ -130,7 +188,11 @@ def sample(
 
     lengths_list = lengths.tolist()
     token_rows = tokens.cpu().tolist()
-    return [row[:length] for row, length in zip(token_rows, lengths_list, strict=True)]
+    completions = [row[:length] for row, length in zip(token_rows, lengths_list, strict=True)]
+    for row in stopped:
+        if len(completions[row]) < max_new_tokens:
+            completions[row].append(eos_id)
+    return completions
 
 
 def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:

@@ -22,9 +22,10 @@ from protocol.messages import Completion, QuestionGroup, QuestionRef
 from protocol.sampling import has_advantage
 from trainer import checkpoint
 from trainer.config import TrainerConfig
-from trainer.generation import Cancelled, sample
+from trainer.generation import Cancelled, StopAtText, sample
 from trainer.grpo import completion_logps, group_advantages, grpo_loss, pack
 from trainer.model import configure_threads, load_model_and_tokenizer, resolve_device
+from trainer.rewards import ANSWER_CLOSE
 from trainer.stage_items import generate_items
 from trainer.tasks import ReasoningGymRegistry
 from trainer.warmup import supervised_warmup
@@ -56,6 +57,7 @@ class TrainerPolicy:
         random.seed(config.seed)
         torch.manual_seed(config.seed)
         self.model, self.tokenizer = load_model_and_tokenizer(config, self.device, build_progress)
+        self._stop = StopAtText.for_tokenizer(self.tokenizer, ANSWER_CLOSE) if config.stop_at_answer else None
         self.ref_model = None
         if config.beta > 0:
             self.ref_model = copy.deepcopy(self.model).eval()
@@ -153,6 +155,7 @@ class TrainerPolicy:
             generator=generator,
             cancel=self._cancel,
             top_p=top_p,
+            stop=self._stop,
         )
 
     def _generate(
