@@ -129,7 +129,9 @@ def open_page(browser: Any, url: str) -> tuple[Any, list[str]]:
 
 
 def table_texts(page: Any, body_id: str) -> list[str]:
-    return [row.inner_text() for row in page.query_selector_all(f"#{body_id} tr")]
+    # One call in the page: the dashboard re-renders its tables on every poll, and a row read
+    # after the re-render replaced it is detached, whose innerText has no tabs between cells.
+    return page.eval_on_selector_all(f"#{body_id} tr", "rows => rows.map(row => row.innerText)")
 
 
 def send_garbage_request(addr: str, target: str) -> str:
