@@ -5,7 +5,7 @@ timestamps every line it prints, and stops it after its first played round line 
 "playing" is the `round N started` line (the node begins its first round), "first round" the
 first line that ends a round (played, abandoned or skipped), "first played" the first `round N |`:
 
-- cold:   an empty model cache (the tiny model is built and pre-trained once, then cached)
+- cold:   an empty model cache (the shipped tiny model is checked and copied in; other settings build)
 - cached: a fresh data dir, the model cache of the cold run (what a new user's second node sees)
 - rejoin: the cached run's data dir again (identity, checkpoint and swarm file already there)
 

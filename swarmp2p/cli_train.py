@@ -25,7 +25,13 @@ def train(
         "--model",
         help='"tiny" (built offline), "auto" (by accelerator memory), a Hugging Face id, or a folder.',
     ),
-    steps: int = typer.Option(200, "--steps", min=1, help="GRPO updates to run."),
+    steps: int = typer.Option(
+        200,
+        "--steps",
+        min=1,
+        help="GRPO iterations to run: each samples --questions questions and updates on them, except "
+        "one whose groups all score alike (no advantage, no update: the step count then lags).",
+    ),
     questions: int = typer.Option(
         32,
         "--questions",

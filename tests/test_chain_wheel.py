@@ -1,4 +1,5 @@
-"""A built wheel carries the contract (ABI, bytecode and Vyper source) and loads it installed.
+"""A built wheel carries the contract (ABI, bytecode and Vyper source) and loads it installed, and
+it carries the shipped tiny model (trainer/shipped/, every file byte for byte).
 
 The wheel is built offline from a copy of the project (building in the checkout would leave
 build/ and egg-info behind), unpacked into a fresh folder, and used from there by a
@@ -59,6 +60,10 @@ def test_wheel_carries_the_contract_and_loads_it_from_the_install(tmp_path: Path
         names = set(archive.namelist())
         assert set(IN_WHEEL) <= names
         assert archive.read(IN_WHEEL[0]) == ARTIFACT_PATH.read_bytes()
+        shipped = sorted(p for p in (REPO / "trainer" / "shipped").rglob("*") if p.is_file())
+        assert shipped, "a shipped tiny model to look for"
+        for path in shipped:
+            assert archive.read(str(path.relative_to(REPO))) == path.read_bytes(), path
         site = tmp_path / "site"
         archive.extractall(site)
 

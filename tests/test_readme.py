@@ -95,7 +95,7 @@ def test_the_readme_node_sample_is_what_a_lone_node_prints(tmp_path: Path) -> No
             [sys.executable, "-m", "swarmp2p.cli", "node"], cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT
         )
     try:
-        deadline = time.monotonic() + 600  # a first build of the tiny model included
+        deadline = time.monotonic() + 600  # a first build of the tiny model, should the shipped one not check
         while not re.search(r"^round \d+ \|", log.read_text(), re.M):
             assert node.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.5)

@@ -9,13 +9,22 @@ No model hub is reachable on the machines this runs on, so the default model is 
   it writes the answer format and gets a minority of held-out questions right, the starting
   point GRPO needs. `tiny_pretrain_steps = 0` gives the raw random initialisation.
 The result is cached in `<model_cache>/tiny-<fingerprint>/` (default `<data_dir>/models`), keyed
-by everything that shapes it, so every peer with the same settings builds the same model, once.
+by everything that shapes it.
+
+The build of the default settings is shipped (`trainer/shipped/tiny-<fingerprint>/`, written by
+`python scripts/ship_tiny.py --write` from this module's own build): a first start copies it
+instead of pre-training for about four minutes, and every peer with the default settings runs the
+same bytes. A peer that built it itself would not be certain to: float rounding in training
+depends on the CPU's vector instructions and thread count. The copy is checked file by file
+against the shipped SHA256SUMS; any other settings, or a shipped file that does not check, are
+built here as before.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -30,7 +39,12 @@ from trainer.pretrain import Progress, pretrain
 from trainer.rewards import ANSWER_CLOSE, ANSWER_OPEN
 from trainer.tasks import ReasoningGymRegistry
 
+log = logging.getLogger("trainer.tiny")
+
 PAD, BOS, EOS = "<pad>", "<s>", "</s>"
+SHIPPED_DIR = Path(__file__).parent / "shipped"
+"""Pre-built tiny models that come with the package, one folder per fingerprint."""
+CHECKSUMS = "SHA256SUMS"
 _CORPUS_ITEMS_PER_TASK = 200
 _CORPUS_SEED = 1234  # a dataset seed used only to build the tokenizer corpus
 _FORMAT_VERSION = 3  # 3: pre-training also skips the `test` held-out split
@@ -155,8 +169,65 @@ def tiny_folder(cache: Path, spec: TinySpec) -> Path:
     return cache / f"tiny-{spec.fingerprint()}"
 
 
+def shipped_folder(spec: TinySpec) -> Path | None:
+    """The shipped build of `spec`, if the package has one."""
+    folder = tiny_folder(SHIPPED_DIR, spec)
+    return folder if (folder / CHECKSUMS).is_file() else None
+
+
+def checksums(folder: Path) -> dict[str, str]:
+    """file name -> sha256 hex of every file of a built model folder (what SHA256SUMS lists)."""
+    return {
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.iterdir())
+        if path.is_file() and path.name != CHECKSUMS
+    }
+
+
+def read_checksums(folder: Path) -> dict[str, str]:
+    """SHA256SUMS of `folder` ("<hex>  <name>" per line, as sha256sum writes it)."""
+    listed: dict[str, str] = {}
+    for line in (folder / CHECKSUMS).read_text().splitlines():
+        digest, _, name = line.partition("  ")
+        if name:
+            listed[name] = digest
+    return listed
+
+
+def write_checksums(folder: Path) -> None:
+    lines = [f"{digest}  {name}" for name, digest in checksums(folder).items()]
+    (folder / CHECKSUMS).write_text("\n".join(lines) + "\n")
+
+
+def _copy_shipped(source: Path, folder: Path) -> bool:
+    """Copy the shipped build in `source` to `folder` (atomically), every file checked against
+    SHA256SUMS first. False, having written nothing, when a file is missing or differs (a damaged
+    install, or a checkout without the binary): the caller builds instead."""
+    try:
+        listed = read_checksums(source)
+        contents = {name: (source / name).read_bytes() for name in listed}
+    except OSError as error:
+        log.warning("shipped tiny model %s unreadable (%s): building it instead", source.name, error)
+        return False
+    bad = sorted(name for name, data in contents.items() if hashlib.sha256(data).hexdigest() != listed[name])
+    if not listed or bad:
+        log.warning("shipped tiny model %s fails its checksums (%s): building it instead", source.name, bad)
+        return False
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".tiny-", dir=folder.parent))
+    try:
+        for name, data in contents.items():
+            (staging / name).write_bytes(data)
+        if not folder.exists():
+            os.replace(staging, folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return True
+
+
 def ensure_tiny(cache: Path, spec: TinySpec, progress: Progress | None = None) -> Path:
-    """The cached tiny model folder in `cache`, built (and pre-trained) on first use.
+    """The cached tiny model folder in `cache`: on first use copied from the shipped build of the
+    same settings when there is one, else built (and pre-trained).
 
     Builds are serialised by an OS lock per fingerprint: three nodes started together on one
     machine build the model once (the others wait, then load it) instead of three times."""
@@ -169,5 +240,7 @@ def ensure_tiny(cache: Path, spec: TinySpec, progress: Progress | None = None) -
     with open(cache / f".tiny-{spec.fingerprint()}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, even by a killed process
         if not (folder / "config.json").exists():
-            build_tiny(folder, spec, progress)
+            shipped = shipped_folder(spec)
+            if shipped is None or not _copy_shipped(shipped, folder):
+                build_tiny(folder, spec, progress)
     return folder
