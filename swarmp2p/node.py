@@ -417,10 +417,12 @@ class Node:
         result, seconds = initial_eval
         self.policy.take_timings()  # not part of the first round's timings
         recorded = peer.evaluation.record(result, None, seconds)
+        took = f"{seconds:.1f} s"
+        if result.get("remembered"):  # these weights on these questions before: no new answers
+            took = f"remembered: evaluated before in {result.get('seconds', 0.0):.1f} s"
         self.echo(
             f"eval {'at start' if recorded.get('step') else 'before training'}: "
-            f"{describe_eval(recorded)} on {recorded.get('questions')} "
-            f"held-out questions ({seconds:.1f} s)"
+            f"{describe_eval(recorded)} on {recorded.get('questions')} held-out questions ({took})"
         )
         advice = eval_fit_advice(
             setup.peer_settings.evaluation,

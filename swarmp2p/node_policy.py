@@ -52,14 +52,17 @@ async def evaluate_before_train(
     policy: PolicyPort, settings: EvalSettings, stopping: trio.Event, echo: Callable[[str], None]
 ) -> tuple[dict[str, Any], float] | None:
     """The held-out evaluation before the first round, run before the node joins (and before a
-    new swarm's genesis), so it never eats into a round. (result, seconds) or None."""
+    new swarm's genesis), so it never eats into a round. (result, seconds) or None. A trainer that
+    remembers evaluations (`evaluate_remembered`, trainer/eval_results.py) answers from its store
+    when these weights were evaluated on these questions before (a new data dir on the same base)."""
     if not (settings.every > 0 and settings.before_train):
         return None
     # "up to": a task with fewer distinct held-out questions gives fewer (the result line's count)
     echo(f"held-out evaluation before joining (up to {settings.questions} questions)…")
     started = time.monotonic()
     try:
-        result = await trio.to_thread.run_sync(policy.evaluate)
+        remembered = getattr(policy, "evaluate_remembered", None)
+        result = await trio.to_thread.run_sync(remembered if callable(remembered) else policy.evaluate)
     except Exception as error:
         if not stopping.is_set():
             echo(f"held-out evaluation failed: {error}")

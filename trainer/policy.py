@@ -16,6 +16,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from protocol.messages import Completion, QuestionGroup, QuestionRef
@@ -359,16 +360,41 @@ class TrainerPolicy:
 
         step = self.step if step is None else step
         result = evaluate(self.registry, self.config, answer, step, split)
+        self._keep_eval(result)
+        return result
+
+    def evaluate_remembered(self, cache_dir: Path | None = None) -> dict[str, Any]:
+        """`evaluate()`, or the stored result of the same evaluation (trainer/eval_results.py: the
+        same weights, questions and settings): a node's evaluation before joining, which every new
+        data dir would otherwise run again on the same base. A stored result comes back with
+        `remembered: True`, this policy's step, and the `seconds` of the run that made it."""
+        from trainer import eval_results
+
+        try:
+            key = eval_results.result_key(self.model, self.config, self.config.eval_split, self.device)
+        except Exception as error:  # the cache is an optimisation: never the reason an evaluation fails
+            self.log(f"evaluation not looked up ({error}): evaluating")
+            return self.evaluate()
+        found = eval_results.load(key, cache_dir)
+        if found is None:
+            result = self.evaluate()
+            eval_results.store(key, result, cache_dir)
+            return result
+        result = {**found, "step": self.step, "remembered": True}
+        self._keep_eval(result)
+        return result
+
+    def _keep_eval(self, result: dict[str, Any]) -> None:
+        """An evaluation's result: the last one, a line in `<data_dir>/eval.jsonl`, a log line."""
         self.last_eval = result
         self.config.data_path.mkdir(parents=True, exist_ok=True)
         with open(self.config.data_path / "eval.jsonl", "a", encoding="utf-8") as handle:
             handle.write(json.dumps(result) + "\n")
         self.log(
-            f"eval step {step}: accuracy {result['accuracy']:.3f} reward {result['reward']:.3f} "
+            f"eval step {result['step']}: accuracy {result['accuracy']:.3f} reward {result['reward']:.3f} "
             f"on {result['questions']} held-out questions, {result['split']} split "
-            f"({result['seconds']:.1f} s)"
+            f"({result['seconds']:.1f} s{', remembered' if result.get('remembered') else ''})"
         )
-        return result
 
     # --- supervised warm-up (teaches a fresh tiny model the answer format) ---
     def warmup(self, steps: int, questions_per_step: int = 8, lr: float = 1e-3) -> list[float]:
