@@ -1,4 +1,5 @@
-"""Ship the default tiny model with the package, or check that the shipped one is what the code builds.
+"""Ship the default tiny model (and the default held-out sets) with the package, or check that the
+shipped files are what the code builds.
 
     python scripts/ship_tiny.py --check             # build the defaults here, compare with the shipped files
     python scripts/ship_tiny.py --write             # build them and ship the result (replaces any tiny-*)
@@ -6,7 +7,8 @@
 
 A build takes about four minutes on 2 cores. Run --write whenever a default that shapes the model
 changes (tests/test_tiny_shipped.py fails until then, naming this command). See trainer/tiny.py for
-why the default build is shipped.
+why the default build is shipped. The default settings' held-out question sets (validation and test,
+trainer/eval_set_cache.py) are scanned and shipped or checked with it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from pathlib import Path
 import attrs
 
 from trainer.config import TrainerConfig
+from trainer.eval_set_cache import SHIPPED_DIR as SHIPPED_SETS
+from trainer.eval_set_cache import store_shipped
+from trainer.tasks import ReasoningGymRegistry
 from trainer.tiny import (
     SHIPPED_DIR,
     TinySpec,
@@ -45,6 +50,34 @@ def build(spec: TinySpec, into: Path) -> Path:
     build_tiny(folder, spec, progress)
     print(f"built in {time.monotonic() - started:.0f} s")
     return folder
+
+
+def scan_sets(into: Path) -> list[Path]:
+    """The default settings' held-out sets (validation and test), scanned into `into`."""
+    config = TrainerConfig()
+    registry = ReasoningGymRegistry(config.tasks, difficulty=config.difficulty)
+    return [
+        store_shipped(
+            registry.task_names(),
+            config.eval_seed,
+            config.eval_questions,
+            lambda ref: registry.question(ref)[0],
+            split,
+            difficulty=config.difficulty,
+            into=into,
+        )
+        for split in ("validation", "test")
+    ]
+
+
+def check_sets(work: Path) -> bool:
+    same = True
+    for path in scan_sets(work / "sets"):
+        shipped = SHIPPED_SETS / path.name
+        ok = shipped.exists() and shipped.read_bytes() == path.read_bytes()
+        print(f"  eval-sets/{path.name}: {'same' if ok else 'differs or missing'}")
+        same = same and ok
+    return same
 
 
 def main() -> int:
@@ -80,10 +113,11 @@ def main() -> int:
             for name in sorted(made):
                 mark = "differs" if name in differ else "same"
                 print(f"  {name}: {mark} ({made[name][:16]})")
-            if differ:
-                print(f"the build here differs from the shipped model in: {', '.join(differ)}")
+            sets_same = check_sets(Path(work))
+            if differ or not sets_same:
+                print(f"the build here differs from the shipped files: {', '.join(differ) or 'eval-sets'}")
                 return 1
-            print(f"the build here is byte for byte the shipped tiny-{spec.fingerprint()}")
+            print(f"the build here is byte for byte the shipped tiny-{spec.fingerprint()} and held-out sets")
             return 0
         for old in SHIPPED_DIR.glob("tiny-*"):
             shutil.rmtree(old)
@@ -91,6 +125,10 @@ def main() -> int:
         for name in made:
             shutil.copyfile(built / name, target / name)
         write_checksums(target)
+        for old in SHIPPED_SETS.glob("*.json"):
+            old.unlink()
+        for path in scan_sets(SHIPPED_SETS):
+            print(f"shipped held-out set {path.name}")
         print(f"shipped {target.relative_to(Path.cwd()) if target.is_relative_to(Path.cwd()) else target}")
         return 0
 

@@ -26,7 +26,7 @@ def test_the_shipped_model_is_the_current_defaults_build() -> None:
     assert json.loads((shipped / "tiny.json").read_text()) == json.loads(json.dumps(attrs.asdict(DEFAULT)))
     assert tiny.read_checksums(shipped) == tiny.checksums(shipped), "every shipped file matches SHA256SUMS"
     assert {"model.safetensors", "config.json", "tokenizer.json"} <= set(tiny.read_checksums(shipped))
-    assert [p.name for p in tiny.SHIPPED_DIR.iterdir()] == [shipped.name], "only the defaults' build ships"
+    assert [p.name for p in tiny.SHIPPED_DIR.glob("tiny-*")] == [shipped.name], "the defaults' build only"
 
 
 def test_a_first_start_copies_the_shipped_model_instead_of_building(
@@ -113,3 +113,46 @@ def test_the_shipped_model_is_a_weak_solver(tmp_path: Path) -> None:
     texts = [sample["completion"] for sample in result["samples"]]
     assert len(texts) == result["questions"] > 0
     assert sum("<answer>" in t and "</answer>" in t for t in texts) >= 0.8 * len(texts), texts
+
+
+def test_a_new_user_reads_the_shipped_held_out_sets_and_they_are_the_scanned_sets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default settings' validation and test sets ship (trainer/eval_set_cache.py): an empty
+    cache reads them (checked by regenerating their texts) instead of scanning, and stores them."""
+    from protocol import questions
+    from trainer import eval_set_cache
+    from trainer.tasks import ReasoningGymRegistry
+
+    config = TrainerConfig()
+    registry = ReasoningGymRegistry(config.tasks, difficulty=config.difficulty)
+
+    def text_of(ref: object) -> str:
+        return registry.question(ref)[0]  # type: ignore[arg-type]
+
+    def sets(cache: Path) -> list[tuple[object, ...]]:
+        return [
+            eval_set_cache.cached_evaluation_questions(
+                config.tasks,
+                config.eval_seed,
+                config.eval_questions,
+                text_of,
+                split,
+                difficulty=config.difficulty,
+                cache_dir=cache,
+            )
+            for split in ("validation", "test")
+        ]
+
+    monkeypatch.setattr(eval_set_cache, "SHIPPED_DIR", tmp_path / "nothing-shipped")
+    scanned = sets(tmp_path / "scanned")  # a real scan: nothing cached, nothing shipped
+    monkeypatch.undo()
+
+    def no_scan(*_: object, **__: object) -> None:
+        raise AssertionError("scanned although the shipped set checks")
+
+    monkeypatch.setattr(questions, "evaluation_questions", no_scan)
+    assert sets(tmp_path / "new-user") == scanned
+    assert sorted(p.name for p in (tmp_path / "new-user").glob("*.json")) == sorted(
+        p.name for p in eval_set_cache.SHIPPED_DIR.glob("*.json")
+    ), "stored in the user's cache, and only the defaults' sets ship"
