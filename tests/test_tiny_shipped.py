@@ -156,3 +156,29 @@ def test_a_new_user_reads_the_shipped_held_out_sets_and_they_are_the_scanned_set
     assert sorted(p.name for p in (tmp_path / "new-user").glob("*.json")) == sorted(
         p.name for p in eval_set_cache.SHIPPED_DIR.glob("*.json")
     ), "stored in the user's cache, and only the defaults' sets ship"
+
+
+def test_a_shipped_list_naming_a_path_outside_its_folder_is_built_instead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shipped = tiny.shipped_folder(DEFAULT)
+    assert shipped is not None
+    forged = tmp_path / "shipped" / shipped.name
+    shutil.copytree(shipped, forged)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("x")
+    digest = tiny.checksums(tmp_path)["outside.txt"]
+    with (forged / tiny.CHECKSUMS).open("a") as sums:
+        sums.write(f"{digest}  ../../outside.txt\n")
+    monkeypatch.setattr(tiny, "SHIPPED_DIR", tmp_path / "shipped")
+    builds: list[Path] = []
+
+    def build(folder: Path, spec: tiny.TinySpec, progress: object = None) -> None:
+        builds.append(folder)
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+
+    monkeypatch.setattr(tiny, "build_tiny", build)
+    folder = tiny.ensure_tiny(tmp_path / "cache" / "models", DEFAULT)
+    assert builds == [folder]
+    assert not (tmp_path / "cache" / "outside.txt").exists()

@@ -210,6 +210,7 @@ def _copy_shipped(source: Path, folder: Path) -> bool:
         log.warning("shipped tiny model %s unreadable (%s): building it instead", source.name, error)
         return False
     bad = sorted(name for name, data in contents.items() if hashlib.sha256(data).hexdigest() != listed[name])
+    bad += sorted(name for name in listed if Path(name).name != name or name.startswith("."))  # not plain
     if not listed or bad:
         log.warning("shipped tiny model %s fails its checksums (%s): building it instead", source.name, bad)
         return False
