@@ -329,6 +329,19 @@ def test_closed_connection_still_listed_by_libp2p_is_dropped_and_redialed() -> N
         pid = ID.from_base58(b.local_peer_id)
         swarm = a.host.get_network()
         await wait_until(lambda: bool(swarm.connections.get(pid)))
+        # A re-dial needs B's listen address, which A learns from identify, run after the
+        # connection is listed: closing before it ends leaves nothing to dial (on a loaded
+        # 2-core machine, 1 run in 24). The case under test is a connection that worked.
+        listen_port = b.listen_addrs()[0].split("/tcp/")[1].split("/")[0]
+
+        def a_knows_where_b_listens() -> bool:
+            try:
+                addrs = a.host.get_peerstore().addrs(pid)
+            except Exception:  # PeerStoreError until identify has added the peer
+                return False
+            return any(f"/tcp/{listen_port}" in str(addr) for addr in addrs)
+
+        await wait_until(a_knows_where_b_listens)
         conn = swarm.connections[pid][0]
         await conn.close()
         # py-libp2p 0.8.1 can keep a closed connection listed; put it back to reproduce that.
