@@ -205,12 +205,14 @@ def _copy_shipped(source: Path, folder: Path) -> bool:
     install, or a checkout without the binary): the caller builds instead."""
     try:
         listed = read_checksums(source)
-        contents = {name: (source / name).read_bytes() for name in listed}
+        # Only plain file names of this folder are read: SHA256SUMS naming "../x" is refused.
+        not_plain = sorted(name for name in listed if Path(name).name != name or name.startswith("."))
+        contents = {name: (source / name).read_bytes() for name in listed if name not in not_plain}
     except OSError as error:
         log.warning("shipped tiny model %s unreadable (%s): building it instead", source.name, error)
         return False
     bad = sorted(name for name, data in contents.items() if hashlib.sha256(data).hexdigest() != listed[name])
-    bad += sorted(name for name in listed if Path(name).name != name or name.startswith("."))  # not plain
+    bad += not_plain
     if not listed or bad:
         log.warning("shipped tiny model %s fails its checksums (%s): building it instead", source.name, bad)
         return False
