@@ -165,6 +165,7 @@ def test_two_honest_nodes_train_on_each_other_every_round_under_300_next_round_s
     both = sorted(set(book_a) & set(book_b))
     trained = {r: (book_a[r].external_peers_trained_on, book_b[r].external_peers_trained_on) for r in both}
     assert len(both) >= ROUNDS - 2, trained
+    trained_rounds = 0
     for round_number in both:
         why = {
             peer: (
@@ -174,7 +175,19 @@ def test_two_honest_nodes_train_on_each_other_every_round_under_300_next_round_s
             )
             for peer, book in zip((a, b), (book_a, book_b), strict=True)
         }
-        assert trained[round_number] == ((b,), (a,)), (round_number, trained, why)
+        for book, other in ((book_a, b), (book_b, a)):
+            record = book[round_number]
+            # The sybils did not crowd the honest batch out: fetched, verified, accepted...
+            assert record.accepted_peers == (other,), (round_number, trained, why)
+            # ...and trained on, unless it had nothing to teach: the round numbers come from
+            # trio's clock (a random origin), so once in a while a peer's simulated answers in
+            # every group of its batch score alike (zero advantage), whatever the network did.
+            digest = record.accepted_batches[other]
+            if record.external_peers_trained_on != (other,):
+                assert record.untrained_batches.get(digest) == "zero_advantage", (round_number, trained, why)
+            else:
+                trained_rounds += 1
+    assert trained_rounds >= len(both), (trained, "fewer than half of the exchanges were trained on")
     assert len(snapshots) == 2
     for status in snapshots:
         # The sybils were heard, and held to their allowances, counted by reason.
