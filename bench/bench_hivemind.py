@@ -22,6 +22,11 @@ hivemind lives in its own virtual environment (it pins its own torch, protobuf a
     python bench/bench_hivemind.py --hivemind-python ~/hm-venv/bin/python    # or HIVEMIND_PYTHON=...
     python bench/bench_hivemind.py --procs 5 --sizes 10000 --rounds 3        # a quick look
 
+`--repeats N` runs every configuration N times (interleaved: ours, hivemind, ours, ...) and
+prints each run's table, then the medians (lost and crashed summed over the runs), on which the
+targets are judged: at 20 processes on 2 cores one run can fall into a backlog that never drains
+(p99 27.9 s against 5.7 s in the next run, 2026-11-27), so a single run says little.
+
 Targets (issue 14): at 20 processes with 10 KB batches, our p99 at most 1/8 of hivemind's and
 our CPU per process at most half of hivemind's; 1 MB batches with nothing lost.
 """
@@ -32,6 +37,7 @@ import argparse
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -112,6 +118,31 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+MEDIAN_FIELDS = ("p50", "p99", "cpu_s", "peak_mib", "startup_s")
+SUMMED_FIELDS = ("lost", "crashed")
+
+
+def medians(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (procs, batch, stack) over the runs (`run` 1..N): the median of each timing,
+    CPU and memory figure over the runs that started, lost and crashed summed over those runs,
+    `runs` how many started; `failed` (the first reason) when none did. A never-completed round
+    (inf) sorts last, so it is the median only when most runs had one."""
+    groups: dict[tuple[int, int, str], list[dict[str, Any]]] = {}
+    for row in results:
+        groups.setdefault((row["procs"], row["size"], row["stack"]), []).append(row)
+    summary = []
+    for (procs, size, stack), rows in groups.items():
+        ran = [r for r in rows if not r.get("failed")]
+        row: dict[str, Any] = {"procs": procs, "size": size, "stack": stack, "runs": len(ran)}
+        if not ran:
+            row["failed"] = rows[0]["failed"]
+        else:
+            row.update({field: statistics.median(r[field] for r in ran) for field in MEDIAN_FIELDS})
+            row.update({field: sum(r[field] for r in ran) for field in SUMMED_FIELDS})
+        summary.append(row)
+    return summary
+
+
 def targets(results: list[dict[str, Any]]) -> list[str]:
     """Issue 14's targets, each `met` / `not met` / `not measured`, with the figures."""
     by_key = {(r["procs"], r["size"], r["stack"]): r for r in results if not r.get("failed")}
@@ -156,7 +187,12 @@ def main() -> None:
     parser.add_argument("--stacks", default="ours,hivemind", help="ours, hivemind or both (comma-separated)")
     parser.add_argument("--hivemind-python", default=os.environ.get("HIVEMIND_PYTHON", ""))
     parser.add_argument("--json", default="", help="also write the rows here")
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="run every configuration N times; the targets use the medians"
+    )
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
 
     stacks = [s for s in args.stacks.split(",") if s]
     if "hivemind" in stacks:
@@ -167,7 +203,9 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     results: list[dict[str, Any]] = []
     notes: list[str] = []
-    for procs in [int(p) for p in args.procs.split(",")]:
+    process_counts = [int(p) for p in args.procs.split(",")]
+    runs = [(procs, run) for procs in process_counts for run in range(1, args.repeats + 1)]
+    for procs, run in runs:
         for stack in stacks:
             if stack == "ours":
                 command = None
@@ -186,22 +224,36 @@ def main() -> None:
                 )  # fmt: skip
             except SystemExit as error:  # the swarm never got ready: a measured failure
                 for size in sizes:
-                    results.append({"procs": procs, "size": size, "stack": stack, "failed": str(error)})
-                print(f"{procs} procs {stack}: {error}", flush=True)
+                    results.append(
+                        {"procs": procs, "size": size, "stack": stack, "run": run, "failed": str(error)}
+                    )
+                print(f"{procs} procs {stack} (run {run}): {error}", flush=True)
                 continue
             for size, row in rows.items():
                 keep = ("p50", "p99", "lost", "crashed", "cpu_s", "peak_mib", "startup_s", "fetch_errors")
-                results.append({"procs": procs, "size": size, "stack": stack, **{k: row[k] for k in keep}})
+                results.append(
+                    {"procs": procs, "size": size, "stack": stack, "run": run, **{k: row[k] for k in keep}}
+                )
             first = next(iter(rows.values()))
             for label, key in (("errors", "error_reasons"), ("crashes", "crash_reasons")):
                 if first[key]:
-                    notes.append(f"{procs} procs {stack} {label}: {first[key]}")
+                    notes.append(f"{procs} procs {stack} (run {run}) {label}: {first[key]}")
             took = time.time() - began
-            print(f"{procs} procs {stack}: {took:.0f} s, load {load:.1f}-{os.getloadavg()[0]:.1f}")
-    print(markdown_table(results))
+            print(
+                f"{procs} procs {stack} (run {run}): {took:.0f} s, load {load:.1f}-{os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
+    summary = results
+    if args.repeats > 1:
+        for run in range(1, args.repeats + 1):
+            print(f"\nrun {run} of {args.repeats}")
+            print(markdown_table([r for r in results if r["run"] == run]))
+        summary = medians(results)
+        print(f"\nmedians of {args.repeats} runs (lost and crashed: summed)")
+    print(markdown_table(summary))
     for note in notes:
         print(note)
-    for line in targets(results):
+    for line in targets(summary):
         print(line)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
