@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import attrs
+import pytest
 import trio
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
@@ -42,6 +43,7 @@ def metric(status: dict, family: str, label: str, key: str) -> float:
     return values[0]
 
 
+@pytest.mark.alone  # two peers and an attacker at full speed, judged by round deadlines
 def test_a_gossip_flood_from_one_host_loses_no_honest_rollouts() -> None:
     """The attacker process writes gossip as fast as the streams take it for 24 s: announcements
     of 500 throwaway keys (validly signed), junk validly signed by one key, wrongly signed
@@ -94,6 +96,7 @@ def test_a_gossip_flood_from_one_host_loses_no_honest_rollouts() -> None:
         assert_every_status_counter_exported(status)
 
 
+@pytest.mark.alone  # two peers and an attacker at full speed, judged by round deadlines
 def test_dht_store_abuse_is_bounded_and_counted_and_loses_no_honest_rollouts() -> None:
     """For 12 s the attacker process stores straight at both nodes (PUT_VALUE): validly signed
     ~960 KiB batch records under its own key (rounds now and next, three stages), 60 KiB

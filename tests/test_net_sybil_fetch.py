@@ -15,6 +15,7 @@ import os
 from typing import Any
 
 import multiaddr
+import pytest
 import trio
 from libp2p import new_host
 from libp2p.crypto.ed25519 import create_new_key_pair
@@ -77,6 +78,7 @@ def frame(messages: list[rpc_pb2.Message]) -> bytes:
     return encode_varint_prefixed(out.SerializeToString())
 
 
+@pytest.mark.alone  # two peers and 300 sybils' gossip in one process, judged by round deadlines
 def test_two_honest_nodes_train_on_each_other_every_round_under_300_next_round_sybils() -> None:
     registry = SimTaskRegistry()
     settings = PeerSettings(swarm_id=SWARM, seed=5, tasks=registry.task_names(), fetch_timeout_s=1.0)
