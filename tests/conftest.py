@@ -15,6 +15,7 @@ No deadline anywhere: these machines are shared and a slow example is not a fail
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -60,13 +61,14 @@ def _xdist_run_id() -> str | None:
 def _alone_lock_files(run_id: str) -> tuple[str, str]:
     import tempfile
 
-    folder = os.path.join(tempfile.gettempdir(), _ALONE_LOCK_DIR)
+    # One folder per user: another user's (a root run's) would not be writable.
+    folder = os.path.join(tempfile.gettempdir(), f"{_ALONE_LOCK_DIR}-{os.getuid()}")
     os.makedirs(folder, exist_ok=True)
     return os.path.join(folder, f"{run_id}.gate"), os.path.join(folder, f"{run_id}.main")
 
 
 @pytest.fixture(autouse=True)
-def _alone_under_xdist(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+def _alone_under_xdist(request: pytest.FixtureRequest) -> Iterator[None]:
     run_id = _xdist_run_id()
     if run_id is None:
         yield
