@@ -20,6 +20,7 @@ ruff check .
 echo "== tests"
 # Two workers by default (SWARMP2P_TEST_WORKERS=0 runs them in this process, one at a time): most
 # tests wait on real-time rounds of live node processes, so on 2 cores the suite took 36 min one
-# test at a time (the same with a busy-loop using half a core beside it) and 22.5 min on 2 workers.
-# More workers than cores start more node processes at once than the round timings allow for.
+# test at a time (the same with a busy-loop using half a core beside it) and 24.5 min on 2 workers,
+# tests marked `alone` (tests/conftest.py) included. More workers than cores start more node
+# processes at once than the round timings allow for.
 python -m pytest -n "${SWARMP2P_TEST_WORKERS:-2}" --durations=30 "$@"
