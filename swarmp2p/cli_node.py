@@ -200,6 +200,11 @@ def node(
     def echo(line: str) -> None:
         console.print(escape(line))
 
+    from swarmp2p import startup_gc
+
+    # Until the node plays, no full collections: torch, transformers and reasoning-gym import
+    # inside the run below, and scanning their heap over and over costs seconds (startup_gc.py).
+    startup_gc.defer_full_collections()
     try:
         # The printed join command names the config file this node read (flag or variable).
         from_env = os.environ.get(CONFIG_FILE_ENV)
@@ -213,6 +218,8 @@ def node(
     except KeyboardInterrupt:  # Ctrl-C before the node took over its signals (still importing)
         errors.print("interrupted")
         raise typer.Exit(code=130) from None
+    finally:
+        startup_gc.resume_full_collections()  # a node that stopped before it played
 
 
 def apply_thread_limits(threads: int) -> None:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from swarmp2p import memory
+from swarmp2p import memory, startup_gc
 from swarmp2p.heldout import describe as describe_eval
 from swarmp2p.hello import OwnHello, open_hellos, publish_hellos, receive_hellos
 from swarmp2p.join_command import join_lines
@@ -348,6 +348,7 @@ class Node:
             # A round's own line comes once it is trained and reported, most of a round later: say
             # at once that the node plays (the moment a user waits for after the address).
             echo(f"round {current_round()} started: playing (one line per round as each ends)")
+            startup_gc.resume_full_collections()  # deferred by `swarmp2p node` while it started
             self._write_node_file(info)
             task_status.started(info)
             # Run until stopped: stop() cancels the trainer and this whole scope.
