@@ -68,6 +68,7 @@ if TYPE_CHECKING:
 TOPIC = "bench/announce"
 PUSH_ENV = "SWARMP2P_BENCH_PUSH_MAX_BYTES"
 FETCH_SLOTS_ENV = "SWARMP2P_BENCH_FETCH_SLOTS"
+MESH_ENV = "SWARMP2P_BENCH_MESH_DEGREE"
 
 
 # ---- worker process -------------------------------------------------------------------------
@@ -97,6 +98,10 @@ def worker(args: argparse.Namespace) -> None:
         push_max_bytes = os.environ.get(PUSH_ENV)  # --push-max-bytes, handed down by the orchestrator
         if push_max_bytes is not None:
             settings = attrs.evolve(settings, push_max_bytes=int(push_max_bytes))
+        mesh = os.environ.get(MESH_ENV)  # --mesh-degree D,LOW,HIGH
+        if mesh:
+            degree, low, high = (int(part) for part in mesh.split(","))
+            settings = attrs.evolve(settings, mesh_degree=degree, mesh_degree_low=low, mesh_degree_high=high)
         async with open_libp2p_network(create_new_key_pair(), settings) as net:
             payloads: dict[int, bytes] = {}
 
@@ -657,6 +662,11 @@ def main() -> None:
         default=0,
         help="fetches in flight per process (default: the node's PeerSettings.fetch_concurrency, 8)",
     )
+    parser.add_argument(
+        "--mesh-degree",
+        default="",
+        help="gossip mesh degrees D,LOW,HIGH for every process (default: the node's NetworkSettings)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--host", default="127.0.0.1", help=argparse.SUPPRESS)
@@ -667,6 +677,11 @@ def main() -> None:
         os.environ[PUSH_ENV] = str(args.push_max_bytes)  # every worker inherits it
     if args.fetch_concurrency:
         os.environ[FETCH_SLOTS_ENV] = str(args.fetch_concurrency)
+    if args.mesh_degree:
+        parts = args.mesh_degree.split(",")
+        if len(parts) != 3 or not all(part.strip().isdigit() for part in parts):
+            parser.error(f"--mesh-degree takes D,LOW,HIGH (three whole numbers), not {args.mesh_degree!r}")
+        os.environ[MESH_ENV] = args.mesh_degree
     if args.worker:
         args.procs = int(args.procs)
         worker(args)

@@ -217,3 +217,14 @@ def test_repeated_runs_are_judged_on_their_medians() -> None:
         "20 procs, 10 KB: CPU ours 0.90 s <= hivemind 1.50 s / 2: not met",
     ]
     assert "| 5 | 10 KB | ours | never ready |" in bench_hivemind.markdown_table(summary)
+
+
+def test_bench_network_mesh_degree_flag_refuses_anything_but_three_whole_numbers() -> None:
+    import subprocess
+
+    script = BENCH / "bench_network.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--mesh-degree", "3,2"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 2
+    assert "--mesh-degree takes D,LOW,HIGH (three whole numbers), not '3,2'" in done.stderr
