@@ -6,8 +6,16 @@ retransmission, up to about the cut's length later, while a new connection works
 (docs/reliability.md, `python tests/netns_harness.py stall [--libp2p]`: after a 30 s cut,
 requests over the old libp2p connection were answered 12-13 s after the heal). A 5 s fetch
 over such a connection fails round after round. So a request that times out on a connection
-whose kernel reports STALLED_BACKOFF or more expirations in a row closes it, and the next
-request dials a fresh one.
+whose kernel reports STALLED_EXPIRATIONS unanswered timer expirations in a row closes it, and
+the next request dials a fresh one.
+
+Which counter: `tcpi_backoff` also grows while a healthy peer is only slow to read. Its window
+is then zero, the kernel sends zero-window probes, the peer answers each with "still zero", and
+every probe doubles the interval and counts in `tcpi_backoff` (measured on loopback: 3 within
+2 s, with nothing lost). Closing such a connection after a request timed out threw away working
+connections of busy peers, exactly when a swarm was overloaded. So a stall is counted by what
+went unanswered: `tcpi_retransmits` (retransmission timeouts of unacknowledged data) or
+`tcpi_probes` (zero-window probes nobody answered), both reset by any acknowledgement.
 """
 
 from __future__ import annotations
@@ -15,26 +23,51 @@ from __future__ import annotations
 import socket
 from typing import Any
 
-STALLED_BACKOFF = 3
-"""Retransmission timer expirations in a row (TCP_INFO `tcpi_backoff`) that mark a connection
-stalled: nothing acknowledged for about 7 RTOs (2 s or more). Random loss rarely does that (the
-same segment lost three times running: at 10% loss, 1 in 1,000 losses)."""
+STALLED_EXPIRATIONS = 3
+"""Unanswered timer expirations in a row that mark a connection stalled: nothing acknowledged
+for about 7 RTOs (2 s or more). Random loss rarely does that (the same segment lost three times
+running: at 10% loss, 1 in 1,000 losses)."""
 
-_BACKOFF_OFFSET = 4  # struct tcp_info: state, ca_state, retransmits, probes, backoff, ...
+# struct tcp_info (linux/tcp.h): state, ca_state, retransmits, probes, backoff, ... (u8 each)
+_RETRANSMITS_OFFSET = 2
+_PROBES_OFFSET = 3
+_BACKOFF_OFFSET = 4
 
 
-def tcp_backoff(conn: Any) -> int | None:
-    """`tcpi_backoff` of a py-libp2p connection's TCP socket (SwarmConn → muxer → secure
-    session → raw connection → trio socket), or None where there is none to read (another
-    transport or layering, a closed socket, no TCP_INFO on this platform)."""
+def tcp_info_counts(sock: Any) -> dict[str, int] | None:
+    """`retransmits`, `probes` and `backoff` from a TCP socket's TCP_INFO (a `socket.socket` or a
+    trio socket), or None where it cannot be read (a closed socket, no TCP_INFO here)."""
     try:
-        sock = conn.muxed_conn.secured_conn.conn.conn.stream.stream.socket
         info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, _BACKOFF_OFFSET + 1)
     except (AttributeError, OSError):
         return None
-    return info[_BACKOFF_OFFSET] if len(info) > _BACKOFF_OFFSET else None
+    if len(info) <= _BACKOFF_OFFSET:
+        return None
+    return {
+        "retransmits": info[_RETRANSMITS_OFFSET],
+        "probes": info[_PROBES_OFFSET],
+        "backoff": info[_BACKOFF_OFFSET],
+    }
+
+
+def socket_stalled(sock: Any) -> bool:
+    """Data or zero-window probes unanswered STALLED_EXPIRATIONS times in a row (not a peer that
+    answers but reads slowly)."""
+    counts = tcp_info_counts(sock)
+    if counts is None:
+        return False
+    return max(counts["retransmits"], counts["probes"]) >= STALLED_EXPIRATIONS
+
+
+def _tcp_socket(conn: Any) -> Any:
+    """A py-libp2p connection's TCP socket (SwarmConn → muxer → secure session → raw connection
+    → trio socket), or None where there is none (another transport or layering)."""
+    try:
+        return conn.muxed_conn.secured_conn.conn.conn.stream.stream.socket
+    except AttributeError:
+        return None
 
 
 def is_stalled(conn: Any) -> bool:
-    backoff = tcp_backoff(conn)
-    return backoff is not None and backoff >= STALLED_BACKOFF
+    sock = _tcp_socket(conn)
+    return sock is not None and socket_stalled(sock)
