@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -122,9 +124,6 @@ main()
 
 
 def test_a_real_node_runs_with_the_usual_thresholds_once_it_plays(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
     env = {name: value for name, value in os.environ.items() if not name.startswith("SWARMP2P_")}
     done = subprocess.run(
         [sys.executable, "-c", WATCHER, str(tmp_path / "data")],

@@ -45,7 +45,7 @@ def test_a_peer_that_only_reads_slowly_is_not_stalled() -> None:
 
 
 SERVER = """
-import socket, threading, time
+import socket, threading
 server = socket.create_server(("10.77.0.2", 9000))
 def serve(conn):
     with conn:
