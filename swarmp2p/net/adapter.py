@@ -59,8 +59,10 @@ from swarmp2p.net.lazy_select import open_lazily
 from swarmp2p.net.peer_book import PeerBook
 from swarmp2p.net.priority_inbox import DROPPED, EVICTED, PriorityInbox
 from swarmp2p.net.settings import NetworkSettings
+from swarmp2p.net.signed_records import install as memoize_signed_records
 from swarmp2p.net.streams import read_frame, write_frame
 from swarmp2p.net.tcp_stall import is_stalled
+from swarmp2p.net.yamux_credit import batch_window_updates
 from swarmp2p.ports import InboundMessage, NetworkError, ProtocolRefused, RequestHandler
 
 logger = logging.getLogger(__name__)
@@ -925,11 +927,14 @@ async def open_libp2p_network(
         bootstrap.append(text)
         parse_peer_multiaddr(text)  # fail fast with a clear message
     counters = DropCounters()
+    # Two per-RPC costs of py-libp2p that redo known work (each module says what and why).
+    batch_window_updates()
     if settings.libp2p_default_connection_manager:
         host = new_host(key_pair=key_pair, listen_addrs=listen)
     else:
         host = new_host(key_pair=key_pair, listen_addrs=listen, connection_config=connection_config(settings))
     _configure_connection_manager(host, settings)
+    memoize_signed_records().count_refusals(host, counters)
     pubsub = build_gossip(host, settings, counters)
     dht, record_validator = build_dht(
         host,

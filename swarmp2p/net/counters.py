@@ -38,6 +38,9 @@ class DropCounters:
         "gossip_seen_cache_evicted",  # the seen-cache was full: its oldest message id forgotten
         "gossip_rpc_garbage",  # an inbound frame that is not a protobuf RPC: stream and peer dropped
         "gossip_rpc_oversized",  # an inbound RPC over py-libp2p's 1 MiB limit: stream and peer dropped
+        # An inbound RPC whose attached signed peer record does not verify or names another peer:
+        # py-libp2p ignores the whole RPC and only logs it (net/signed_records.py counts it).
+        "gossip_bad_peer_record",
         # Our own messages py-libp2p queued for a peer whose pubsub stream was not open yet, then
         # dropped: older than its TTL (30 s) or over its cap (100 per peer) when the queue is pruned.
         "gossip_pending_dropped",
