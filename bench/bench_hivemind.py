@@ -41,6 +41,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,14 @@ MEDIAN_FIELDS = ("p50", "p99", "cpu_s", "peak_mib", "startup_s")
 SUMMED_FIELDS = ("lost", "crashed")
 
 
+def median_of_measured(values: Iterable[float]) -> float:
+    """The median of the values that were measured: a run whose peers all crashed has no CPU
+    figure (nan), and one nan made the whole median nan. inf (a round never completed) is a
+    measurement and stays in. nan when nothing was measured."""
+    measured = [value for value in values if not math.isnan(value)]
+    return statistics.median(measured) if measured else math.nan
+
+
 def medians(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (procs, batch, stack) over the runs (`run` 1..N): the median of each timing,
     CPU and memory figure over the runs that started, lost and crashed summed over those runs,
@@ -137,7 +146,7 @@ def medians(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not ran:
             row["failed"] = rows[0]["failed"]
         else:
-            row.update({field: statistics.median(r[field] for r in ran) for field in MEDIAN_FIELDS})
+            row.update({field: median_of_measured(r[field] for r in ran) for field in MEDIAN_FIELDS})
             row.update({field: sum(r[field] for r in ran) for field in SUMMED_FIELDS})
         summary.append(row)
     return summary

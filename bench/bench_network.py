@@ -111,7 +111,7 @@ def worker(args: argparse.Namespace) -> None:
             net.set_request_handler(serve)
             channel = await net.subscribe(TOPIC)
             if args.index == 0:
-                (out / "addr").write_text(net.listen_addrs()[0])
+                write_atomically(out / "addr", net.listen_addrs()[0])
             # Ready once connected to most of the swarm (peer exchange builds the mesh).
             want = min(args.procs - 1, settings.target_peers)
             while len(net.connected_peers()) < want:
@@ -219,6 +219,15 @@ def worker(args: argparse.Namespace) -> None:
     trio.run(main)
 
 
+def write_atomically(path: Path, text: str) -> None:
+    """Write `text` to `path` so that a reader polling for the file never sees it empty: the
+    processes poll `addr` and `start` for existence and read them at once (a reader that beat
+    the write read '' and died on float(''): a whole hivemind run of 20 "crashed" that way)."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
 def cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -292,7 +301,7 @@ def run_config(
             # Start-up: from launching the first process until every one is connected and ready.
             startup_s = time.time() - launched
             start = time.time() + 2.0 + idle_s
-            (out / "start").write_text(str(start))
+            write_atomically(out / "start", str(start))
             deadline = time.monotonic() + 60 + grace_s + len(sizes) * messages * interval
             while any(process.poll() is None for process in workers) and time.monotonic() < deadline:
                 memory.sample(workers)

@@ -78,7 +78,10 @@ def main() -> None:
         start=True,
     )
     if args.index == 0:
-        (out / "addr").write_text(str(dht.get_visible_maddrs()[0]))
+        # Written whole, then renamed: the orchestrator polls for the file and reads it at once.
+        partial = out / "addr.partial"
+        partial.write_text(str(dht.get_visible_maddrs()[0]))
+        os.replace(partial, out / "addr")
     # Subkeys are peer ids, as in the reference; the `peer-i` files let a reader map them back
     # to process indexes (every peer writes its file before it is ready).
     me = str(dht.peer_id)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -67,26 +68,49 @@ def _alone_lock_files(run_id: str) -> tuple[str, str]:
     return os.path.join(folder, f"{run_id}.gate"), os.path.join(folder, f"{run_id}.main")
 
 
-@pytest.fixture(autouse=True)
-def _alone_under_xdist(request: pytest.FixtureRequest) -> Iterator[None]:
+_held_exclusively = False  # this worker holds the main lock exclusively (for an `alone_module`)
+
+
+@contextmanager
+def _alone_lock(alone: bool) -> Iterator[None]:
+    """Hold the main lock shared (`alone` False) or exclusively; nothing outside xdist, and
+    nothing more while this worker already holds it exclusively (`alone_module`)."""
+    global _held_exclusively
     run_id = _xdist_run_id()
-    if run_id is None:
+    if run_id is None or _held_exclusively:
         yield
         return
     import fcntl
 
     gate_path, main_path = _alone_lock_files(run_id)
-    alone = request.node.get_closest_marker("alone") is not None
     with open(gate_path, "a") as gate, open(main_path, "a") as main:
         fcntl.flock(gate, fcntl.LOCK_EX)
         if alone:
             fcntl.flock(main, fcntl.LOCK_EX)  # waits for the tests running now; the gate stays shut
+            _held_exclusively = True
         else:
             fcntl.flock(main, fcntl.LOCK_SH)
             fcntl.flock(gate, fcntl.LOCK_UN)
         try:
             yield
         finally:
+            _held_exclusively = False
             fcntl.flock(main, fcntl.LOCK_UN)
             if alone:
                 fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True)
+def _alone_under_xdist(request: pytest.FixtureRequest) -> Iterator[None]:
+    with _alone_lock(request.node.get_closest_marker("alone") is not None):
+        yield
+
+
+@pytest.fixture(scope="module")
+def alone_module() -> Iterator[None]:
+    """`@pytest.mark.alone` for a module-scoped fixture: a swarm started once for a module's
+    tests runs between them too, before the first test's own lock. Requested by that fixture,
+    this holds the lock exclusively from its setup until the module's last test here is done
+    (the per-test lock then takes nothing more)."""
+    with _alone_lock(True):
+        yield

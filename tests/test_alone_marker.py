@@ -67,3 +67,79 @@ def test_an_alone_test_has_no_other_test_beside_it(tmp_path: Path) -> None:
     pytest.importorskip("xdist")
     assert overlaps(tmp_path, "@pytest.mark.alone") == []
     assert overlaps(tmp_path, "") != []  # unmarked, the other worker runs beside it
+
+
+MODULE_SUITE = """
+import time
+from pathlib import Path
+
+import pytest
+
+LOG = Path(__file__).parent / "intervals.txt"
+
+
+@pytest.fixture(scope="module")
+def swarm(LOCK):
+    started = time.time()
+    time.sleep(0.6)  # the swarm starting: no test of this module runs yet
+    yield
+    with LOG.open("a") as log:
+        log.write(f"swarm {started} {time.time()}\\n")
+
+
+@pytest.mark.parametrize("index", range(2))
+def test_uses_the_swarm(swarm, index):
+    time.sleep(0.3)
+"""
+
+ORDINARY_SUITE = """
+import time
+from pathlib import Path
+
+import pytest
+
+LOG = Path(__file__).parent / "intervals.txt"
+
+
+@pytest.mark.parametrize("index", range(6))
+def test_ordinary(index):
+    started = time.time()
+    time.sleep(0.6)
+    with LOG.open("a") as log:
+        log.write(f"ordinary{index} {started} {time.time()}\\n")
+"""
+
+
+def module_overlaps(tmp_path: Path, lock: bool) -> list[str]:
+    """Ordinary tests that ran while a module-scoped fixture of another module was alive."""
+    folder = tmp_path / ("locked" if lock else "unlocked")
+    folder.mkdir()
+    shutil.copy(HERE / "conftest.py", folder / "conftest.py")
+    (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    alone: runs alone\n")
+    # The fixture's dependency: conftest's alone_module, or one that takes no lock.
+    (folder / "test_a_swarm.py").write_text(
+        MODULE_SUITE.replace("LOCK", "alone_module" if lock else "tmp_path_factory")
+    )
+    (folder / "test_b_ordinary.py").write_text(ORDINARY_SUITE)
+    done = subprocess.run(
+        # --dist loadfile: the swarm module's tests on one worker, the ordinary ones on the other
+        [sys.executable, "-m", "pytest", "-n", "2", "-q", "-p", "no:cacheprovider", "--dist", "loadfile"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    intervals = {
+        name: (float(start), float(end))
+        for name, start, end in (line.split() for line in (folder / "intervals.txt").read_text().splitlines())
+    }
+    assert len(intervals) == 7, intervals
+    start, end = intervals.pop("swarm")
+    return [name for name, (s, e) in intervals.items() if s < end and start < e]
+
+
+def test_a_module_fixture_requesting_alone_module_has_no_other_test_beside_it(tmp_path: Path) -> None:
+    pytest.importorskip("xdist")
+    assert module_overlaps(tmp_path, lock=True) == []
+    assert module_overlaps(tmp_path, lock=False) != []  # without it the other worker runs beside it

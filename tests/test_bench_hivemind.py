@@ -228,3 +228,44 @@ def test_bench_network_mesh_degree_flag_refuses_anything_but_three_whole_numbers
     )
     assert done.returncode == 2
     assert "--mesh-degree takes D,LOW,HIGH (three whole numbers), not '3,2'" in done.stderr
+
+
+def test_a_run_whose_peers_all_crashed_does_not_make_the_median_nan() -> None:
+    """2026-11-27: one hivemind run of three had every peer "crash" (the bench's own race, below):
+    its CPU is nan, and the median CPU of the three runs was printed as nan, so the CPU target
+    could not be judged although two runs measured it."""
+
+    def row(run: int, cpu: float) -> dict:
+        return {
+            "procs": 20, "size": 10000, "stack": "hivemind", "run": run, "p50": 2.0, "p99": 3.5,
+            "lost": 0, "crashed": 0, "cpu_s": cpu, "peak_mib": 500.0, "startup_s": 40.0,
+        }  # fmt: skip
+
+    summary = bench_hivemind.medians([row(1, 1.19), row(2, math.nan), row(3, 1.28)])
+    assert summary[0]["cpu_s"] == pytest.approx(1.235)
+    assert math.isnan(bench_hivemind.medians([row(1, math.nan)])[0]["cpu_s"])
+
+
+def test_files_that_processes_poll_for_are_never_seen_empty(tmp_path: Path) -> None:
+    """The orchestrator polls for `addr`, the workers for `start`, and each reads the file as
+    soon as it exists: written in place, a reader could find it empty (float('') killed every
+    hivemind worker of a run). Written whole and renamed, the name appears with its content."""
+    import threading
+
+    target = tmp_path / "start"
+    seen: list[str] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            if target.exists():
+                seen.append(target.read_text())
+                return
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    bench_network.write_atomically(target, "1764240000.5" * 1000)
+    thread.join(timeout=10)
+    stop.set()
+    assert seen == ["1764240000.5" * 1000]
+    assert [p.name for p in tmp_path.iterdir()] == ["start"]  # no partial file left behind
