@@ -23,4 +23,8 @@ echo "== tests"
 # test at a time (the same with a busy-loop using half a core beside it) and 24.5 min on 2 workers,
 # tests marked `alone` (tests/conftest.py) included. More workers than cores start more node
 # processes at once than the round timings allow for.
-python -m pytest -n "${SWARMP2P_TEST_WORKERS:-2}" --durations=30 "$@"
+# --dist loadscope: a module's tests run on one worker. With `load` they were handed out one by one,
+# and a module whose swarm is a module fixture started one per worker (the ordered nemesis of
+# tests/test_netns_nemesis.py ran half on each). Not `loadgroup` with marks: pytest 9.2 ignores
+# them (pytest-xdist issue #1386: the tests are spread as if unmarked).
+python -m pytest -n "${SWARMP2P_TEST_WORKERS:-2}" --dist loadscope --durations=30 "$@"

@@ -54,9 +54,9 @@ CONVERGE_WITHIN = 2  # rounds after the heal by which every node completes the s
 def swarm(
     tmp_path_factory: pytest.TempPathFactory, alone_module: None
 ) -> Iterator[tuple[NetnsNetwork, list[NetnsNode]]]:
-    # alone_module: the nemesis schedule is timed in rounds of 10 s; beside another worker's swarm
-    # (tests/test_netns_swarm.py) on 2 cores the nodes completed too few rounds in it
-    # (test_no_accepted_batch_was_trained_twice_or_lost saw 16 accepted batches, not > 20).
+    # alone_module: the nemesis schedule is timed in 10 s rounds; beside another worker's swarm
+    # (tests/test_netns_swarm.py) on 2 cores the nodes completed fewer rounds in it, and the
+    # ledger test counted 20 accepted batches where it asks for more than 20.
     root = tmp_path_factory.mktemp("nemesis")
     model = build_warm_model(root / "model")
     with netns_swarm(root, 3, model, ROUND_SECONDS, **CONDITIONS) as (network, nodes):
