@@ -9,8 +9,8 @@ peer sends the same record bytes each time until its addresses change, so all bu
 of those checks redo work whose outcome is already known. At 20 processes exchanging 10 KB
 batches it was about a tenth of a process's CPU (py-spy, docs/benchmarks.md).
 
-`install()` puts a memo in front of it: a (peer, record bytes) pair that was consumed
-successfully less than `REFRESH_S` ago (by the same host) is answered True without the work. Anything else (a
+`install()` puts a memo in front of it: a (peer, record bytes) pair that the same host consumed
+successfully less than `REFRESH_S` ago is answered True without the work. Anything else (a
 first sight, new record bytes, a different peer sending them, a record that failed, a memo
 entry past `REFRESH_S`) goes through py-libp2p's own function, so a forged or mismatched
 record is refused exactly as before, every time. The refresh keeps the peerstore's copy
