@@ -40,14 +40,17 @@ def test_ordinary(index):
 """
 
 
-def overlaps(tmp_path: Path, mark: str) -> list[str]:
-    folder = tmp_path / mark.strip("@.") if mark else tmp_path / "unmarked"
+def overlaps_in_generated_suite(folder: Path, files: dict[str, str], lone: str, *args: str) -> list[str]:
+    """Run the generated test `files` in `folder` on two workers, with a copy of our conftest;
+    every test or fixture logs `name start end` to intervals.txt. Returns the names whose
+    interval overlaps the one of `lone`."""
     folder.mkdir()
     shutil.copy(HERE / "conftest.py", folder / "conftest.py")
     (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    alone: runs alone\n")
-    (folder / "test_generated.py").write_text(SUITE.replace("MARK", mark))
+    for name, text in files.items():
+        (folder / name).write_text(text)
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-n", "2", "-q", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", "-n", "2", "-q", "-p", "no:cacheprovider", *args],
         cwd=folder,
         capture_output=True,
         text=True,
@@ -59,8 +62,13 @@ def overlaps(tmp_path: Path, mark: str) -> list[str]:
         for name, start, end in (line.split() for line in (folder / "intervals.txt").read_text().splitlines())
     }
     assert len(intervals) == 7, intervals
-    start, end = intervals.pop("alone")
+    start, end = intervals.pop(lone)
     return [name for name, (s, e) in intervals.items() if s < end and start < e]
+
+
+def overlaps(tmp_path: Path, mark: str) -> list[str]:
+    folder = tmp_path / mark.strip("@.") if mark else tmp_path / "unmarked"
+    return overlaps_in_generated_suite(folder, {"test_generated.py": SUITE.replace("MARK", mark)}, "alone")
 
 
 def test_an_alone_test_has_no_other_test_beside_it(tmp_path: Path) -> None:
@@ -112,31 +120,14 @@ def test_ordinary(index):
 
 def module_overlaps(tmp_path: Path, lock: bool) -> list[str]:
     """Ordinary tests that ran while a module-scoped fixture of another module was alive."""
-    folder = tmp_path / ("locked" if lock else "unlocked")
-    folder.mkdir()
-    shutil.copy(HERE / "conftest.py", folder / "conftest.py")
-    (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    alone: runs alone\n")
-    # The fixture's dependency: conftest's alone_module, or one that takes no lock.
-    (folder / "test_a_swarm.py").write_text(
-        MODULE_SUITE.replace("LOCK", "alone_module" if lock else "tmp_path_factory")
-    )
-    (folder / "test_b_ordinary.py").write_text(ORDINARY_SUITE)
-    done = subprocess.run(
-        # --dist loadfile: the swarm module's tests on one worker, the ordinary ones on the other
-        [sys.executable, "-m", "pytest", "-n", "2", "-q", "-p", "no:cacheprovider", "--dist", "loadfile"],
-        cwd=folder,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    intervals = {
-        name: (float(start), float(end))
-        for name, start, end in (line.split() for line in (folder / "intervals.txt").read_text().splitlines())
+    files = {
+        # The fixture's dependency: conftest's alone_module, or one that takes no lock.
+        "test_a_swarm.py": MODULE_SUITE.replace("LOCK", "alone_module" if lock else "tmp_path_factory"),
+        "test_b_ordinary.py": ORDINARY_SUITE,
     }
-    assert len(intervals) == 7, intervals
-    start, end = intervals.pop("swarm")
-    return [name for name, (s, e) in intervals.items() if s < end and start < e]
+    folder = tmp_path / ("locked" if lock else "unlocked")
+    # --dist loadfile: the swarm module's tests on one worker, the ordinary ones on the other
+    return overlaps_in_generated_suite(folder, files, "swarm", "--dist", "loadfile")
 
 
 def test_a_module_fixture_requesting_alone_module_has_no_other_test_beside_it(tmp_path: Path) -> None:
