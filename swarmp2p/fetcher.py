@@ -122,15 +122,20 @@ class Fetcher:
                 fetcher.handle_announcement(message)
             return
         shared = SharedOpen(data)
-        for fetcher in fetchers:
+        # The common case is decided inside `heard_many` (a deferral yields nothing); what comes
+        # out is a Fetch to carry out, SLOW (this receiver takes the usual path before the loop
+        # goes on, so each receiver sees the state it would have alone), or an error.
+        for index, decision in Inbox.heard_many(
+            [fetcher.inbox for fetcher in fetchers], sender, data, shared
+        ):
+            fetcher = fetchers[index]
             try:
-                # The common case decided in one call (Inbox.heard_fast); it never holds, so
-                # only a Fetch is left to carry out (`take` ignores Defer and Reject).
-                decision = fetcher.inbox.heard_fast(sender, data, shared)
                 if decision is SLOW:
                     fetcher._announced(sender, data, shared)
                 elif type(decision) is Fetch:
                     fetcher.enqueue(decision.job)
+                else:
+                    raise decision  # type: ignore[misc]  # deciding for this receiver failed
             except Exception:
                 log.exception("%s: handling an announcement failed", fetcher.peer_id)
                 fetcher.inbox.reject("internal_error", blame=None)
