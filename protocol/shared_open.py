@@ -48,7 +48,7 @@ class SharedOpen:
     def peek(self, opener: Any) -> list[Any] | None:
         """The memo entry `[opener, outcome, max_size, repeats]` once `opener` opened the data,
         else None. Counts nothing: a caller that uses the outcome in place of `open` adds 1 to
-        `entry[3]` (Inbox.heard_many does, once it is sure to decide)."""
+        `entry[3]` (Inbox.heard_run does, once it is sure to decide)."""
         return self._by_opener.get(id(opener))
 
     def settle(self) -> None:

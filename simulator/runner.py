@@ -409,7 +409,12 @@ async def _simulate(
         verification_limits=VerificationLimits(),
         **peer_overrides,
     )
-    cache = VerifyCache(max_entries=max(50_000, 20 * scenario.peers))
+    # The identity memo holds every announcement of an instant (one per peer at most), so the
+    # opens SharedOpen spares are settled as memo hits at the instant's end (SimWorld delivers
+    # an instant receiver by receiver), not redone.
+    cache = VerifyCache(
+        max_entries=max(50_000, 20 * scenario.peers), identity_entries=max(1024, 2 * scenario.peers)
+    )
     store = CheckpointStore()
     audit = _GroupAudit(registry)
     params = SimPolicyParams(group_size=scenario.group_size)

@@ -105,41 +105,45 @@ class Fetcher:
             self.inbox.reject("internal_error", blame=None)
 
     def inline_handler(self) -> InlineHandler:
-        """What the Peer subscribes inline with: per message, or (the simulator's world) one
-        message for many fetchers at once."""
+        """What the Peer subscribes inline with: per message, or (the simulator's world) the
+        messages of one instant for many fetchers at once."""
         return InlineHandler(self.handle_announcement, Fetcher.handle_announcement_many, self)
 
     @staticmethod
-    def handle_announcement_many(message: InboundMessage, fetchers: list[Fetcher]) -> None:
-        """`handle_announcement(message)` for each of `fetchers`, in order, with the envelope
-        opened once for all of them (SharedOpen): the same decisions, one open per message
-        instead of one per receiver. Never raises."""
-        sender = message.transport_sender
-        data = message.data
-        if data.startswith(PUSHED_PREFIX):
-            # A pushed batch (swarmp2p/pushed.py): each receiver unwraps and keeps its own.
-            for fetcher in fetchers:
-                fetcher.handle_announcement(message)
-            return
-        shared = SharedOpen(data)
-        # The common case is decided inside `heard_many` (a deferral yields nothing); what comes
-        # out is a Fetch to carry out, SLOW (this receiver takes the usual path before the loop
-        # goes on, so each receiver sees the state it would have alone), or an error.
-        for index, decision in Inbox.heard_many(
-            [fetcher.inbox for fetcher in fetchers], sender, data, shared
-        ):
-            fetcher = fetchers[index]
-            try:
-                if decision is SLOW:
-                    fetcher._announced(sender, data, shared)
-                elif type(decision) is Fetch:
-                    fetcher.enqueue(decision.job)
-                else:
-                    raise decision  # type: ignore[misc]  # deciding for this receiver failed
-            except Exception:
-                log.exception("%s: handling an announcement failed", fetcher.peer_id)
-                fetcher.inbox.reject("internal_error", blame=None)
-        shared.settle()
+    def handle_announcement_many(deliveries: list[tuple[Fetcher, list[InboundMessage]]]) -> None:
+        """`handle_announcement(message)` for each fetcher and each of its messages in order,
+        with each envelope opened once for all fetchers (SharedOpen): for every fetcher the
+        same decisions as one message at a time. Never raises."""
+        shared_by_message: dict[int, SharedOpen] = {}
+        for fetcher, messages in deliveries:
+            items: list[tuple[str, bytes, SharedOpen | None]] = []
+            for message in messages:
+                shared = shared_by_message.get(id(message))
+                if shared is None and not message.data.startswith(PUSHED_PREFIX):
+                    shared = shared_by_message[id(message)] = SharedOpen(message.data)
+                # A pushed batch (swarmp2p/pushed.py) has no shared open: each receiver unwraps
+                # and keeps its own, on the usual path.
+                items.append((message.transport_sender, message.data, shared))
+            # The common case is decided inside `heard_run` (a deferral yields nothing); what
+            # comes out is a Fetch to carry out, SLOW (the usual path, before the run goes on,
+            # so each message meets the state it would have alone), or an error.
+            for index, decision in fetcher.inbox.heard_run(items):  # type: ignore[arg-type]
+                sender, data, shared = items[index]
+                try:
+                    if decision is SLOW:
+                        if shared is None:
+                            fetcher.handle_announcement(messages[index])
+                        else:
+                            fetcher._announced(sender, data, shared)
+                    elif type(decision) is Fetch:
+                        fetcher.enqueue(decision.job)
+                    else:
+                        raise decision  # type: ignore[misc]  # deciding for this message failed
+                except Exception:
+                    log.exception("%s: handling an announcement failed", fetcher.peer_id)
+                    fetcher.inbox.reject("internal_error", blame=None)
+        for shared in shared_by_message.values():
+            shared.settle()
 
     def on_announcement(self, message: InboundMessage) -> None:
         sender = message.transport_sender

@@ -40,13 +40,14 @@ class InboundMessage:
 @attrs.frozen(eq=False)
 class InlineHandler:
     """A `subscribe_inline` handler (callable per message) that an in-process transport may also
-    call once per message for many receivers: `many(message, [receiver, ...])` with the
-    `receiver` of each subscribed handler sharing the same `many`, in delivery order. `many`
-    must decide for each receiver exactly what `one(message)` would (the simulator's world hands
-    a gossip message to hundreds of virtual peers; tests/test_admission_many.py)."""
+    call once for many receivers: `many([(receiver, [message, ...]), ...])` with the `receiver`
+    of each subscribed handler sharing the same `many` and the messages that reach it at one
+    instant, in delivery order. `many` must decide for each receiver exactly what `one(message)`
+    for each of its messages in turn would (the simulator's world hands a gossip message to
+    hundreds of virtual peers; tests/test_admission_many.py)."""
 
     one: Callable[[InboundMessage], None]
-    many: Callable[[InboundMessage, list[Any]], None]
+    many: Callable[[list[tuple[Any, list[InboundMessage]]]], None]
     receiver: Any
 
     def __call__(self, message: InboundMessage) -> None:

@@ -1,8 +1,9 @@
 """The simulator's fast delivery path decides exactly what the per-delivery path does.
 
-`Fetcher.handle_announcement_many(message, fetchers)` (one call per gossip message and arrival
-slot, the envelope opened once: protocol/shared_open.py) against `handle_announcement(message)`
-once per receiver: on random receivers (rounds, phases, bans, sampling, connected peers, what
+`Fetcher.handle_announcement_many([(fetcher, messages), ...])` (one call per instant of the
+simulated world, each receiver with the messages that reach it then, each envelope opened once:
+protocol/shared_open.py) against `handle_announcement(message)` once per receiver and message:
+on random receivers (rounds, phases, bans, sampling, connected peers, what
 they heard before) and random messages (valid, duplicate, equivocating, next round, stale,
 wrong swarm, relayed, garbage, oversized), the decisions, every inbox's state and the shared
 VerifyCache's counters must be identical.
@@ -31,9 +32,11 @@ SIGNERS = [key(f"signer{i}") for i in range(12)]
 SENDERS = [pid(k) for k in SIGNERS]
 
 
-def _announcement(signer: bytes, *, round_number: int = ROUND, variant: int = 0, swarm: str = SWARM) -> bytes:
+def _announcement(
+    signer: bytes, *, round_number: int = ROUND, variant: int = 0, swarm: str = SWARM, stage: int = 0
+) -> bytes:
     digest = hashlib.sha256(f"{variant}".encode()).digest()
-    return seal(RolloutAnnouncement(swarm, round_number, 0, pid(signer), digest, 2, 1000), signer)
+    return seal(RolloutAnnouncement(swarm, round_number, stage, pid(signer), digest, 2, 1000), signer)
 
 
 def _messages() -> list[InboundMessage]:
@@ -48,6 +51,7 @@ def _messages() -> list[InboundMessage]:
             InboundMessage("t", sender, _announcement(signer, round_number=ROUND - 1)),  # stale
             InboundMessage("t", sender, _announcement(signer, swarm="other")),
             InboundMessage("t", SENDERS[(i + 1) % len(SENDERS)], _announcement(signer)),  # relayed
+            InboundMessage("t", sender, _announcement(signer, stage=1)),  # a stage the game lacks
         ]
     pool += [
         InboundMessage("t", SENDERS[0], b"\x93garbage"),
@@ -57,7 +61,7 @@ def _messages() -> list[InboundMessage]:
 
 
 MESSAGES = _messages()
-COMMON = [6 * i for i in range(len(SIGNERS))]  # each signer's valid one: the fast path's case
+COMMON = [7 * i for i in range(len(SIGNERS))]  # each signer's valid one: the fast path's case
 
 
 class _Network:
@@ -149,22 +153,29 @@ def _state(fetcher: Fetcher) -> tuple[object, ...]:
     )
 
 
+MESSAGE_INDEX = st.one_of(st.sampled_from(COMMON), st.sampled_from(range(len(MESSAGES))))
+
+
 @given(
     plans=st.lists(receiver_plans, min_size=1, max_size=6),
-    deliveries=st.lists(
-        st.one_of(st.sampled_from(COMMON), st.sampled_from(range(len(MESSAGES)))), min_size=1, max_size=25
-    ),
+    instants=st.lists(st.lists(MESSAGE_INDEX, min_size=1, max_size=12), min_size=1, max_size=4),
+    data=st.data(),
 )
 def test_the_many_path_decides_what_the_per_delivery_path_does(
-    plans: list[dict[str, Any]], deliveries: list[int]
+    plans: list[dict[str, Any]], instants: list[list[int]], data: st.DataObject
 ) -> None:
     one, one_taken, one_cache = _build(plans)
     many, many_taken, many_cache = _build(plans)
-    for index in deliveries:
-        message = MESSAGES[index]
-        for fetcher in one:
-            fetcher.handle_announcement(message)
-        Fetcher.handle_announcement_many(message, many)
+    for instant in instants:
+        # Each receiver gets some of the instant's messages (loss, latency), in their order.
+        masks = [
+            data.draw(st.lists(st.booleans(), min_size=len(instant), max_size=len(instant))) for _ in plans
+        ]
+        runs = [[MESSAGES[i] for i, kept in zip(instant, mask, strict=True) if kept] for mask in masks]
+        for fetcher, messages in zip(one, runs, strict=True):
+            for message in messages:
+                fetcher.handle_announcement(message)
+        Fetcher.handle_announcement_many([(f, m) for f, m in zip(many, runs, strict=True) if m])
     assert one_taken == many_taken
     assert [_state(f) for f in one] == [_state(f) for f in many]
     assert (one_cache.hits, one_cache.misses) == (many_cache.hits, many_cache.misses)
