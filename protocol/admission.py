@@ -525,7 +525,13 @@ class Inbox:
         for peer in [p for p, last in self.known.items() if last < oldest]:
             del self.known[peer]
         candidates = set(self.known)
-        candidates.update(connected)  # now, not at round open: peers join
+        if isinstance(connected, PeersExcept):
+            connected.union_into(candidates)  # the simulator's shared set, without a walk in Python
+        else:
+            candidates.update(connected)  # now, not at round open: peers join
+        # Those that announced are skipped below: left out before sorting (set operations in C),
+        # since nearly every peer announces and the sweep runs for every peer every round.
+        candidates.difference_update(state.announced)
         for peer in sorted(candidates):
             if peer == self.rules.me or peer in state.announced or self.scores.is_banned(peer):
                 continue

@@ -32,6 +32,13 @@ class PeersExcept(Set[str], Sequence[str]):  # type: ignore[misc]
         me = self._me
         return (peer for peer in self._base if peer != me)
 
+    def union_into(self, target: set[str]) -> None:
+        """`target |= self`, as set operations in C (iterating `self` is a Python generator)."""
+        had_me = self._me in target
+        target |= self._base
+        if not had_me:
+            target.discard(self._me)
+
     def __getitem__(self, index: Any) -> Any:
         return sorted(self)[index]  # not on any hot path: only to honour Sequence
 

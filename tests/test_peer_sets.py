@@ -20,6 +20,13 @@ def test_peers_except_is_the_set_without_me(base: frozenset[str], me: str, probe
     assert set(view) == plain and view == plain and sorted(view) == list(view[:])
 
 
+@given(base=st.frozensets(names), me=names, target=st.sets(names))
+def test_union_into_adds_the_view_and_nothing_else(base: frozenset[str], me: str, target: set[str]) -> None:
+    expected = target | (base - {me})
+    PeersExcept(base, me).union_into(target)
+    assert target == expected  # `me` stays only if the target had it
+
+
 def test_the_inbox_keeps_a_shared_view_and_copies_anything_else() -> None:
     inbox: Inbox = make_inbox()
     view = PeersExcept(frozenset({"a", "b"}), "a")
