@@ -22,8 +22,9 @@ trio's run loop instead of one pass each, which is much of the simulator's speed
 is still below the 10-80 ms latencies it models and far below the 5 s fetch timeout).
 Deliveries go through ONE scheduler task and a heap, not a task per message: 100 peers publishing
 to 99 others each round would otherwise spawn a million tasks over a run.
-Everything random comes from one seeded `random.Random`, drawn in a deterministic order, so a
-seed reproduces a run exactly (together with seeding trio's scheduler; see simulator.runner).
+Everything random comes from one seeded stream (`UniformStream`: random.Random's floats), drawn
+in a deterministic order, so a seed reproduces a run exactly (together with seeding trio's
+scheduler; see simulator.runner).
 """
 
 from __future__ import annotations
@@ -31,16 +32,17 @@ from __future__ import annotations
 import hashlib
 import heapq
 import math
-import random
 from array import array
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import attrs
+import numpy as np
 import trio
 
 from protocol.peer_sets import PeersExcept
+from simulator.uniform_stream import UniformStream
 from swarmp2p.ports import InboundMessage, InlineHandler, NetworkError, RequestHandler
 
 
@@ -89,6 +91,9 @@ class _Node:
     pending: list[InboundMessage] = attrs.Factory(list)
 
 
+BULK_MIN_RECEIVERS = 32
+"""From this many subscribers on, publish computes arrival slots in numpy (see _slots_in_bulk)."""
+
 LATENCY_CACHE_PAIRS = 2_000_000
 """At most this many peer pairs keep their base latency in SimWorld's pair cache (~250 MiB)."""
 
@@ -110,7 +115,9 @@ class SimWorld:
     ) -> None:
         self.model = model
         self.inline_gossip = inline_gossip
-        self.rng = random.Random(seed)
+        # Every random draw of the world, in one stream: the floats random.Random(seed) gives,
+        # also in bulk (publish's jitter, a float per delivery).
+        self.rng = UniformStream(seed)
         self.now_ms = now_ms
         self.round_of = round_of
         self.nodes: dict[str, _Node] = {}
@@ -124,6 +131,7 @@ class SimWorld:
         self._latency_cache: dict[tuple[str, str], float] = {}
         self._members_version = 0
         self._topic_members: dict[str, tuple[int, list[_Node]]] = {}
+        self._member_positions: dict[str, tuple[int, dict[int, int]]] = {}
         self._sender_bases: dict[tuple[str, str], tuple[int, array]] = {}
         self._online_cache: tuple[int, frozenset[str]] | None = None
 
@@ -260,6 +268,40 @@ class SimWorld:
             self._sender_bases[(sender, topic)] = bases
         return members, bases[1]
 
+    def _slots_in_bulk(
+        self,
+        node: _Node,
+        topic: str,
+        members: list[_Node],
+        bases: array,
+        start: float,
+        jitter_ms: float,
+        grid_per_s: float,
+    ) -> dict[float, list[_Node]]:
+        """publish's arrival slots for a network without loss or partitions, in numpy: the same
+        floats (one jitter draw per receiver, in member order, from the same stream), the same
+        arithmetic in the same order, and the same slots in the same order as its loop."""
+        version = self._members_version
+        cached = self._member_positions.get(topic)
+        if cached is None or cached[0] != version:
+            cached = (version, {id(member): i for i, member in enumerate(members)})
+            self._member_positions[topic] = cached
+        latency = np.frombuffer(bases, dtype=np.float64)
+        position = cached[1].get(id(node))
+        if position is not None:  # the sender gets nothing, and draws nothing for itself
+            members = members[:position] + members[position + 1 :]
+            latency = np.delete(latency, position)
+        draws = self.rng.take(len(members))
+        at = np.ceil((start + (latency + draws * jitter_ms / 1000)) * grid_per_s - 1e-6) / grid_per_s
+        values, first, slot_of = np.unique(at, return_index=True, return_inverse=True)
+        by_slot = np.argsort(slot_of, kind="stable").tolist()  # member order within a slot
+        ends = np.cumsum(np.bincount(slot_of)).tolist()
+        slots: dict[float, list[_Node]] = {}
+        for k in np.argsort(first, kind="stable").tolist():  # slots in order of first receiver
+            begin = ends[k - 1] if k else 0
+            slots[float(values[k])] = [members[i] for i in by_slot[begin : ends[k]]]
+        return slots
+
     def _membership_changed(self) -> None:
         self._members_version += 1
 
@@ -287,28 +329,34 @@ class SimWorld:
         slots: dict[float, list[_Node]] = {}
         delivered = lost = cut = 0
         members, bases = self._audience(sender, topic)
-        for receiver, base in zip(members, bases, strict=True):
-            if receiver is node:
-                continue
-            if cuts and any(
-                (receiver.peer_id in p.side) != side for p, side in zip(cuts, sender_cut, strict=True)
-            ):
-                cut += 1
-                continue
-            if loss > 0 and random_draw() < loss:
-                lost += 1
-                continue
-            if gossip_loss > 0 and random_draw() < gossip_loss:
-                lost += 1
-                continue
-            delivered += 1
-            # _on_grid(start + latency), inlined: this line runs ~10k times per virtual round
-            at = ceil((start + (base + random_draw() * jitter_ms / 1000)) * grid_per_s - 1e-6) / grid_per_s
-            slot = slots.get(at)
-            if slot is None:
-                slots[at] = [receiver]
-            else:
-                slot.append(receiver)
+        if not cuts and loss <= 0 and gossip_loss <= 0 and len(members) >= BULK_MIN_RECEIVERS:
+            slots = self._slots_in_bulk(node, topic, members, bases, start, jitter_ms, grid_per_s)
+            delivered = sum(len(receivers) for receivers in slots.values())
+        else:  # a lossy or partitioned network: draws depend on earlier draws, one by one
+            for receiver, base in zip(members, bases, strict=True):
+                if receiver is node:
+                    continue
+                if cuts and any(
+                    (receiver.peer_id in p.side) != side for p, side in zip(cuts, sender_cut, strict=True)
+                ):
+                    cut += 1
+                    continue
+                if loss > 0 and random_draw() < loss:
+                    lost += 1
+                    continue
+                if gossip_loss > 0 and random_draw() < gossip_loss:
+                    lost += 1
+                    continue
+                delivered += 1
+                # _on_grid(start + latency), inlined: this line runs ~10k times per virtual round
+                at = (
+                    ceil((start + (base + random_draw() * jitter_ms / 1000)) * grid_per_s - 1e-6) / grid_per_s
+                )
+                slot = slots.get(at)
+                if slot is None:
+                    slots[at] = [receiver]
+                else:
+                    slot.append(receiver)
         for at, receivers in slots.items():
             self._seq += 1
             heapq.heappush(self._heap, (at, self._seq, receivers, message))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from unittest import mock
 
 import hypothesis.strategies as st
 import pytest
@@ -13,6 +14,7 @@ from hypothesis import given
 from protocol import codec
 from protocol.errors import ProtocolError
 from protocol.messages import FetchRequest
+from simulator import network
 from simulator.network import LinkModel, SimWorld, _on_grid
 from simulator.runner import run_simulation
 from simulator.scenario import NetworkSpec, Scenario, ScenarioError, scenario_from_mapping
@@ -123,3 +125,53 @@ def test_codec_fast_path_matches_the_interpreter(swarm_id, round_number, stage, 
         return
     assert not isinstance(expected, tuple)
     assert codec.decode(data) == message
+
+
+def _publish_twice(
+    peers: int, subscribed: list[bool], senders: tuple[int, int], seed: int, jitter_ms: float, grid_ms: int
+) -> tuple[list[tuple[float, int, list[str]]], float]:
+    """The heap entries two publishes leave (arrival slot, order, receivers) and the next draw."""
+
+    async def main() -> tuple[list[tuple[float, int, list[str]]], float]:
+        world = SimWorld(
+            LinkModel(jitter_ms=jitter_ms, time_grid_ms=grid_ms),
+            seed=seed,
+            now_ms=lambda: 0,
+            round_of=lambda _ms: 0,
+            inline_gossip=True,
+        )
+        ports = [world.attach(f"peer{i}") for i in range(peers)]
+        for port, on in zip(ports, subscribed, strict=True):
+            if on:
+                assert port.subscribe_inline("t", lambda _m: None)
+        await trio.sleep(0.0123)
+        for sender in senders:
+            await ports[sender].publish("t", b"x")
+        entries = sorted(world._heap, key=lambda entry: entry[:2])
+        return [
+            (at, seq, [node.peer_id for node in nodes]) for at, seq, nodes, _ in entries
+        ], world.rng.random()
+
+    return trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+@given(
+    data=st.data(),
+    peers=st.integers(2, 90),
+    seed=st.integers(0, 2**32),
+    jitter_ms=st.sampled_from([0.0, 0.5, 5.0, 37.0]),
+    grid_ms=st.sampled_from([1, 3, 10]),
+)
+def test_bulk_arrival_slots_are_the_loops(
+    data: st.DataObject, peers: int, seed: int, jitter_ms: float, grid_ms: int
+) -> None:
+    """publish's numpy path (a clean network, BULK_MIN_RECEIVERS subscribers or more) makes the
+    same slots, in the same order, from the same draws as the one-receiver-at-a-time loop."""
+    subscribed = data.draw(st.lists(st.booleans(), min_size=peers, max_size=peers))
+    senders = (data.draw(st.integers(0, peers - 1)), data.draw(st.integers(0, peers - 1)))
+    args = (peers, subscribed, senders, seed, jitter_ms, grid_ms)
+    with mock.patch.object(network, "BULK_MIN_RECEIVERS", 1):
+        bulk = _publish_twice(*args)
+    with mock.patch.object(network, "BULK_MIN_RECEIVERS", 10**9):
+        loop = _publish_twice(*args)
+    assert bulk == loop
