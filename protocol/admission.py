@@ -90,6 +90,26 @@ MAX_TOP_UPS_PER_ROUND = 64
 round with `fetch_sample` in the tens sees while the swarm works."""
 
 
+def _announcement_facts(outcome: object, sender: str) -> tuple[Any, ...] | bool:
+    """What `Inbox.heard_run` needs of an opened gossip message, the same for all its receivers:
+    False unless it is an announcement signed by its transport sender, else (announcement,
+    round, stage, swarm id, size, batch digest, the sender's part of the fetch draw)."""
+    if type(outcome) is not Opened or outcome.signer != sender:
+        return False
+    announcement = outcome.message
+    if type(announcement) is not RolloutAnnouncement:
+        return False
+    return (
+        announcement,
+        announcement.round,
+        announcement.stage,
+        announcement.swarm_id,
+        announcement.size_bytes,
+        announcement.batch_digest,
+        f"{sender}\x1ffetch".encode(),
+    )
+
+
 class Opener(Protocol):
     """Envelope opening, hashing and verdict memoizing (swarmp2p.peer_cache.VerifyCache)."""
 
@@ -364,7 +384,7 @@ class Inbox:
         max_fetch = rules.max_fetch_per_round
         banned = self.scores.banned
         valid = self.scores.valid
-        opener = self.opener
+        opener_key = id(self.opener)
         known = self.known
         stage_count = self.game.stage_count
         deferred_count = 0
@@ -400,23 +420,24 @@ class Inbox:
                     ):
                         outcome = SLOW
                         break
-                    entry = shared.peek(opener)
+                    entry = shared.by_opener.get(opener_key)  # SharedOpen.peek, inlined
                     if entry is None:
                         outcome = SLOW  # the first receiver with this opener opens it, usual path
                         break
-                    opened = entry[1]
-                    if type(opened) is not Opened or opened.signer != sender:
-                        outcome = SLOW  # an error outcome or a relayed message: usual path
+                    facts = entry[4]
+                    if facts is None:
+                        facts = entry[4] = _announcement_facts(entry[1], sender)
+                    if facts is False:
+                        outcome = SLOW  # an error outcome, another kind or a relayed message
                         break
-                    announcement = opened.message
+                    announcement, a_round, a_stage, a_swarm, a_size, a_digest, suffix = facts
                     if (
-                        type(announcement) is not RolloutAnnouncement
-                        or announcement.swarm_id != swarm_id
-                        or announcement.round != current
-                        or announcement.stage == stage + 1 < stage_count
-                        or announcement.stage != state_stage
+                        a_swarm != swarm_id
+                        or a_round != current
+                        or a_stage == stage + 1 < stage_count
+                        or a_stage != state_stage
                         or sender in announced
-                        or announcement.size_bytes > max_batch
+                        or a_size > max_batch
                         or state.fetches >= max_fetch
                     ):
                         outcome = SLOW
@@ -424,11 +445,11 @@ class Inbox:
                     # Decided: from here on, what `heard` -> `consider` does for an established
                     # sender.
                     entry[3] += 1  # the open we would have made (SharedOpen.settle accounts it)
-                    announced[sender] = announcement.batch_digest
+                    announced[sender] = a_digest
                     known[sender] = current
                     if probability < 1.0:
                         hasher = prefix.copy()  # Inbox._priority, inlined
-                        hasher.update(f"{sender}\x1ffetch".encode())
+                        hasher.update(suffix)
                         priority = (int.from_bytes(hasher.digest()[:8], "big") >> 1) / 2**63
                         if priority >= probability:
                             if priority <= deferred.cutoff:

@@ -22,22 +22,24 @@ from protocol.errors import ProtocolError
 class SharedOpen:
     """`open(opener, max_size)` for one message's `data`, memoized per opener."""
 
-    __slots__ = ("_by_opener", "data")
+    __slots__ = ("by_opener", "data")
 
     def __init__(self, data: bytes) -> None:
         self.data = data
-        # id(opener) -> [opener, outcome, max_size, calls answered from the memo]
-        self._by_opener: dict[int, list[Any]] = {}
+        # id(opener) -> [opener, outcome, max_size, calls answered from the memo, facts]: read
+        # directly (not through `peek`) by Inbox.heard_run, once per delivery; `facts` is that
+        # method's own note of what it found in the outcome (None until it looks).
+        self.by_opener: dict[int, list[Any]] = {}
 
     def open(self, opener: Any, max_size: int) -> Opened:
         """What `opener.open(self.data, max_size=max_size)` returns or raises."""
-        entry = self._by_opener.get(id(opener))
+        entry = self.by_opener.get(id(opener))
         if entry is None:
             try:
                 outcome: Opened | ProtocolError = opener.open(self.data, max_size=max_size)
             except ProtocolError as error:
                 outcome = error
-            self._by_opener[id(opener)] = [opener, outcome, max_size, 0]
+            self.by_opener[id(opener)] = [opener, outcome, max_size, 0, None]
         else:
             entry[3] += 1
             outcome = entry[1]
@@ -46,14 +48,14 @@ class SharedOpen:
         return outcome
 
     def peek(self, opener: Any) -> list[Any] | None:
-        """The memo entry `[opener, outcome, max_size, repeats]` once `opener` opened the data,
+        """The memo entry `[opener, outcome, max_size, repeats, facts]` once `opener` opened the data,
         else None. Counts nothing: a caller that uses the outcome in place of `open` adds 1 to
         `entry[3]` (Inbox.heard_run does, once it is sure to decide)."""
-        return self._by_opener.get(id(opener))
+        return self.by_opener.get(id(opener))
 
     def settle(self) -> None:
         """Tell each opener about the calls it did not get (call once, after all receivers)."""
-        for opener, _, max_size, repeats in self._by_opener.values():
+        for opener, _, max_size, repeats, _ in self.by_opener.values():
             if repeats:
                 opener.reopened(self.data, repeats, max_size=max_size)
-        self._by_opener.clear()
+        self.by_opener.clear()
