@@ -80,6 +80,11 @@ __all__ = [
 SLOW = object()
 """`Inbox.heard_run`: not the common case, nothing changed; take the usual path."""
 
+
+class _Slow(Exception):
+    """Inside `Inbox.heard_run`: the receiver is not collecting now (its items take the usual path)."""
+
+
 PROOF_OF_LYING = frozenset({"forged_reward", "equivocation"})
 """Rejection reasons backed by the sender's own signature: a batch whose claimed rewards the
 deterministic re-scoring contradicts, or two different batches signed for one round."""
@@ -376,39 +381,38 @@ class Inbox:
 
         Why established only: the fetcher refreshes `connected` before `heard` for an unknown
         sender when the unknown budget is full; for an established one it never does."""
-        rules = self.rules
-        me = rules.me
-        swarm_id = rules.swarm_id
-        max_announce = rules.max_announce_bytes
-        max_batch = rules.max_batch_bytes
-        max_fetch = rules.max_fetch_per_round
-        banned = self.scores.banned
-        valid = self.scores.valid
-        opener_key = id(self.opener)
-        known = self.known
-        stage_count = self.game.stage_count
         deferred_count = 0
         index = -1
         while index + 1 < len(items):
-            # The receiver's round position, read again after each yield: the caller's usual
-            # path may have changed it (a ban, a fetch queued, a hold).
-            state = self.current
-            connected = self.connected
-            current, stage = self.machine.current_position()
-            if state is None or state.round != current or self.machine.phase not in COLLECTING_PHASES:
-                index += 1
-                yield index, SLOW
-                continue
-            announced = state.announced
-            state_stage = state.stage
-            probability = state.fetch_probability
-            deferred = state.deferred
-            prefix = state.fetch_hash_prefix
-            if prefix is None and probability < 1.0:
-                prefix = self._fetch_hash_prefix(state)
+            start = index + 1  # the first item, or the one after the item last yielded
+            index = start  # what an error before the loop is reported for
             outcome: object = None
-            start = index + 1  # resumed after a yield: the item after the one yielded
             try:
+                # The receiver's state, read again after each yield: the caller's usual path
+                # may have changed it (a ban, a fetch queued, a hold, the connected peers).
+                state = self.current
+                current, stage = self.machine.current_position()
+                if state is None or state.round != current or self.machine.phase not in COLLECTING_PHASES:
+                    raise _Slow
+                rules = self.rules
+                me = rules.me
+                swarm_id = rules.swarm_id
+                max_announce = rules.max_announce_bytes
+                max_batch = rules.max_batch_bytes
+                max_fetch = rules.max_fetch_per_round
+                banned = self.scores.banned
+                valid = self.scores.valid
+                connected = self.connected
+                opener_key = id(self.opener)
+                known = self.known
+                stage_count = self.game.stage_count
+                announced = state.announced
+                state_stage = state.stage
+                probability = state.fetch_probability
+                deferred = state.deferred
+                prefix = state.fetch_hash_prefix
+                if prefix is None and probability < 1.0:
+                    prefix = self._fetch_hash_prefix(state)
                 for index in range(start, len(items)):  # read after the loop
                     sender, data, shared = items[index]
                     if (
@@ -460,6 +464,8 @@ class Inbox:
                     break
                 else:
                     index = len(items)
+            except _Slow:  # not collecting this round now: each item on the usual path
+                outcome = SLOW
             except Exception as error:  # a bug: reported for this delivery, the rest go on
                 outcome = error
             if deferred_count:

@@ -5,7 +5,9 @@ receiver's `Inbox.heard` would open it through its `Opener`; with a `SharedOpen`
 receiver that gets that far opens it and the others reuse the outcome. What the skipped calls
 would have done to the opener (a memo hit each, in `VerifyCache`) is settled afterwards with
 `Opener.reopened`, so the opener's state and counters end up exactly as with one call per
-receiver (tests/test_admission_many.py).
+receiver (tests/test_admission_many.py). The simulator settles at the end of each virtual
+instant, so its VerifyCache's identity memo is sized to hold an instant's messages until then
+(simulator/runner.py): a message it had dropped would be opened again, a miss, not a hit.
 
 Why the outcome may be shared: `heard` opens only data no longer than the receiver's
 `max_announce_bytes`, and below that bound the outcome of opening does not depend on the bound.

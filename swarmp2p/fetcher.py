@@ -127,21 +127,26 @@ class Fetcher:
             # The common case is decided inside `heard_run` (a deferral yields nothing); what
             # comes out is a Fetch to carry out, SLOW (the usual path, before the run goes on,
             # so each message meets the state it would have alone), or an error.
-            for index, decision in fetcher.inbox.heard_run(items):  # type: ignore[arg-type]
-                sender, data, shared = items[index]
-                try:
-                    if decision is SLOW:
-                        if shared is None:
-                            fetcher.handle_announcement(messages[index])
+            try:
+                decisions = fetcher.inbox.heard_run(items)  # type: ignore[arg-type]
+                for index, decision in decisions:
+                    sender, data, shared = items[index]
+                    try:
+                        if decision is SLOW:
+                            if shared is None:
+                                fetcher.handle_announcement(messages[index])
+                            else:
+                                fetcher._announced(sender, data, shared)
+                        elif type(decision) is Fetch:
+                            fetcher.enqueue(decision.job)
                         else:
-                            fetcher._announced(sender, data, shared)
-                    elif type(decision) is Fetch:
-                        fetcher.enqueue(decision.job)
-                    else:
-                        raise decision  # type: ignore[misc]  # deciding for this message failed
-                except Exception:
-                    log.exception("%s: handling an announcement failed", fetcher.peer_id)
-                    fetcher.inbox.reject("internal_error", blame=None)
+                            raise decision  # type: ignore[misc]  # deciding for this message failed
+                    except Exception:
+                        log.exception("%s: handling an announcement failed", fetcher.peer_id)
+                        fetcher.inbox.reject("internal_error", blame=None)
+            except Exception:  # heard_run reports its own errors per item: this is a last resort
+                log.exception("%s: handling announcements failed", fetcher.peer_id)
+                fetcher.inbox.reject("internal_error", blame=None)
         for shared in shared_by_message.values():
             shared.settle()
 

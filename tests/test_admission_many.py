@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from protocol.admission import AdmissionRules, Inbox
 from protocol.envelope import seal
 from protocol.messages import RolloutAnnouncement
-from protocol.rounds import RoundMachine, RoundOpened
+from protocol.rounds import Phase, RolloutsReady, RoundMachine, RoundOpened, Tick
 from protocol.scoring import PeerScores
 from swarmp2p.fetcher import Fetcher
 from swarmp2p.peer_cache import VerifyCache
@@ -86,6 +86,7 @@ receiver_plans = st.fixed_dictionaries(
         "max_early_unknown": st.integers(0, 2),
         "max_duplicates_per_round": st.integers(0, 2),
         "me": st.sampled_from([*SENDERS[:1], "someone-else"]),
+        "training": st.sampled_from([False, False, False, True]),  # past the collect deadline
     }
 )
 
@@ -96,6 +97,10 @@ def _build(plans: list[dict[str, Any]]) -> tuple[list[Fetcher], list[list[object
     for plan in plans:
         machine = RoundMachine()
         machine.handle(0, RoundOpened(plan["round"], collect_until_ms=1000, round_ends_ms=2000))
+        if plan.get("training"):
+            machine.handle(0, RolloutsReady(plan["round"]))
+            machine.handle(1500, Tick())
+            assert machine.phase is Phase.TRAINING
         rules = AdmissionRules(
             swarm_id=SWARM,
             me=plan["me"],
