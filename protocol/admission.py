@@ -95,6 +95,12 @@ MAX_TOP_UPS_PER_ROUND = 64
 round with `fetch_sample` in the tens sees while the swarm works."""
 
 
+def _fetch_draw_suffix(sender: str) -> bytes:
+    """The sender's part of `fetch_priority`'s text, hashed after the round's prefix
+    (`Inbox._fetch_hash_prefix`)."""
+    return f"{sender}\x1ffetch".encode()
+
+
 def _announcement_facts(outcome: object, sender: str) -> tuple[Any, ...] | bool:
     """What `Inbox.heard_run` needs of an opened gossip message, the same for all its receivers:
     False unless it is an announcement signed by its transport sender, else (announcement,
@@ -111,7 +117,7 @@ def _announcement_facts(outcome: object, sender: str) -> tuple[Any, ...] | bool:
         announcement.swarm_id,
         announcement.size_bytes,
         announcement.batch_digest,
-        f"{sender}\x1ffetch".encode(),
+        _fetch_draw_suffix(sender),
     )
 
 
@@ -536,7 +542,7 @@ class Inbox:
         if prefix is None:
             prefix = self._fetch_hash_prefix(state)
         hasher = prefix.copy()
-        hasher.update(f"{sender}\x1ffetch".encode())
+        hasher.update(_fetch_draw_suffix(sender))
         return (int.from_bytes(hasher.digest()[:8], "big") >> 1) / 2**63
 
     # ---- the DHT sweep and top-ups ------------------------------------------------------

@@ -448,7 +448,8 @@ class SimWorld:
         and stays in the CPU's cache for all of them; message by message, every delivery found
         another peer's state cold. Each receiver still sees its own messages in order, and
         nothing a receiver decides at an instant depends on another's: only the order in which
-        peers' tasks are woken differs from message by message (one report regeneration)."""
+        peers' tasks are woken can differ from message by message (no report byte changed in
+        the 12 scenarios checked, docs/benchmarks.md)."""
         topic = deliveries[0][0].topic
         if any(message.topic != topic for message, _ in deliveries):
             # Several topics at once (not in the simulator's own runs): message by message, so
@@ -463,12 +464,25 @@ class SimWorld:
                 if not pending:
                     touched.append(node)
                 pending.append(message)
+        runs: list[tuple[_Node, list[InboundMessage]]] = []
+        for node in touched:
+            runs.append((node, node.pending))
+            node.pending = []
+        self._hand_over(topic, runs)
+
+    def _deliver(self, message: InboundMessage, receivers: list[_Node]) -> None:
+        """Hand `message` to `receivers` in order (see `_hand_over`)."""
+        self._hand_over(message.topic, [(node, [message]) for node in receivers])
+
+    def _hand_over(self, topic: str, runs: list[tuple[_Node, list[InboundMessage]]]) -> None:
+        """Hand each node of `runs` its messages on `topic`, in order. Consecutive nodes
+        subscribed with an `InlineHandler` sharing one `many` get theirs in one call (each
+        message judged once, then each receiver: see Fetcher.handle_announcement_many); any
+        other sink, one call per message. A node offline or not subscribed drops its messages."""
         dropped = 0
         batch: list[tuple[Any, list[InboundMessage]]] = []
         batch_many: Callable[[list[tuple[Any, list[InboundMessage]]]], None] | None = None
-        for node in touched:
-            messages = node.pending
-            node.pending = []
+        for node, messages in runs:
             sink = node.sinks.get(topic) if node.online else None
             if sink is None:
                 dropped += len(messages)
@@ -492,35 +506,6 @@ class SimWorld:
             batch_many(batch)  # type: ignore[misc]
         if dropped:
             self._count(dropped_offline=dropped)
-
-    def _deliver(self, message: InboundMessage, receivers: list[_Node]) -> None:
-        """Hand `message` to `receivers` in order. Consecutive receivers subscribed with an
-        `InlineHandler` sharing one `many` get it in one call (the message judged once, then
-        each receiver: see Fetcher.handle_announcement_many); any other sink, one call each."""
-        topic = message.topic
-        batch: list[Any] = []
-        batch_many: Callable[[list[tuple[Any, list[InboundMessage]]]], None] | None = None
-        for receiver in receivers:
-            sink = receiver.sinks.get(topic) if receiver.online else None
-            if sink is None:
-                self._count(dropped_offline=1)
-                continue
-            if type(sink) is InlineHandler:
-                if sink.many is not batch_many:
-                    if batch:
-                        batch_many(batch)  # type: ignore[misc]
-                    batch, batch_many = [], sink.many
-                batch.append((sink.receiver, [message]))
-                continue
-            if batch:
-                batch_many(batch)  # type: ignore[misc]
-                batch, batch_many = [], None
-            try:
-                sink(message)
-            except (trio.WouldBlock, trio.ClosedResourceError, trio.BrokenResourceError):
-                self._count(dropped_queue=1)
-        if batch:
-            batch_many(batch)  # type: ignore[misc]
 
     # ---- direct requests -----------------------------------------------------------------
 
