@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any, Protocol
 
@@ -58,6 +58,7 @@ from protocol.messages import QuestionGroup, RolloutAnnouncement, RolloutBatch
 from protocol.peer_sets import PeersExcept
 from protocol.rounds import COLLECTING_PHASES, RoundMachine
 from protocol.scoring import PeerScores
+from protocol.sender_map import PeerNumbers, SenderMap
 from protocol.shared_open import SharedOpen
 from protocol.verification import Verdict
 
@@ -82,7 +83,8 @@ SLOW = object()
 
 
 class _Slow(Exception):
-    """Inside `Inbox.heard_run`: the receiver is not collecting now (its items take the usual path)."""
+    """Inside `Inbox.heard_run`: the receiver is not collecting now, or keeps dicts (a node's
+    Inbox): its items take the usual path."""
 
 
 PROOF_OF_LYING = frozenset({"forged_reward", "equivocation"})
@@ -185,7 +187,8 @@ class RoundInbox:
     round: int
     stage: int
     fetch_probability: float = 1.0
-    announced: dict[str, bytes] = attrs.Factory(dict)  # sender -> announced digest
+    # sender -> announced digest: a dict, or a SenderMap where the Inbox numbers its peers
+    announced: MutableMapping[str, bytes] = attrs.Factory(dict)
     duplicates: Counter[str] = attrs.Factory(Counter)
     fetches: int = 0
     unknown_fetches: int = 0  # of `fetches`, those for senders not `established`
@@ -224,6 +227,7 @@ class Inbox:
         opener: Opener | None = None,
         scores: PeerScores | None = None,
         counters: Counter[str] | None = None,
+        peer_numbers: PeerNumbers | None = None,
     ) -> None:
         self.rules = rules
         self.machine = machine
@@ -233,9 +237,13 @@ class Inbox:
         self.counters: Counter[str] = counters if counters is not None else Counter()
         self.rejections: Counter[str] = Counter()
         self.current: RoundInbox | None = None
+        # The simulator's many inboxes share one numbering of peers and keep their per-sender
+        # maps (`known`, each round's `announced`) as lists by number (protocol/sender_map.py);
+        # a node keeps dicts.
+        self.peer_numbers = peer_numbers
         # Peers heard from (announced or served a verified batch) -> last round: swept for in
         # the DHT when a round brings no announcement from them.
-        self.known: dict[str, int] = {}
+        self.known: MutableMapping[str, int] = self._sender_map()
         # Announcements for the NEXT position (round, or stage of a multi-stage game) that
         # arrived before our own poll saw it open, by round (one position per round is ever next).
         self.early: dict[int, dict[str, tuple[RolloutAnnouncement, bytes]]] = {}
@@ -266,9 +274,13 @@ class Inbox:
             round=round_number,
             stage=stage,
             fetch_probability=fetch_probability(self.rules.fetch_sample, connected),
+            announced=self._sender_map(),
             deferred=DeferredStore(self.rules.max_top_ups_per_round),
         )
         return self.current
+
+    def _sender_map(self) -> MutableMapping[str, Any]:
+        return {} if self.peer_numbers is None else SenderMap(self.peer_numbers)
 
     @property
     def unknown_fetch_limit(self) -> int:
@@ -386,7 +398,11 @@ class Inbox:
         longer in the CPU's cache; here they are looked up once per run and stay warm.
 
         Why established only: the fetcher refreshes `connected` before `heard` for an unknown
-        sender when the unknown budget is full; for an established one it never does."""
+        sender when the unknown budget is full; for an established one it never does.
+
+        Only an Inbox with `peer_numbers` (the simulator's) takes this path: it reads and writes
+        `known` and `announced` as list slots by sender number. With a node's dicts every item
+        yields SLOW."""
         deferred_count = 0
         index = -1
         while index + 1 < len(items):
@@ -411,8 +427,18 @@ class Inbox:
                 connected = self.connected
                 opener_key = id(self.opener)
                 known = self.known
-                stage_count = self.game.stage_count
                 announced = state.announced
+                if (
+                    type(known) is not SenderMap
+                    or type(announced) is not SenderMap
+                    or known.numbers is not announced.numbers
+                ):
+                    raise _Slow  # a node's dicts: this path is for the simulator's numbered maps
+                number_of = known.numbers.number.get
+                known_slots = known.slots
+                announced_slots = announced.slots
+                numbered = min(len(known_slots), len(announced_slots))  # senders with slots
+                stage_count = self.game.stage_count
                 state_stage = state.stage
                 probability = state.fetch_probability
                 deferred = state.deferred
@@ -441,12 +467,15 @@ class Inbox:
                         outcome = SLOW  # an error outcome, another kind or a relayed message
                         break
                     announcement, a_round, a_stage, a_swarm, a_size, a_digest, suffix = facts
+                    number = number_of(sender)
                     if (
                         a_swarm != swarm_id
                         or a_round != current
                         or a_stage == stage + 1 < stage_count
                         or a_stage != state_stage
-                        or sender in announced
+                        or number is None  # not numbered yet, or its slots are not there yet:
+                        or number >= numbered  # the usual path numbers it and grows the lists
+                        or announced_slots[number] is not None  # `sender in announced`
                         or a_size > max_batch
                         or state.fetches >= max_fetch
                     ):
@@ -455,8 +484,8 @@ class Inbox:
                     # Decided: from here on, what `heard` -> `consider` does for an established
                     # sender.
                     entry[3] += 1  # the open we would have made (SharedOpen.settle accounts it)
-                    announced[sender] = a_digest
-                    known[sender] = current
+                    announced_slots[number] = a_digest
+                    known_slots[number] = current
                     if probability < 1.0:
                         hasher = prefix.copy()  # Inbox._priority, inlined
                         hasher.update(suffix)
@@ -555,8 +584,11 @@ class Inbox:
         if state is None:
             return
         oldest = state.round - self.rules.known_peer_rounds
-        for peer in [p for p, last in self.known.items() if last < oldest]:
-            del self.known[peer]
+        if type(self.known) is SenderMap:
+            self.known.drop_below(oldest)
+        else:
+            for peer in [p for p, last in self.known.items() if last < oldest]:
+                del self.known[peer]
         candidates = set(self.known)
         if isinstance(connected, PeersExcept):
             connected.union_into(candidates)  # the simulator's shared set, without a walk in Python

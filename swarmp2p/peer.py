@@ -39,6 +39,7 @@ from protocol.rounds import IllegalTransition, RoundMachine, learn_stage_ms, too
 from protocol.sampling import SamplingState
 from protocol.scoring import PeerScores
 from protocol.seeds import derive_seed
+from protocol.sender_map import PeerNumbers
 from protocol.tasks import TaskRegistry
 from swarmp2p import round_steps as steps
 from swarmp2p.fetcher import Fetcher
@@ -88,6 +89,9 @@ class Peer:
         on_round_complete: called with each RoundRecord (completed or abandoned); exceptions
             from it are logged, never propagated.
         verify_cache: a VerifyCache to share (the simulator shares one across all peers).
+        peer_numbers: a numbering of peers to share: the inbox then keeps its per-sender maps as
+            lists by number (the simulator's, for memory: protocol/sender_map.py); a node's
+            keeps dicts.
         stopping: says whether the node is stopping (`swarmp2p node`'s stop): held-out
             evaluation then leaves the policy's cancel set and counts no failure.
     """
@@ -105,6 +109,7 @@ class Peer:
         offload: Offload | None = None,
         on_round_complete: Callable[[RoundRecord], None] | None = None,
         verify_cache: VerifyCache | None = None,
+        peer_numbers: PeerNumbers | None = None,
         stopping: Callable[[], bool] | None = None,
     ) -> None:
         if len(signing_seed) != 32:
@@ -135,6 +140,7 @@ class Peer:
             opener=self.cache,
             scores=self.scores,
             counters=self.counters,
+            peer_numbers=peer_numbers,
         )
         self.rounds = RoundHistory(self.peer_id, settings.history_limit, on_round_complete)
         self.history = self.rounds.records

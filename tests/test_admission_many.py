@@ -18,11 +18,13 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.admission import AdmissionRules, Inbox
+from protocol.admission import SLOW, AdmissionRules, Inbox
 from protocol.envelope import seal
 from protocol.messages import RolloutAnnouncement
 from protocol.rounds import Phase, RolloutsReady, RoundMachine, RoundOpened, Tick
 from protocol.scoring import PeerScores
+from protocol.sender_map import PeerNumbers
+from protocol.shared_open import SharedOpen
 from swarmp2p.fetcher import Fetcher
 from swarmp2p.peer_cache import VerifyCache
 from swarmp2p.ports import InboundMessage, InlineHandler
@@ -91,8 +93,13 @@ receiver_plans = st.fixed_dictionaries(
 )
 
 
-def _build(plans: list[dict[str, Any]]) -> tuple[list[Fetcher], list[list[object]], VerifyCache]:
+def _build(
+    plans: list[dict[str, Any]], numbered: Sequence[str] | None = None
+) -> tuple[list[Fetcher], list[list[object]], VerifyCache]:
+    """`numbered`: the receivers share a PeerNumbers that starts with these peers (the
+    simulator's list-backed maps); None: each inbox keeps dicts (a node's)."""
     cache = VerifyCache(max_entries=64, identity_entries=16)
+    numbers = None if numbered is None else PeerNumbers(numbered)
     fetchers, taken = [], []
     for plan in plans:
         machine = RoundMachine()
@@ -114,7 +121,7 @@ def _build(plans: list[dict[str, Any]]) -> tuple[list[Fetcher], list[list[object
         )
         scores = PeerScores(ban_threshold=2)
         scores.banned.update(plan["banned"])
-        inbox = Inbox(rules, machine, GAME, opener=cache, scores=scores)
+        inbox = Inbox(rules, machine, GAME, opener=cache, scores=scores, peer_numbers=numbers)
         inbox.open_round(plan["round"], 0, connected=plan["connected_count"])
         inbox.peers_connected(sorted(plan["connected"]))  # as the Peer does at round open
         fetcher = Fetcher.__new__(Fetcher)  # no settings or queue: what it queues is recorded
@@ -169,8 +176,11 @@ MESSAGE_INDEX = st.one_of(st.sampled_from(COMMON), st.sampled_from(range(len(MES
 def test_the_many_path_decides_what_the_per_delivery_path_does(
     plans: list[dict[str, Any]], instants: list[list[int]], data: st.DataObject
 ) -> None:
+    # The per-delivery path on a node's dicts, the many path on the simulator's numbered lists,
+    # some senders numbered before (their slots are there), the others numbered as they come.
+    numbered = data.draw(st.lists(st.sampled_from(SENDERS), unique=True))
     one, one_taken, one_cache = _build(plans)
-    many, many_taken, many_cache = _build(plans)
+    many, many_taken, many_cache = _build(plans, numbered)
     for instant in instants:
         # Each receiver gets some of the instant's messages (loss, latency), in their order.
         masks = [
@@ -207,3 +217,24 @@ _PLAN: dict[str, Any] = {
     "max_duplicates_per_round": 1,
     "me": "someone-else",
 }
+
+
+def _fast_path_outcomes(numbered: Sequence[str] | None) -> list[object]:
+    """What `heard_run` yields for six established senders' first announcements, each
+    envelope already opened (as the first of many receivers does)."""
+    (fetcher,), _, _ = _build([{**_PLAN, "connected": set(SENDERS), "max_fetch_per_round": 64}], numbered)
+    inbox = fetcher.inbox
+    run = []
+    for message in [MESSAGES[i] for i in COMMON[:6]]:
+        shared = SharedOpen(message.data)
+        shared.open(inbox.opener, inbox.rules.max_announce_bytes)
+        run.append((message.transport_sender, message.data, shared))
+    return [outcome for _, outcome in inbox.heard_run(run)]
+
+
+def test_numbered_inboxes_take_the_fast_path_and_dicts_do_not() -> None:
+    """The equivalence above would also hold if the fast path never ran: here it must decide
+    established senders' first announcements itself, for the simulator's numbered maps."""
+    fast = _fast_path_outcomes(SENDERS)
+    assert len(fast) == 6 and SLOW not in fast
+    assert _fast_path_outcomes(None) == [SLOW] * 6  # a node's dicts: the usual path

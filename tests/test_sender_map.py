@@ -1,0 +1,71 @@
+"""SenderMap behaves as a dict of peer id -> value, whatever the numbering's state."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from protocol.sender_map import PeerNumbers, SenderMap
+
+PEERS = [f"peer{i}" for i in range(8)]
+
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("set"), st.sampled_from(PEERS), st.integers(0, 5)),
+        st.tuples(st.just("del"), st.sampled_from(PEERS), st.none()),
+        st.tuples(st.just("drop_below"), st.none(), st.integers(0, 6)),
+        st.tuples(st.just("number"), st.sampled_from(PEERS), st.none()),  # another map numbers it
+    ),
+    max_size=40,
+)
+
+
+@given(prenumbered=st.lists(st.sampled_from(PEERS), unique=True), ops=operations)
+def test_a_sender_map_is_a_dict(
+    prenumbered: list[str], ops: list[tuple[str, str | None, int | None]]
+) -> None:
+    numbers = PeerNumbers(prenumbered)
+    mapped: SenderMap[int] = SenderMap(numbers)
+    model: dict[str, int] = {}
+    for op, peer, value in ops:
+        if op == "set":
+            assert peer is not None and value is not None
+            mapped[peer] = value
+            model[peer] = value
+        elif op == "del":
+            assert peer is not None
+            if peer in model:
+                del mapped[peer]
+                del model[peer]
+            else:
+                with pytest.raises(KeyError):
+                    del mapped[peer]
+        elif op == "drop_below":
+            assert value is not None
+            mapped.drop_below(value)
+            model = {p: v for p, v in model.items() if v >= value}
+        else:
+            assert peer is not None
+            numbers.of(peer)
+        assert dict(mapped) == model and len(mapped) == len(model) and set(mapped) == set(model)
+        for p in PEERS:
+            assert (p in mapped) == (p in model)
+            assert mapped.get(p) == model.get(p) and mapped.get(p, -1) == model.get(p, -1)
+    assert mapped == model and model == mapped
+
+
+def test_maps_share_one_numbering_and_keep_their_own_values() -> None:
+    numbers = PeerNumbers(["a", "b"])
+    first: SenderMap[bytes] = SenderMap(numbers)
+    second: SenderMap[bytes] = SenderMap(numbers)
+    first["c"] = b"1"  # numbered now, after `second` was sized
+    second["c"] = b"2"
+    second["a"] = b"3"
+    assert numbers.number == {"a": 0, "b": 1, "c": 2} and numbers.ids == ["a", "b", "c"]
+    assert dict(first) == {"c": b"1"} and dict(second) == {"a": b"3", "c": b"2"}
+    assert list(second) == ["a", "c"]  # numbering order
+    with pytest.raises(KeyError):
+        first["a"]
+    with pytest.raises(ValueError, match="None"):
+        first["a"] = None  # type: ignore[assignment]
