@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol import codec
-from protocol.envelope import open_envelope, peer_id_from_seed, seal
+from protocol.envelope import Opened, open_envelope, peer_id_from_seed, seal
 from protocol.errors import ProtocolError
 from protocol.messages import FetchRequest, RolloutAnnouncement
 from swarmp2p.peer_cache import VerifyCache
@@ -77,3 +77,45 @@ def test_encode_is_memoized_per_message() -> None:
     assert first == codec.encode(request)
     assert cache.encode(FetchRequest(swarm_id="s", round=4, stage=0, peer_id=PEER)) is first
     assert cache.decode(first) == request
+
+
+def test_own_seals_open_from_memory_without_verifying(monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = VerifyCache()
+    data = seal(announcement(5), SEED)
+    opened = open_envelope(data)
+    cache.sealed(data, opened)
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a sealed envelope must not be verified again")
+
+    monkeypatch.setattr("swarmp2p.peer_cache.open_envelope", never)
+    assert cache.open(data) is opened
+    assert cache.open(bytes(bytearray(data))) is opened  # another copy: found by digest
+    assert (cache.misses, cache.hits) == (0, 2)
+    with pytest.raises(ProtocolError) as raised:  # a receiver's tighter cap still applies
+        cache.open(data, max_size=len(data) - 1)
+    assert raised.value.reason == "oversized"
+    cache.sealed(bytearray(data), opened)  # a mutable buffer is never remembered
+    with pytest.raises(AssertionError, match="verified again"):
+        VerifyCache().open(data)
+
+
+def test_what_peers_remember_of_their_own_seals_is_what_opening_gives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The Publisher tells the shared cache what its announcement and batch open to; in a small
+    simulation each of those must equal a real open of the bytes."""
+    from simulator.runner import run_simulation
+    from simulator.scenario import Scenario
+
+    checked: list[str] = []
+    remember = VerifyCache.sealed
+
+    def checking(self: VerifyCache, data: bytes, opened: Opened) -> None:
+        assert open_envelope(data) == opened
+        checked.append(type(opened.message).__name__)
+        remember(self, data, opened)
+
+    monkeypatch.setattr(VerifyCache, "sealed", checking)
+    run_simulation(Scenario(peers=5, rounds=2, seed=3))
+    assert checked.count("RolloutAnnouncement") >= 8 and checked.count("RolloutBatch") >= 8
