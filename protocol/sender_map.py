@@ -98,6 +98,10 @@ class SenderMap(MutableMapping[str, V]):
     def __len__(self) -> int:
         return len(self.slots) - self.slots.count(None)
 
+    def clear(self) -> None:
+        # MutableMapping's clear pops one item at a time, each a scan from the start.
+        self.slots[:] = repeat(None, len(self.slots))
+
     def drop_below(self, floor: int) -> None:
         """Remove every entry whose value is `< floor` (values must be ints): the sweep's
         forgetting of peers not heard of for a while."""

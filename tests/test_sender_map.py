@@ -16,6 +16,7 @@ operations = st.lists(
         st.tuples(st.just("del"), st.sampled_from(PEERS), st.none()),
         st.tuples(st.just("drop_below"), st.none(), st.integers(0, 6)),
         st.tuples(st.just("number"), st.sampled_from(PEERS), st.none()),  # another map numbers it
+        st.tuples(st.just("clear"), st.none(), st.none()),
     ),
     max_size=40,
 )
@@ -45,6 +46,9 @@ def test_a_sender_map_is_a_dict(
             assert value is not None
             mapped.drop_below(value)
             model = {p: v for p, v in model.items() if v >= value}
+        elif op == "clear":
+            mapped.clear()
+            model.clear()
         else:
             assert peer is not None
             numbers.of(peer)
