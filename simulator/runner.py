@@ -414,7 +414,7 @@ async def _simulate(
     # opens SharedOpen spares are settled as memo hits at the instant's end (SimWorld delivers
     # an instant receiver by receiver), not redone. The digest-keyed tables take two entries
     # per peer and round (its announcement and its batch): 4 x peers keeps two rounds, which
-    # is when a batch is fetched; at 10,000 peers 20 x peers kept ten, ~0.5 GB more by round 20.
+    # is when a batch is fetched; 20 x peers kept ten (at 10,000 peers ~0.5 GB by estimate).
     cache = VerifyCache(
         max_entries=max(50_000, 4 * scenario.peers), identity_entries=max(1024, 2 * scenario.peers)
     )
