@@ -55,14 +55,6 @@ class SenderMap(MutableMapping[str, V]):
         # Sized to every peer numbered so far, so the hot path rarely meets a short list.
         self.slots: list[V | None] = [None] * len(numbers.ids)
 
-    def __getitem__(self, peer: str) -> V:
-        number = self.numbers.number.get(peer)
-        if number is not None and number < len(self.slots):
-            value = self.slots[number]
-            if value is not None:
-                return value
-        raise KeyError(peer)
-
     def get(self, peer: str, default: object = None) -> V | None:  # type: ignore[override]
         number = self.numbers.number.get(peer)
         if number is not None and number < len(self.slots):
@@ -71,9 +63,14 @@ class SenderMap(MutableMapping[str, V]):
                 return value
         return default  # type: ignore[return-value]
 
+    def __getitem__(self, peer: str) -> V:
+        value = self.get(peer)
+        if value is None:
+            raise KeyError(peer)
+        return value
+
     def __contains__(self, peer: object) -> bool:
-        number = self.numbers.number.get(peer)  # type: ignore[call-overload]
-        return number is not None and number < len(self.slots) and self.slots[number] is not None
+        return self.get(peer) is not None  # type: ignore[arg-type]
 
     def __setitem__(self, peer: str, value: V) -> None:
         if value is None:

@@ -3,7 +3,6 @@ envelope in the DHT, both at once) and serving recent batches to peers that fetc
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections import Counter
 
@@ -73,7 +72,7 @@ class Publisher:
         # What opening our own envelopes gives is known: the simulator's peers share the cache.
         if work.batch is not None:
             self.cache.sealed(envelope, Opened(self.peer_id, work.batch, work.batch_digest))
-        self.cache.sealed(sealed, Opened(self.peer_id, announcement, hashlib.sha256(sealed).digest()))
+        self.cache.sealed(sealed, Opened(self.peer_id, announcement, self.cache.digest(sealed)))
         if len(envelope) <= self.push_max_bytes:
             sealed = wrap(sealed, envelope)
             self.counters["pushed"] += 1
