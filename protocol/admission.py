@@ -58,7 +58,7 @@ from protocol.messages import QuestionGroup, RolloutAnnouncement, RolloutBatch
 from protocol.peer_sets import PeersExcept
 from protocol.rounds import COLLECTING_PHASES, RoundMachine
 from protocol.scoring import PeerScores
-from protocol.sender_map import PeerNumbers, SenderMap
+from protocol.sender_map import PeerNumbers, SenderMap, SenderRounds
 from protocol.shared_open import SharedOpen
 from protocol.verification import Verdict
 
@@ -243,7 +243,7 @@ class Inbox:
         self.peer_numbers = peer_numbers
         # Peers heard from (announced or served a verified batch) -> last round: swept for in
         # the DHT when a round brings no announcement from them.
-        self.known: MutableMapping[str, int] = self._sender_map()
+        self.known: MutableMapping[str, int] = self._sender_rounds()
         # Announcements for the NEXT position (round, or stage of a multi-stage game) that
         # arrived before our own poll saw it open, by round (one position per round is ever next).
         self.early: dict[int, dict[str, tuple[RolloutAnnouncement, bytes]]] = {}
@@ -281,6 +281,9 @@ class Inbox:
 
     def _sender_map(self) -> MutableMapping[str, Any]:
         return {} if self.peer_numbers is None else SenderMap(self.peer_numbers)
+
+    def _sender_rounds(self) -> MutableMapping[str, int]:
+        return {} if self.peer_numbers is None else SenderRounds(self.peer_numbers)
 
     @property
     def unknown_fetch_limit(self) -> int:
@@ -429,7 +432,7 @@ class Inbox:
                 known = self.known
                 announced = state.announced
                 if (
-                    type(known) is not SenderMap
+                    type(known) is not SenderRounds
                     or type(announced) is not SenderMap
                     or known.numbers is not announced.numbers
                 ):
@@ -584,7 +587,7 @@ class Inbox:
         if state is None:
             return
         oldest = state.round - self.rules.known_peer_rounds
-        if type(self.known) is SenderMap:
+        if isinstance(self.known, SenderMap):
             self.known.drop_below(oldest)
         else:
             for peer in [p for p, last in self.known.items() if last < oldest]:

@@ -29,10 +29,8 @@ scheduler; see simulator.runner).
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import math
-from array import array
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -42,6 +40,7 @@ import numpy as np
 import trio
 
 from protocol.peer_sets import PeersExcept
+from simulator.pair_latency import PairLatencies
 from simulator.uniform_stream import UniformStream
 from swarmp2p.ports import InboundMessage, InlineHandler, NetworkError, RequestHandler
 
@@ -94,9 +93,6 @@ class _Node:
 BULK_MIN_RECEIVERS = 32
 """From this many subscribers on, publish computes arrival slots in numpy (see _slots_in_bulk)."""
 
-LATENCY_CACHE_PAIRS = 2_000_000
-"""At most this many peer pairs keep their base latency in SimWorld's pair cache (~250 MiB)."""
-
 
 def _on_grid(seconds: float, grid_ms: int) -> float:
     """Round a virtual time UP to the next multiple of `grid_ms` milliseconds."""
@@ -128,11 +124,12 @@ class SimWorld:
         self._heap: list[tuple[float, int, list[_Node] | None, Any]] = []
         self._seq = 0
         self._wakeup = trio.Event()
-        self._latency_cache: dict[tuple[str, str], float] = {}
+        # Every pair's base latency, once per pair (simulator/pair_latency.py)
+        self._latencies = PairLatencies(model.latency_min_ms, model.latency_max_ms)
         self._members_version = 0
-        self._topic_members: dict[str, tuple[int, list[_Node]]] = {}
+        # topic -> (membership version, its online subscribers, their PairLatencies numbers)
+        self._topic_members: dict[str, tuple[int, list[_Node], np.ndarray]] = {}
         self._member_positions: dict[str, tuple[int, dict[int, int]]] = {}
-        self._sender_bases: dict[tuple[str, str], tuple[int, array]] = {}
         self._online_cache: tuple[int, frozenset[str]] | None = None
 
     # ---- membership ----------------------------------------------------------------------
@@ -142,6 +139,7 @@ class SimWorld:
         node = self.nodes.get(peer_id)
         if node is None:
             node = self.nodes[peer_id] = _Node(peer_id)
+            self._latencies.number_of(peer_id)
         node.online = True
         node.handler = None
         node.subscriptions = {}
@@ -204,20 +202,7 @@ class SimWorld:
         ]
 
     def _base_latency_s(self, a: str, b: str) -> float:
-        key = (a, b) if a < b else (b, a)
-        cache = self._latency_cache
-        cached = cache.get(key)
-        if cached is None:
-            digest = hashlib.blake2b(f"{key[0]}|{key[1]}".encode(), digest_size=8).digest()
-            fraction = int.from_bytes(digest, "big") / 2**64
-            model = self.model
-            cached = (model.latency_min_ms + fraction * (model.latency_max_ms - model.latency_min_ms)) / 1000
-            # Bounded: a pair's latency is a pure function of the pair, so forgetting is exact.
-            # Unbounded, 10,000 peers would keep 50M pairs (~6 GiB); per-sender arrays
-            # (_audience) hold what gossip needs, this only spares rebuilds after churn.
-            if len(cache) < LATENCY_CACHE_PAIRS:
-                cache[key] = cached
-        return cached
+        return self._latencies.get(a, b)
 
     def latency_s(self, a: str, b: str) -> float:
         return self._base_latency_s(a, b) + self.rng.random() * self.model.jitter_ms / 1000
@@ -248,32 +233,26 @@ class SimWorld:
 
     # ---- gossip --------------------------------------------------------------------------
 
-    def _audience(self, sender: str, topic: str) -> tuple[list[_Node], array]:
+    def _audience(self, sender: str, topic: str) -> tuple[list[_Node], np.ndarray]:
         """The online subscribers of `topic` (attach order, `sender` included) and the base
-        latency from `sender` to each, aligned. Cached until membership or a subscription changes:
-        rebuilding them on every publish was a third of the cost of gossip."""
+        latency from `sender` to each, aligned. The subscribers are cached until membership or a
+        subscription changes (rebuilding them on every publish was a third of the cost of
+        gossip); the latencies are gathered from the pair triangle on each publish."""
         version = self._members_version
         cached = self._topic_members.get(topic)
         if cached is None or cached[0] != version:
             members = [node for node in self.nodes.values() if node.online and topic in node.sinks]
-            self._topic_members[topic] = (version, members)
-        else:
-            members = cached[1]
-        bases = self._sender_bases.get((sender, topic))
-        if bases is None or bases[0] != version:
-            bases = (
-                version,
-                array("d", (self._base_latency_s(sender, node.peer_id) for node in members)),
-            )
-            self._sender_bases[(sender, topic)] = bases
-        return members, bases[1]
+            number_of = self._latencies.number_of
+            numbers = np.array([number_of(node.peer_id) for node in members], dtype=np.int64)
+            cached = self._topic_members[topic] = (version, members, numbers)
+        return cached[1], self._latencies.row(sender, cached[2])
 
     def _slots_in_bulk(
         self,
         node: _Node,
         topic: str,
         members: list[_Node],
-        bases: array,
+        bases: np.ndarray,
         start: float,
         jitter_ms: float,
         grid_per_s: float,
@@ -286,7 +265,7 @@ class SimWorld:
         if cached is None or cached[0] != version:
             cached = (version, {id(member): i for i, member in enumerate(members)})
             self._member_positions[topic] = cached
-        latency = np.frombuffer(bases, dtype=np.float64)
+        latency = bases
         position = cached[1].get(id(node))
         if position is not None:  # the sender gets nothing, and draws nothing for itself
             members = members[:position] + members[position + 1 :]
@@ -333,7 +312,7 @@ class SimWorld:
             slots = self._slots_in_bulk(node, topic, members, bases, start, jitter_ms, grid_per_s)
             delivered = sum(len(receivers) for receivers in slots.values())
         else:  # a lossy or partitioned network: draws depend on earlier draws, one by one
-            for receiver, base in zip(members, bases, strict=True):
+            for receiver, base in zip(members, bases.tolist(), strict=True):
                 if receiver is node:
                     continue
                 if cuts and any(

@@ -1,4 +1,5 @@
-"""SenderMap behaves as a dict of peer id -> value, whatever the numbering's state."""
+"""SenderMap (and SenderRounds, its array of round numbers) behaves as a dict of peer id ->
+value, whatever the numbering's state."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.sender_map import PeerNumbers, SenderMap
+from protocol.sender_map import PeerNumbers, SenderMap, SenderRounds
 
 PEERS = [f"peer{i}" for i in range(8)]
 
@@ -22,12 +23,13 @@ operations = st.lists(
 )
 
 
+@pytest.mark.parametrize("kind", [SenderMap, SenderRounds])
 @given(prenumbered=st.lists(st.sampled_from(PEERS), unique=True), ops=operations)
 def test_a_sender_map_is_a_dict(
-    prenumbered: list[str], ops: list[tuple[str, str | None, int | None]]
+    kind: type[SenderMap[int]], prenumbered: list[str], ops: list[tuple[str, str | None, int | None]]
 ) -> None:
     numbers = PeerNumbers(prenumbered)
-    mapped: SenderMap[int] = SenderMap(numbers)
+    mapped: SenderMap[int] = kind(numbers)
     model: dict[str, int] = {}
     for op, peer, value in ops:
         if op == "set":
@@ -73,3 +75,14 @@ def test_maps_share_one_numbering_and_keep_their_own_values() -> None:
         first["a"]
     with pytest.raises(ValueError, match="None"):
         first["a"] = None  # type: ignore[assignment]
+
+
+def test_sender_rounds_hold_round_numbers_only() -> None:
+    rounds = SenderRounds(PeerNumbers(["a"]))
+    rounds["a"] = 2**31 - 1
+    rounds["b"] = 0  # numbered now: the array grows
+    assert dict(rounds) == {"a": 2**31 - 1, "b": 0} and rounds.slots.itemsize == 4
+    for bad in (-1, 2**31, None, 1.0):
+        with pytest.raises(ValueError, match="round numbers"):
+            rounds["a"] = bad  # type: ignore[assignment]
+    assert rounds["a"] == 2**31 - 1

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
-import simulator.network as network
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from simulator.network import LinkModel, SimWorld
+from simulator.pair_latency import PairLatencies, pair_latency_s
 from simulator.report import build_report, report_json
 from simulator.runner import run_simulation
 from simulator.scenario import FaultSpec, NetworkSpec, Scenario
@@ -14,8 +20,10 @@ def _report(scenario: Scenario) -> str:
     return report_json(build_report(run_simulation(scenario)))
 
 
-def test_bounded_latency_cache_gives_the_same_report(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Churn rebuilds the per-sender latency arrays, so the pair cache is consulted again.
+def test_latencies_from_the_pair_triangle_give_the_same_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Churn re-gathers the subscribers after every membership change, loss takes the per-receiver
+    # loop; both read the triangle. The same run with every latency computed directly from the
+    # pair's ids (what the per-sender arrays held before) must give the same bytes.
     scenario = Scenario(
         peers=12,
         rounds=4,
@@ -23,6 +31,49 @@ def test_bounded_latency_cache_gives_the_same_report(monkeypatch: pytest.MonkeyP
         faults=FaultSpec(churn_leave=0.2, crash_rate=0.1),
         network=NetworkSpec(loss=0.05),
     )
-    cached = _report(scenario)
-    monkeypatch.setattr(network, "LATENCY_CACHE_PAIRS", 0)
-    assert _report(scenario) == cached
+    stored = _report(scenario)
+
+    def direct_row(self: PairLatencies, sender: str, members: Any) -> np.ndarray:
+        return np.array([pair_latency_s(sender, self.ids[m], self.low_ms, self.high_ms) for m in members])
+
+    def direct_get(self: PairLatencies, a: str, b: str) -> float:
+        return pair_latency_s(a, b, self.low_ms, self.high_ms)
+
+    monkeypatch.setattr(PairLatencies, "row", direct_row)
+    monkeypatch.setattr(PairLatencies, "get", direct_get)
+    assert _report(scenario) == stored
+
+
+@given(
+    ids=st.lists(st.text(min_size=1, max_size=6), min_size=1, max_size=12, unique=True),
+    data=st.data(),
+)
+def test_the_pair_triangle_holds_each_pairs_latency_once(ids: list[str], data: st.DataObject) -> None:
+    latencies = PairLatencies(10.0, 80.0)
+    order = data.draw(st.permutations(ids))
+    for peer in order:
+        latencies.number_of(peer)
+    assert len(latencies.values) == len(ids) * (len(ids) + 1) // 2  # once per pair, itself included
+    for a in ids:
+        for b in ids:
+            expected = pair_latency_s(a, b, 10.0, 80.0)
+            assert latencies.get(a, b) == expected == latencies.get(b, a)
+            assert 0.010 <= expected <= 0.080
+    sender = data.draw(st.sampled_from(ids))
+    members = data.draw(st.lists(st.sampled_from(ids)))
+    row = latencies.row(sender, [latencies.number[m] for m in members])
+    assert row.tolist() == [pair_latency_s(sender, m, 10.0, 80.0) for m in members]
+    assert latencies.get(sender, "never-numbered") == pair_latency_s(sender, "never-numbered", 10.0, 80.0)
+
+
+def test_a_world_keeps_one_latency_per_pair_not_one_per_sender() -> None:
+    # 10,000 peers within 8 GiB (issue 13): per-sender arrays were N x N floats; attaching the
+    # same peer again (a restart) adds nothing.
+    world = SimWorld(LinkModel(), seed=1, now_ms=lambda: 0, round_of=lambda ms: 0)
+    for index in range(40):
+        world.attach(f"peer-{index}")
+    world.detach("peer-3")
+    world.attach("peer-3")
+    assert world._latencies.ids == [f"peer-{index}" for index in range(40)]
+    assert len(world._latencies.values) == 40 * 41 // 2
+    assert world.latency_s("peer-1", "peer-2") >= world._base_latency_s("peer-2", "peer-1")
