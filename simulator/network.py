@@ -130,16 +130,23 @@ class SimWorld:
         # topic -> (membership version, its online subscribers, their PairLatencies numbers)
         self._topic_members: dict[str, tuple[int, list[_Node], np.ndarray]] = {}
         self._member_positions: dict[str, tuple[int, dict[int, int]]] = {}
-        self._online_cache: tuple[int, frozenset[str]] | None = None
+        # The online peers as `reachable_from` shares them: a frozenset built at some point,
+        # and the peers that came online since, in order (see _online_view); None: rebuild.
+        self._online: tuple[frozenset[str], list[str], dict[str, int]] | None = None
+        self._online_changes = 0  # attaches and detaches so far
+        self._online_asked_at = -1  # `_online_changes` when `_online_view` was last called
 
     # ---- membership ----------------------------------------------------------------------
 
     def attach(self, peer_id: str, *, upload_factor: float = 1.0) -> SimNetwork:
         """Bring `peer_id` online with a fresh port (a restart gets a new one, like a new process)."""
         node = self.nodes.get(peer_id)
+        was_online = node is not None and node.online
         if node is None:
             node = self.nodes[peer_id] = _Node(peer_id)
             self._latencies.number_of(peer_id)
+        if not was_online:
+            self._came_online(peer_id)
         node.online = True
         node.handler = None
         node.subscriptions = {}
@@ -153,6 +160,9 @@ class SimWorld:
         node = self.nodes.get(peer_id)
         if node is None:
             return
+        if node.online:
+            self._online = None  # views already handed out keep theirs; the next ask rebuilds
+            self._online_changes += 1
         node.online = False
         node.handler = None
         for channel in node.subscriptions.values():
@@ -160,6 +170,30 @@ class SimWorld:
         node.subscriptions = {}
         node.sinks = {}
         self._membership_changed()
+
+    def _came_online(self, peer_id: str) -> None:
+        self._online_changes += 1
+        if self._online is not None:
+            _, joined, join_index = self._online
+            join_index[peer_id] = len(joined)
+            joined.append(peer_id)
+
+    def _online_view(self) -> tuple[frozenset[str], list[str], dict[str, int]]:
+        """The shared parts of `reachable_from`'s views: (base, joined, join_index). Rebuilt into
+        one frozenset (O(peers)) when a peer went offline, when the joined list has outgrown
+        the base (so the frozensets built while a swarm starts double in size: O(peers) in
+        all), or when nothing changed since the last ask (a settled swarm: every lookup then
+        hits the frozenset first)."""
+        online = self._online
+        if (
+            online is None
+            or len(online[1]) > max(64, len(online[0]))
+            or (online[1] and self._online_asked_at == self._online_changes)
+        ):
+            base = frozenset(peer_id for peer_id, node in self.nodes.items() if node.online)
+            online = self._online = (base, [], {})
+        self._online_asked_at = self._online_changes
+        return online
 
     def is_online(self, peer_id: str) -> bool:
         node = self.nodes.get(peer_id)
@@ -183,16 +217,14 @@ class SimWorld:
         now = self.now_ms()
         cuts = [(p.side, a in p.side) for p in self.partitions if p.start_ms <= now < p.heal_ms]
         if not cuts:
-            # Every peer asks this at every round start and sweep: the online list is cached
-            # until membership changes, and only `a` is filtered out per call.
             # Every peer asks this at every round start and sweep: one frozenset of the online
-            # peers per membership change, shared by all of them (PeersExcept leaves `a` out on
-            # lookup). A list or set per peer is O(peers) each: ~5 GB at 10,000 peers.
-            cached = self._online_cache
-            if cached is None or cached[0] != self._members_version:
-                online = frozenset(peer_id for peer_id, node in self.nodes.items() if node.online)
-                cached = self._online_cache = (self._members_version, online)
-            return PeersExcept(cached[1], a)
+            # peers, shared by all of them (PeersExcept leaves `a` out on lookup), plus the peers
+            # that came online since it was built, in order, also shared: a view holds only how
+            # many of those it includes. A set per peer is O(peers) each (~5 GB at 10,000
+            # peers), and so was a frozenset per ask while a swarm starts (each peer asks right
+            # after it comes online, so each saw a different set: ~2.5 GB).
+            base, joined, join_index = self._online_view()
+            return PeersExcept(base, a, joined, join_index, len(joined))
         return [
             peer_id
             for peer_id, node in self.nodes.items()
