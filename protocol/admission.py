@@ -386,22 +386,24 @@ class Inbox:
     ) -> Iterator[tuple[int, object]]:
         """`heard(sender, data, shared)` for each `(sender, data, shared)` of `items` in order (the
         gossip messages that reach this receiver at one instant), with the common case decided
-        here: an established sender's first, well-formed announcement for the current round while
-        we collect, within the fetch budget. Yields `(index, SLOW)` for any other case, having
-        changed nothing (the caller runs the usual path, `heard` included, before the loop goes
-        on), `(index, Fetch)` for a fetch to carry out and `(index, exception)` if deciding
-        failed; a sampled-out (deferred) delivery yields nothing. The decisions and state are
-        exactly `heard`'s: the same checks in the same order, only without the rejecting branches
-        and the calls between them (tests/test_admission_many.py runs both on random receivers
-        and messages).
+        here: a sender's first, well-formed announcement for the current round while we collect,
+        within the fetch budget (and, for a sender not established, within the unknown budget).
+        Yields `(index, SLOW)` for any other case, having changed nothing (the caller runs the
+        usual path, `heard` included, before the loop goes on), `(index, Fetch)` for a fetch to
+        carry out and `(index, exception)` if deciding failed; a sampled-out (deferred) delivery
+        yields nothing. The decisions and state are exactly `heard`'s: the same checks in the same
+        order, only without the rejecting branches and the calls between them
+        (tests/test_admission_many.py runs both on random receivers and messages).
 
         Why a run of messages for one receiver: at 1000 simulated peers this runs a million
         times per virtual round and nearly every delivery is a deferral. Taken message by message
         across receivers, each delivery reaches into a dozen objects of another peer that are no
         longer in the CPU's cache; here they are looked up once per run and stay warm.
 
-        Why established only: the fetcher refreshes `connected` before `heard` for an unknown
-        sender when the unknown budget is full; for an established one it never does.
+        Why unknown senders only while the unknown budget has room: once it is full, the fetcher
+        refreshes `connected` before `heard` for an unknown sender (the usual path does that);
+        before, it does nothing else for them. Unknown senders are common in round 0, when each
+        peer's connected set is the peers that came online before it.
 
         Only an Inbox with `peer_numbers` (the simulator's) takes this path: it reads and writes
         `known` and `announced` as list slots by sender number. With a node's dicts every item
@@ -443,6 +445,9 @@ class Inbox:
                 numbered = min(len(known_slots), len(announced_slots))  # senders with slots
                 stage_count = self.game.stage_count
                 state_stage = state.stage
+                # Fetcher._announced refreshes `connected` for an unknown sender when this is
+                # true; nothing here changes it before the loop breaks (on a Fetch, or SLOW).
+                unknown_budget_full = self.unknown_budget_full()
                 probability = state.fetch_probability
                 deferred = state.deferred
                 prefix = state.fetch_hash_prefix
@@ -454,7 +459,6 @@ class Inbox:
                         shared is None  # a pushed batch: the usual path unwraps it
                         or sender == me
                         or sender in banned
-                        or not (sender in connected or valid.get(sender, 0) > 0)
                         or len(data) > max_announce
                     ):
                         outcome = SLOW
@@ -484,8 +488,11 @@ class Inbox:
                     ):
                         outcome = SLOW
                         break
-                    # Decided: from here on, what `heard` -> `consider` does for an established
-                    # sender.
+                    unknown = not (sender in connected or valid.get(sender, 0) > 0)  # established
+                    if unknown and unknown_budget_full:
+                        outcome = SLOW  # the usual path refreshes `connected` first
+                        break
+                    # Decided: from here on, what `heard` -> `consider` does.
                     entry[3] += 1  # the open we would have made (SharedOpen.settle accounts it)
                     announced_slots[number] = a_digest
                     known_slots[number] = current
@@ -498,6 +505,8 @@ class Inbox:
                                 deferred.offer(_new_tuple(Defer, (priority, announcement)))
                             deferred_count += 1
                             continue
+                    if unknown:
+                        state.unknown_fetches += 1
                     outcome = Fetch(job_for(announcement))
                     break
                 else:

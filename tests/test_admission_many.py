@@ -219,10 +219,14 @@ _PLAN: dict[str, Any] = {
 }
 
 
-def _fast_path_outcomes(numbered: Sequence[str] | None) -> list[object]:
-    """What `heard_run` yields for six established senders' first announcements, each
-    envelope already opened (as the first of many receivers does)."""
-    (fetcher,), _, _ = _build([{**_PLAN, "connected": set(SENDERS), "max_fetch_per_round": 64}], numbered)
+def _fast_path_outcomes(
+    numbered: Sequence[str] | None, connected: Sequence[str] = SENDERS, fetch_sample: int = 0
+) -> list[object]:
+    """What `heard_run` yields for six senders' first announcements, each envelope already
+    opened (as the first of many receivers does)."""
+    plan = {**_PLAN, "connected": set(connected), "max_fetch_per_round": 64, "fetch_sample": fetch_sample}
+    plan["connected_count"] = 6  # the sampling probability: fetch_sample / 6
+    (fetcher,), _, _ = _build([plan], numbered)
     inbox = fetcher.inbox
     run = []
     for message in [MESSAGES[i] for i in COMMON[:6]]:
@@ -238,3 +242,15 @@ def test_numbered_inboxes_take_the_fast_path_and_dicts_do_not() -> None:
     fast = _fast_path_outcomes(SENDERS)
     assert len(fast) == 6 and SLOW not in fast
     assert _fast_path_outcomes(None) == [SLOW] * 6  # a node's dicts: the usual path
+
+
+def test_unknown_senders_take_the_fast_path_while_their_budget_has_room() -> None:
+    # Round 0 of a simulated swarm: each peer's connected set is the peers online before it.
+    # With every announcement fetched (no sampling), the unknown budget (64 x 0.5 = 32) has
+    # room for all six; the equivalence test above covers a full one.
+    fast = _fast_path_outcomes(SENDERS, connected=())
+    assert len(fast) == 6 and SLOW not in fast
+    # Sampled (fetch_sample 1 of 6): a deferral spends no budget and yields nothing (this seed's
+    # draws sample out at least one of the six).
+    sampled = _fast_path_outcomes(SENDERS, connected=(), fetch_sample=1)
+    assert SLOW not in sampled and len(sampled) < 6
