@@ -129,7 +129,8 @@ class SimWorld:
         self._members_version = 0
         # topic -> (membership version, its online subscribers, their PairLatencies numbers)
         self._topic_members: dict[str, tuple[int, list[_Node], np.ndarray]] = {}
-        self._member_positions: dict[str, tuple[int, dict[int, int]]] = {}
+        # topic -> (membership version, id(member) -> position, the members as an object array)
+        self._member_positions: dict[str, tuple[int, dict[int, int], np.ndarray]] = {}
         # The online peers as `reachable_from` shares them: a frozenset built at some point,
         # and the peers that came online since, in order (see _online_view); None: rebuild.
         self._online: tuple[frozenset[str], list[str], dict[str, int]] | None = None
@@ -295,22 +296,30 @@ class SimWorld:
         version = self._members_version
         cached = self._member_positions.get(topic)
         if cached is None or cached[0] != version:
-            cached = (version, {id(member): i for i, member in enumerate(members)})
+            as_objects = np.empty(len(members), dtype=object)
+            as_objects[:] = members
+            cached = (version, {id(member): i for i, member in enumerate(members)}, as_objects)
             self._member_positions[topic] = cached
         latency = bases
+        receivers = cached[2]
         position = cached[1].get(id(node))
         if position is not None:  # the sender gets nothing, and draws nothing for itself
-            members = members[:position] + members[position + 1 :]
+            receivers = np.delete(receivers, position)
             latency = np.delete(latency, position)
-        draws = self.rng.take(len(members))
+        draws = self.rng.take(len(receivers))
+        if not len(receivers):
+            return {}
         at = np.ceil((start + (latency + draws * jitter_ms / 1000)) * grid_per_s - 1e-6) / grid_per_s
-        values, first, slot_of = np.unique(at, return_index=True, return_inverse=True)
-        by_slot = np.argsort(slot_of, kind="stable").tolist()  # member order within a slot
-        ends = np.cumsum(np.bincount(slot_of)).tolist()
+        # One stable sort groups the receivers by slot, each slot's in member order; the slots
+        # then go in order of their first receiver (np.unique and two argsorts did the same).
+        order = np.argsort(at, kind="stable")
+        sorted_at = at[order]
+        starts = np.flatnonzero(np.concatenate(([True], sorted_at[1:] != sorted_at[:-1])))
+        ends = np.append(starts[1:], len(order))
         slots: dict[float, list[_Node]] = {}
-        for k in np.argsort(first, kind="stable").tolist():  # slots in order of first receiver
-            begin = ends[k - 1] if k else 0
-            slots[float(values[k])] = [members[i] for i in by_slot[begin : ends[k]]]
+        for g in np.argsort(order[starts], kind="stable").tolist():
+            begin, end = int(starts[g]), int(ends[g])
+            slots[float(sorted_at[begin])] = receivers[order[begin:end]].tolist()
         return slots
 
     def _membership_changed(self) -> None:
