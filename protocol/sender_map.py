@@ -14,10 +14,10 @@ peer, which suits a simulation that ends, not a node that runs for months among 
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Iterator, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from itertools import compress, repeat
 from operator import is_not, ne
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -50,21 +50,35 @@ class SenderMap(MutableMapping[str, V]):
     """A dict from peer id to a value that is never None, stored as `slots[number]` (None: no
     entry). Iterates in numbering order, not insertion order: no reader depends on the order
     (the sweep and the round record sort). `Inbox.heard_run` reads and writes `slots` directly
-    for senders already numbered, within `len(slots)`."""
+    for senders already numbered, within `len(slots)`.
+
+    A subclass may store its slots otherwise: it names its empty marker (`EMPTY`), how a slot
+    is told from it (`FILLED`, in C: `is_not` for None), how slots are made (`_new_slots`) and
+    which values it takes (`_check`), and overrides `get` with its own inline compare."""
 
     __slots__ = ("numbers", "slots")
+
+    EMPTY: Any = None
+    FILLED: Callable[[Any, Any], bool] = is_not
 
     def __init__(self, numbers: PeerNumbers) -> None:
         self.numbers = numbers
         # Sized to every peer numbered so far, so the hot path rarely meets a short list.
-        self.slots: list[V | None] = [None] * len(numbers.ids)
+        self.slots: Any = self._new_slots(len(numbers.ids))
+
+    def _new_slots(self, count: int) -> Any:
+        return [None] * count
+
+    def _check(self, value: V) -> None:
+        if value is None:
+            raise ValueError("a SenderMap cannot hold None (it marks an empty slot)")
 
     def get(self, peer: str, default: object = None) -> V | None:  # type: ignore[override]
         number = self.numbers.number.get(peer)
         if number is not None and number < len(self.slots):
             value = self.slots[number]
             if value is not None:
-                return value
+                return value  # type: ignore[no-any-return]
         return default  # type: ignore[return-value]
 
     def __getitem__(self, peer: str) -> V:
@@ -77,45 +91,41 @@ class SenderMap(MutableMapping[str, V]):
         return self.get(peer) is not None  # type: ignore[arg-type]
 
     def __setitem__(self, peer: str, value: V) -> None:
-        if value is None:
-            raise ValueError("a SenderMap cannot hold None (it marks an empty slot)")
+        self._check(value)
         number = self.numbers.of(peer)
         slots = self.slots
         if number >= len(slots):
-            slots.extend(repeat(None, len(self.numbers.ids) - len(slots)))
+            slots.extend(repeat(self.EMPTY, len(self.numbers.ids) - len(slots)))
         slots[number] = value
 
     def __delitem__(self, peer: str) -> None:
         number = self.numbers.number.get(peer)
-        if number is None or number >= len(self.slots) or self.slots[number] is None:
+        if number is None or number >= len(self.slots) or not self.FILLED(self.slots[number], self.EMPTY):
             raise KeyError(peer)
-        self.slots[number] = None
+        self.slots[number] = self.EMPTY
 
     def __iter__(self) -> Iterator[str]:
         # In C: the ids whose slot holds a value (a generator in Python would be ~5x slower,
         # and the sweep turns `known` into a set for every peer every round).
-        return compress(self.numbers.ids, map(is_not, self.slots, repeat(None)))
+        return compress(self.numbers.ids, map(self.FILLED, self.slots, repeat(self.EMPTY)))
 
     def __len__(self) -> int:
-        return len(self.slots) - self.slots.count(None)
+        return len(self.slots) - self.slots.count(self.EMPTY)
 
     def clear(self) -> None:
         # MutableMapping's clear pops one item at a time, each a scan from the start.
-        self.slots[:] = repeat(None, len(self.slots))
+        self.slots[:] = self._new_slots(len(self.slots))
 
     def drop_below(self, floor: int) -> None:
         """Remove every entry whose value is `< floor` (values must be ints): the sweep's
         forgetting of peers not heard of for a while."""
         slots = self.slots
         for number, value in enumerate(slots):
-            if value is not None and value < floor:  # type: ignore[operator]
+            if value is not None and value < floor:
                 slots[number] = None
 
     def __repr__(self) -> str:
-        return f"SenderMap({dict(self.items())!r})"
-
-
-EMPTY_ROUND = -1
+        return f"{type(self).__name__}({dict(self.items())!r})"
 
 
 class SenderRounds(SenderMap[int]):
@@ -125,47 +135,26 @@ class SenderRounds(SenderMap[int]):
 
     __slots__ = ()
 
-    def __init__(self, numbers: PeerNumbers) -> None:
-        self.numbers = numbers
-        self.slots = array("i", repeat(EMPTY_ROUND, len(numbers.ids)))  # type: ignore[assignment]
+    EMPTY = -1
+    FILLED = ne
+
+    def _new_slots(self, count: int) -> Any:
+        return array("i", repeat(-1, count))
+
+    def _check(self, value: int) -> None:
+        if type(value) is not int or not 0 <= value < 2**31:
+            raise ValueError(f"a SenderRounds holds round numbers in [0, 2**31), not {value!r}")
 
     def get(self, peer: str, default: object = None) -> int | None:  # type: ignore[override]
         number = self.numbers.number.get(peer)
         if number is not None and number < len(self.slots):
             value = self.slots[number]
-            if value != EMPTY_ROUND:
-                return value
+            if value != -1:
+                return value  # type: ignore[no-any-return]
         return default  # type: ignore[return-value]
-
-    def __setitem__(self, peer: str, value: int) -> None:
-        if type(value) is not int or not 0 <= value < 2**31:
-            raise ValueError(f"a SenderRounds holds round numbers in [0, 2**31), not {value!r}")
-        number = self.numbers.of(peer)
-        slots = self.slots
-        if number >= len(slots):
-            slots.extend(repeat(EMPTY_ROUND, len(self.numbers.ids) - len(slots)))  # type: ignore[arg-type]
-        slots[number] = value
-
-    def __delitem__(self, peer: str) -> None:
-        number = self.numbers.number.get(peer)
-        if number is None or number >= len(self.slots) or self.slots[number] == EMPTY_ROUND:
-            raise KeyError(peer)
-        self.slots[number] = EMPTY_ROUND
-
-    def __iter__(self) -> Iterator[str]:
-        return compress(self.numbers.ids, map(ne, self.slots, repeat(EMPTY_ROUND)))
-
-    def __len__(self) -> int:
-        return len(self.slots) - self.slots.count(EMPTY_ROUND)
-
-    def clear(self) -> None:
-        self.slots[:] = array("i", repeat(EMPTY_ROUND, len(self.slots)))
 
     def drop_below(self, floor: int) -> None:
         # In numpy, on a view of the array (released before anything can resize it).
         view = np.frombuffer(self.slots, dtype=np.int32)
-        view[(view != EMPTY_ROUND) & (view < floor)] = EMPTY_ROUND
+        view[(view != -1) & (view < floor)] = -1
         del view
-
-    def __repr__(self) -> str:
-        return f"SenderRounds({dict(self.items())!r})"
