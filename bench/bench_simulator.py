@@ -7,6 +7,10 @@ against the first size, measured in the same invocation.
 
     python bench/bench_simulator.py                      # 100/300/1000 x 50 and 100 x 100
     python bench/bench_simulator.py --sizes 100x100 --fetch-sample 0 --cap-s 120
+    python bench/bench_simulator.py --sizes 10000x20 --cap-s 14400 --max-rss-mib 8192 --events 10k.jsonl
+
+A progress bar shows each size's rounds and memory as they finish; `--events` also appends them
+to a file, so a run of hours that is stopped (or a session that ends) leaves its progress.
 """
 
 from __future__ import annotations
@@ -17,10 +21,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from procfs import rss_mib
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 CHILD = """
@@ -47,31 +53,73 @@ emit(event="done", wall_s=time.perf_counter() - start_wall, cpu_s=time.process_t
 """
 
 
-def run_size(peers: int, rounds: int, sample: int, cap_s: float, max_rss_mib: float = float("inf")) -> dict:
+class EventReader:
+    """The child's JSON lines as they come (a line is taken only once it is complete)."""
+
+    def __init__(self, path: Path) -> None:
+        self._file = path.open()
+        self._partial = ""
+
+    def new_events(self) -> list[dict]:
+        text = self._partial + self._file.read()
+        lines = text.split("\n")
+        self._partial = lines.pop()  # "" after a complete last line
+        return [json.loads(line) for line in lines if line.strip()]
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def run_size(
+    peers: int,
+    rounds: int,
+    sample: int,
+    cap_s: float,
+    max_rss_mib: float = float("inf"),
+    on_event: Callable[[dict], None] | None = None,
+) -> dict:
     """Run one size; returns its measurements (complete, or up to the cap). A run whose
-    resident memory passes `max_rss_mib` is stopped too (and marked `over_memory`)."""
-    with tempfile.TemporaryFile(mode="w+") as out:
-        child = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(peers), str(rounds), str(sample)],
-            stdout=out,
-            stderr=subprocess.DEVNULL,
-            cwd=Path(__file__).resolve().parent.parent,
-        )
+    resident memory passes `max_rss_mib` is stopped too (and marked `over_memory`).
+    `on_event` gets each of the child's events (start, each round, done) as it happens, with
+    the child's resident memory now (`rss_now_mib`)."""
+    events: list[dict] = []
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "events.jsonl"
+        # The child writes through its own handle, the parent reads through another (a shared
+        # handle would share one file offset between the writer and the reader).
+        with path.open("w") as child_out:
+            child = subprocess.Popen(
+                [sys.executable, "-c", CHILD, str(peers), str(rounds), str(sample)],
+                stdout=child_out,
+                stderr=subprocess.DEVNULL,
+                cwd=Path(__file__).resolve().parent.parent,
+            )
+        reader = EventReader(path)
         capped = over_memory = False
         deadline = time.monotonic() + cap_s
         peak_seen = 0.0
-        while child.poll() is None:
-            peak_seen = max(peak_seen, rss_mib(child.pid))
-            if peak_seen > max_rss_mib:
-                over_memory = True
-            if over_memory or time.monotonic() > deadline:
-                child.kill()
-                child.wait()
-                capped = True
-                break
-            time.sleep(0.25)
-        out.seek(0)
-        events = [json.loads(line) for line in out if line.strip()]
+        try:
+            while True:
+                running = child.poll() is None
+                now_mib = rss_mib(child.pid) if running else 0.0
+                peak_seen = max(peak_seen, now_mib)
+                for event in reader.new_events():
+                    events.append(event)
+                    if on_event is not None:
+                        on_event({**event, "rss_now_mib": now_mib})
+                if not running:
+                    break
+                if peak_seen > max_rss_mib:
+                    over_memory = True
+                if over_memory or time.monotonic() > deadline:
+                    child.kill()
+                    child.wait()
+                    capped = True
+                    break
+                time.sleep(0.25)
+            events.extend(reader.new_events())
+        finally:
+            reader.close()
     rounds_done = [e for e in events if e["event"] == "round"]
     done = next((e for e in events if e["event"] == "done"), None)
     last = done or (rounds_done[-1] if rounds_done else None)
@@ -114,6 +162,13 @@ def main() -> None:
         "--max-rss-mib", type=float, default=float("inf"), help="stop a size whose memory passes this"
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the rows to this file")
+    parser.add_argument(
+        "--events",
+        type=Path,
+        default=None,
+        help="append every round's event (time, CPU, memory) to this JSON-lines file as it happens: "
+        "a run of hours leaves its progress behind even if it is stopped",
+    )
     args = parser.parse_args()
     console = Console(width=None if sys.stdout.isatty() else 150)
     rows = []
@@ -121,7 +176,28 @@ def main() -> None:
         peers, rounds = (int(part) for part in size.lower().split("x"))
         console.print(f"running {peers} peers x {rounds} rounds (cap {args.cap_s:.0f} s) ...")
         started = time.perf_counter()
-        measured = run_size(peers, rounds, args.fetch_sample, args.cap_s, args.max_rss_mib)
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("rounds"),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[memory]}"),
+            console=console,
+            transient=True,
+        ) as progress:
+            task = progress.add_task(f"{peers} x {rounds}", total=rounds, memory="")
+
+            def on_event(event: dict, peers: int = peers, rounds: int = rounds, task: TaskID = task) -> None:
+                if event["event"] == "round":
+                    progress.update(
+                        task, completed=event["round"] + 1, memory=f"{event['rss_now_mib']:.0f} MiB"
+                    )
+                if args.events is not None:
+                    with args.events.open("a") as out:
+                        out.write(json.dumps({"peers": peers, "rounds": rounds, **event}) + "\n")
+
+            measured = run_size(peers, rounds, args.fetch_sample, args.cap_s, args.max_rss_mib, on_event)
         measured["process_s"] = time.perf_counter() - started
         rows.append(measured)
         console.print(f"  {json.dumps(measured)}")
