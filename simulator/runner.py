@@ -47,6 +47,16 @@ EPOCH_MS = 1_700_000_000_000
 SWARM_ID = "sim"
 HONEST = "honest"
 
+SIM_CACHE_FLOOR = 4096
+"""The fewest entries of the run's shared VerifyCache digest tables (4 x peers above 1024 peers).
+Not VerifyCache's own default of 50,000, sized for a node: at 1000 peers that kept 25 rounds of
+every peer's batch and announcement alive (one RolloutBatch, 16 completions and 2 opened
+envelopes per peer and round, ~11 MiB a round), where two rounds are what a fetch reaches.
+Evicting changes no outcome (a miss recomputes the same verdict): tests/test_sim_scale.py."""
+
+SIM_IDENTITY_FLOOR = 1024
+"""The fewest entries of its identity memo (2 x peers above 512 peers): an instant's messages."""
+
 
 @attrs.frozen
 class PeerPlan:
@@ -416,7 +426,8 @@ async def _simulate(
     # per peer and round (its announcement and its batch): 4 x peers keeps two rounds, which
     # is when a batch is fetched; 20 x peers kept ten (at 10,000 peers ~0.5 GB by estimate).
     cache = VerifyCache(
-        max_entries=max(50_000, 4 * scenario.peers), identity_entries=max(1024, 2 * scenario.peers)
+        max_entries=max(SIM_CACHE_FLOOR, 4 * scenario.peers),
+        identity_entries=max(SIM_IDENTITY_FLOOR, 2 * scenario.peers),
     )
     # One numbering of every peer for all inboxes: their per-sender maps are lists by number,
     # 8 bytes a (receiver, sender) pair instead of a dict entry's ~30 (issue 13: 10,000 peers).

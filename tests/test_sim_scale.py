@@ -77,3 +77,36 @@ def test_a_world_keeps_one_latency_per_pair_not_one_per_sender() -> None:
     assert world._latencies.ids == [f"peer-{index}" for index in range(40)]
     assert len(world._latencies.values) == 40 * 41 // 2
     assert world.latency_s("peer-1", "peer-2") >= world._base_latency_s("peer-2", "peer-1")
+
+
+def test_the_shared_verify_cache_keeps_recent_rounds_only_and_evicting_changes_no_byte(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The run's VerifyCache is bounded by 4 x peers above SIM_CACHE_FLOOR (two rounds of every
+    peer's announcement and batch): with the floor out of the way, a batch from three rounds ago
+    is no longer held anywhere at the last round, and the report is byte for byte the one of a
+    cache that never evicts (a memo: a miss recomputes the same outcome)."""
+    import gc
+
+    import simulator.runner as runner
+    from protocol.messages import RolloutBatch
+
+    # Loss: failed fetches, top-ups and DHT sweeps reach for batches beyond the first fetch.
+    # (No churn: a peer that left keeps its last round's work, one batch each, by design.)
+    scenario = Scenario(peers=30, rounds=7, seed=5, fetch_sample=4, network=NetworkSpec(loss=0.05))
+    monkeypatch.setattr(runner, "SIM_CACHE_FLOOR", 10**6)  # never evicts here
+    never_evicting = _report(scenario)
+
+    monkeypatch.setattr(runner, "SIM_CACHE_FLOOR", 1)  # 4 x peers: two rounds
+    monkeypatch.setattr(runner, "SIM_IDENTITY_FLOOR", 1)  # 2 x peers: an instant's messages
+    held: list[int] = []
+
+    def on_round(round_number: int) -> None:
+        if round_number == scenario.rounds - 2:
+            gc.collect()
+            old = round_number - 3
+            held.append(sum(1 for o in gc.get_objects() if type(o) is RolloutBatch and o.round <= old))
+
+    bounded = report_json(build_report(run_simulation(scenario, on_round=on_round)))
+    assert held == [0]
+    assert bounded == never_evicting
