@@ -97,11 +97,12 @@ def run_size(
         reader = EventReader(path)
         capped = over_memory = False
         deadline = time.monotonic() + cap_s
-        peak_seen = 0.0
+        peak_seen = now_mib = 0.0
         try:
             while True:
                 running = child.poll() is None
-                now_mib = rss_mib(child.pid) if running else 0.0
+                if running:  # after the child's end: its last reading stands
+                    now_mib = rss_mib(child.pid) or now_mib
                 peak_seen = max(peak_seen, now_mib)
                 for event in reader.new_events():
                     events.append(event)
