@@ -98,16 +98,20 @@ def run_size(
         capped = over_memory = False
         deadline = time.monotonic() + cap_s
         peak_seen = now_mib = 0.0
+
+        def take_events() -> None:
+            for event in reader.new_events():
+                events.append(event)
+                if on_event is not None:
+                    on_event({**event, "rss_now_mib": now_mib})
+
         try:
             while True:
                 running = child.poll() is None
                 if running:  # after the child's end: its last reading stands
                     now_mib = rss_mib(child.pid) or now_mib
                 peak_seen = max(peak_seen, now_mib)
-                for event in reader.new_events():
-                    events.append(event)
-                    if on_event is not None:
-                        on_event({**event, "rss_now_mib": now_mib})
+                take_events()
                 if not running:
                     break
                 if peak_seen > max_rss_mib:
@@ -116,9 +120,9 @@ def run_size(
                     child.kill()
                     child.wait()
                     capped = True
+                    take_events()  # lines written before the kill: reported like the others
                     break
                 time.sleep(0.25)
-            events.extend(reader.new_events())
         finally:
             reader.close()
     rounds_done = [e for e in events if e["event"] == "round"]
