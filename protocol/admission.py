@@ -82,6 +82,10 @@ SLOW = object()
 """`Inbox.heard_run`: not the common case, nothing changed; take the usual path."""
 
 
+_NO_JOINED: dict[str, int] = {}
+"""heard_run's join index for a `connected` that is not a PeersExcept (its count is 0)."""
+
+
 class _Slow(Exception):
     """Inside `Inbox.heard_run`: the receiver is not collecting now, or keeps dicts (a node's
     Inbox): its items take the usual path."""
@@ -430,6 +434,11 @@ class Inbox:
                 banned = self.scores.banned
                 valid = self.scores.valid
                 connected = self.connected
+                if type(connected) is PeersExcept:
+                    # Its membership inline (`sender == me` is decided first, below).
+                    connected_base, join_index, joined_count = connected.membership_parts()
+                else:
+                    connected_base, join_index, joined_count = connected, _NO_JOINED, 0
                 opener_key = id(self.opener)
                 known = self.known
                 announced = state.announced
@@ -444,7 +453,10 @@ class Inbox:
                 announced_slots = announced.slots
                 numbered = min(len(known_slots), len(announced_slots))  # senders with slots
                 stage_count = self.game.stage_count
+                ahead = stage + 1 if stage + 1 < stage_count else -1  # the next stage, if any
                 state_stage = state.stage
+                # Nothing in the loop below changes `state.fetches`: a Fetch ends it.
+                fetches_full = state.fetches >= max_fetch
                 # Fetcher._announced refreshes `connected` for an unknown sender when this is
                 # true; nothing here changes it before the loop breaks (on a Fetch, or SLOW).
                 unknown_budget_full = self.unknown_budget_full()
@@ -453,6 +465,7 @@ class Inbox:
                 prefix = state.fetch_hash_prefix
                 if prefix is None and probability < 1.0:
                     prefix = self._fetch_hash_prefix(state)
+                from_bytes = int.from_bytes
                 for index in range(start, len(items)):  # read after the loop
                     sender, data, shared = items[index]
                     if (
@@ -478,17 +491,21 @@ class Inbox:
                     if (
                         a_swarm != swarm_id
                         or a_round != current
-                        or a_stage == stage + 1 < stage_count
+                        or a_stage == ahead
                         or a_stage != state_stage
                         or number is None  # not numbered yet, or its slots are not there yet:
                         or number >= numbered  # the usual path numbers it and grows the lists
                         or announced_slots[number] is not None  # `sender in announced`
                         or a_size > max_batch
-                        or state.fetches >= max_fetch
+                        or fetches_full
                     ):
                         outcome = SLOW
                         break
-                    unknown = not (sender in connected or valid.get(sender, 0) > 0)  # established
+                    unknown = not (  # not established: `sender in connected or valid.get(...) > 0`
+                        sender in connected_base
+                        or (joined_count and join_index.get(sender, joined_count) < joined_count)
+                        or valid.get(sender, 0) > 0
+                    )
                     if unknown and unknown_budget_full:
                         outcome = SLOW  # the usual path refreshes `connected` first
                         break
@@ -499,7 +516,7 @@ class Inbox:
                     if probability < 1.0:
                         hasher = prefix.copy()  # Inbox._priority, inlined
                         hasher.update(suffix)
-                        priority = (int.from_bytes(hasher.digest()[:8], "big") >> 1) / 2**63
+                        priority = (from_bytes(hasher.digest()[:8], "big") >> 1) / 2**63
                         if priority >= probability:
                             if priority <= deferred.cutoff:
                                 deferred.offer(_new_tuple(Defer, (priority, announcement)))

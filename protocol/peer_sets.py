@@ -53,6 +53,12 @@ class PeersExcept(Set[str], Sequence[str]):  # type: ignore[misc]
             return True
         return self._count > 0 and self._index.get(peer, self._count) < self._count  # type: ignore[call-overload]
 
+    def membership_parts(self) -> tuple[frozenset[str], Mapping[str, int], int]:
+        """(base, join index, count): for a caller that tests many peers other than `me`, as
+        `peer in base or index.get(peer, count) < count` inline (Inbox.heard_run: a method call
+        per test was ~5% of a 1000-peer simulation)."""
+        return self._base, self._index, self._count
+
     def __len__(self) -> int:
         me = self._me
         me_inside = me in self._base or self._index.get(me, self._count) < self._count
