@@ -6,6 +6,11 @@ change use: run it from two checkouts in turn (`PYTHONPATH=<other checkout>`), i
 
     python bench/bench_sim_rounds.py --peers 1000 --rounds 3
     PYTHONPATH=/tmp/base python bench/bench_sim_rounds.py --peers 1000 --rounds 14
+    python bench/bench_sim_rounds.py --peers 3000 --rounds 2 --time-delivery
+
+`--time-delivery` also times gossip delivery (`Fetcher.handle_announcement_many`, the N x N part
+of a round: every announcement to every peer) per round: the deliveries, their seconds and the
+cost of one; the rest of the round's CPU is everything else.
 """
 
 from __future__ import annotations
@@ -26,33 +31,78 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fetch-sample", type=int, default=8)
+    parser.add_argument(
+        "--time-delivery", action="store_true", help="also time gossip delivery per round (count, s, us each)"
+    )
     args = parser.parse_args()
 
     from simulator.runner import run_simulation
     from simulator.scenario import Scenario
 
+    delivery = _DeliveryTimer() if args.time_delivery else None
+
     table = Table(title=f"{args.peers} peers x {args.rounds} rounds, seed {args.seed}")
-    for column in ("round", "CPU s", "RSS MiB", "live blocks (M)"):
+    columns = ["round", "CPU s", "RSS MiB", "live blocks (M)"]
+    if delivery is not None:
+        columns += ["deliveries", "delivery CPU s", "us / delivery"]
+    for column in columns:
         table.add_column(column, justify="right")
     started = last = time.process_time()
 
     def on_round(round_number: int) -> None:
         nonlocal last
         now = time.process_time()
-        table.add_row(
-            str(round_number),
-            f"{now - last:.2f}",
-            f"{rss_mib():.0f}",
-            f"{sys.getallocatedblocks() / 1e6:.2f}",
-        )
+        blocks = sys.getallocatedblocks() / 1e6
+        cells = [str(round_number), f"{now - last:.2f}", f"{rss_mib():.0f}", f"{blocks:.2f}"]
+        if delivery is not None:
+            count, seconds = delivery.take()
+            cells += [str(count), f"{seconds:.2f}", f"{1e6 * seconds / max(1, count):.2f}"]
+        table.add_row(*cells)
         last = now
 
     scenario = Scenario(peers=args.peers, rounds=args.rounds, seed=args.seed, fetch_sample=args.fetch_sample)
-    run_simulation(scenario, on_round=on_round)
+    try:
+        run_simulation(scenario, on_round=on_round)
+    finally:
+        if delivery is not None:
+            delivery.remove()
     console = Console()
     console.print(table)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     console.print(f"total CPU {time.process_time() - started:.1f} s, peak RSS {peak:.0f} MiB")
+
+
+class _DeliveryTimer:
+    """Wraps `Fetcher.handle_announcement_many` (what the simulated network calls with an
+    instant's gossip for many receivers) with a CPU-time counter, until `remove`."""
+
+    def __init__(self) -> None:
+        from swarmp2p.fetcher import Fetcher
+
+        self._fetcher = Fetcher
+        self._original = original = Fetcher.__dict__["handle_announcement_many"]
+        inner = original.__func__
+        self.count = 0
+        self.seconds = 0.0
+
+        def timed(deliveries: list) -> None:  # type: ignore[type-arg]
+            started = time.process_time()
+            try:
+                inner(deliveries)
+            finally:
+                self.seconds += time.process_time() - started
+                self.count += sum(len(messages) for _, messages in deliveries)
+
+        Fetcher.handle_announcement_many = staticmethod(timed)  # type: ignore[method-assign,assignment]
+
+    def take(self) -> tuple[int, float]:
+        """Deliveries and CPU seconds since the last take."""
+        taken = (self.count, self.seconds)
+        self.count, self.seconds = 0, 0.0
+        return taken
+
+    def remove(self) -> None:
+        self._fetcher.handle_announcement_many = self._original  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ and a size stopped at its cap still gets a row from the rounds it finished."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -51,3 +52,23 @@ def test_the_events_file_holds_each_round_as_it_finished(tmp_path: Path) -> None
         (5, "round", 1),
         (5, "done", None),
     ]
+
+
+def test_bench_sim_rounds_times_the_deliveries_of_each_round() -> None:
+    """`--time-delivery`: every peer hears every other peer's announcement once a round, so a
+    round of N peers that all stay online delivers N x (N - 1) messages; the timer is removed
+    afterwards."""
+    command = [sys.executable, str(BENCH / "bench_sim_rounds.py"), "--time-delivery"]
+    done = subprocess.run(
+        [*command, "--peers", "12", "--rounds", "2"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    rows = [line.split("│") for line in done.stdout.splitlines() if line.count("│") >= 8]
+    cells = [[cell.strip() for cell in row[1:-1]] for row in rows]
+    body = [row for row in cells if row[0].isdigit()]
+    assert [row[0] for row in body] == ["0", "1"]
+    assert [int(row[4]) for row in body] == [12 * 11, 12 * 11]
+    assert all(float(row[5]) >= 0 and float(row[6]) > 0 for row in body)
