@@ -52,9 +52,12 @@ def pytest_configure(config: object) -> None:
 _ALONE_LOCK_DIR = "swarmp2p-pytest-alone"
 
 
-def _xdist_run_id() -> str | None:
-    """The pytest-xdist run's id (the same in all its workers); None outside xdist."""
-    if not os.environ.get("PYTEST_XDIST_WORKER"):
+def _xdist_run_id(config: pytest.Config) -> str | None:
+    """The pytest-xdist run's id (the same in all its workers); None outside xdist. Asked of the
+    session (`workerinput`), not only of the environment: a pytest that a test starts in a
+    subprocess inherits the worker's PYTEST_XDIST_* variables, and queueing on the outer run's
+    lock would deadlock it against an `alone` test waiting for the test that started it."""
+    if not hasattr(config, "workerinput") or not os.environ.get("PYTEST_XDIST_WORKER"):
         return None
     return os.environ.get("PYTEST_XDIST_TESTRUNUID")
 
@@ -72,11 +75,11 @@ _held_exclusively = False  # this worker holds the main lock exclusively (for an
 
 
 @contextmanager
-def _alone_lock(alone: bool) -> Iterator[None]:
+def _alone_lock(alone: bool, config: pytest.Config) -> Iterator[None]:
     """Hold the main lock shared (`alone` False) or exclusively; nothing outside xdist, and
     nothing more while this worker already holds it exclusively (`alone_module`)."""
     global _held_exclusively
-    run_id = _xdist_run_id()
+    run_id = _xdist_run_id(config)
     if run_id is None or _held_exclusively:
         yield
         return
@@ -102,15 +105,15 @@ def _alone_lock(alone: bool) -> Iterator[None]:
 
 @pytest.fixture(autouse=True)
 def _alone_under_xdist(request: pytest.FixtureRequest) -> Iterator[None]:
-    with _alone_lock(request.node.get_closest_marker("alone") is not None):
+    with _alone_lock(request.node.get_closest_marker("alone") is not None, request.config):
         yield
 
 
 @pytest.fixture(scope="module")
-def alone_module() -> Iterator[None]:
+def alone_module(request: pytest.FixtureRequest) -> Iterator[None]:
     """`@pytest.mark.alone` for a module-scoped fixture: a swarm started once for a module's
     tests runs between them too, before the first test's own lock. Requested by that fixture,
     this holds the lock exclusively from its setup until the module's last test here is done
     (the per-test lock then takes nothing more)."""
-    with _alone_lock(True):
+    with _alone_lock(True, request.config):
         yield

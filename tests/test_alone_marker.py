@@ -4,9 +4,12 @@ test overlaps it) and once without (they do overlap: the check can fail)."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -134,3 +137,34 @@ def test_a_module_fixture_requesting_alone_module_has_no_other_test_beside_it(tm
     pytest.importorskip("xdist")
     assert module_overlaps(tmp_path, lock=True) == []
     assert module_overlaps(tmp_path, lock=False) != []  # without it the other worker runs beside it
+
+
+def test_a_pytest_started_inside_a_worker_takes_no_lock_of_the_outer_run(tmp_path: Path) -> None:
+    """A test that runs pytest in a subprocess (tests/test_hypothesis_profiles.py does) passes it
+    the xdist worker's environment. That inner pytest is no worker of the outer run and must not
+    queue on its lock: while an `alone` test of the outer run waits at the gate for the outer
+    test to end, the inner one would wait for the `alone` test, a deadlock until the timeout (a
+    fresh-clone CI run lost test_hypothesis_profiles that way, 120 s). Here the gate is held as
+    such a waiting `alone` test holds it."""
+    run_id = f"inner-{os.getpid()}-{tmp_path.name}"
+    folder = Path(tempfile.gettempdir()) / f"swarmp2p-pytest-alone-{os.getuid()}"
+    folder.mkdir(exist_ok=True)
+    gate_path = folder / f"{run_id}.gate"
+    (tmp_path / "conftest.py").write_text((HERE / "conftest.py").read_text())
+    (tmp_path / "test_inner.py").write_text("def test_inner():\n    print('INNER RAN')\n")
+    environment = {**os.environ, "PYTEST_XDIST_WORKER": "gw0", "PYTEST_XDIST_TESTRUNUID": run_id}
+    try:
+        with gate_path.open("a") as gate:
+            fcntl.flock(gate, fcntl.LOCK_EX)  # an `alone` test of the "outer run" waits behind it
+            done = subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "test_inner.py"],
+                cwd=tmp_path,
+                env=environment,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+    finally:
+        for suffix in (".gate", ".main"):
+            (folder / f"{run_id}{suffix}").unlink(missing_ok=True)
+    assert done.returncode == 0 and "INNER RAN" in done.stdout, done.stdout + done.stderr
