@@ -3,8 +3,9 @@
 With `fetch_sample` set, most announcements of a round are sampled out (`Defer`); a fetch that
 fails is replaced by the deferred announcement of lowest (priority, sender) (`Inbox.top_up`).
 A round takes at most `limit` entries from here (`AdmissionRules.max_top_ups_per_round`), so
-only the `limit` lowest entries can ever be taken, and only those are kept: per peer O(limit)
-instead of O(peers) (at 10,000 simulated peers, a round's deferred entries were ~100M tuples).
+only the `limit` lowest entries can ever be taken, and only those are kept (fewer than
+`2 x limit` between two trims): per peer O(limit) instead of O(peers) (at 10,000 simulated
+peers, a round's deferred entries were ~100M tuples).
 
 Why keeping the lowest `limit` loses nothing: an entry is dropped only when `limit` kept
 entries are lower; each take removes one, so while fewer than `limit` takes were made, one of
