@@ -62,6 +62,11 @@ from protocol.sender_map import PeerNumbers, SenderMap, SenderRounds
 from protocol.shared_open import SharedOpen
 from protocol.verification import Verdict
 
+try:  # Inbox.heard_run's inner loop in C, built by `pip install` where a compiler is found
+    from protocol._heard_run import run as _compiled_heard_run
+except ImportError:  # pragma: no cover - the Python loop below is the same loop
+    _compiled_heard_run = None
+
 __all__ = [
     "Accept",
     "AdmissionRules",
@@ -197,6 +202,7 @@ class RoundInbox:
     fetches: int = 0
     unknown_fetches: int = 0  # of `fetches`, those for senders not `established`
     fetch_hash_prefix: Any = None  # sha256 state over (seed, round, me), see `fetch_priority`
+    fetch_hash_text: bytes | None = None  # the bytes that state hashed (the compiled heard_run's)
     # sampled out, the lowest kept for top-ups: sender -> (priority, announcement) (a `Defer`)
     deferred: DeferredStore = attrs.Factory(lambda: DeferredStore(MAX_TOP_UPS_PER_ROUND))
     rejected: Counter[str] = attrs.Factory(Counter)
@@ -414,6 +420,7 @@ class Inbox:
         yields SLOW."""
         deferred_count = 0
         index = -1
+        compiled = _compiled_heard_run  # None where it was not built: the Python loop below
         while index + 1 < len(items):
             start = index + 1  # the first item, or the one after the item last yielded
             index = start  # what an error before the loop is reported for
@@ -465,69 +472,89 @@ class Inbox:
                 prefix = state.fetch_hash_prefix
                 if prefix is None and probability < 1.0:
                     prefix = self._fetch_hash_prefix(state)
-                from_bytes = int.from_bytes
-                for index in range(start, len(items)):  # read after the loop
-                    sender, data, shared = items[index]
-                    if (
-                        shared is None  # a pushed batch: the usual path unwraps it
-                        or sender == me
-                        or sender in banned
-                        or len(data) > max_announce
-                    ):
+                if compiled is not None and type(items) is list:
+                    # The same loop in C (protocol/_heard_run.c), when it is built.
+                    index, kind, value, deferred_now = compiled(
+                        items, start, me, banned, max_announce, opener_key, _announcement_facts,
+                        known.numbers.number, swarm_id, current, ahead, state_stage, numbered,
+                        announced_slots, known_slots, max_batch, fetches_full, connected_base,
+                        join_index, joined_count, valid, unknown_budget_full, probability,
+                        state.fetch_hash_text, deferred, Defer,
+                    )  # fmt: skip
+                    deferred_count += deferred_now
+                    if kind == 1:
                         outcome = SLOW
-                        break
-                    entry = shared.by_opener.get(opener_key)  # SharedOpen.peek, inlined
-                    if entry is None:
-                        outcome = SLOW  # the first receiver with this opener opens it, usual path
-                        break
-                    facts = entry[4]
-                    if facts is None:
-                        facts = entry[4] = _announcement_facts(entry[1], sender)
-                    if facts is False:
-                        outcome = SLOW  # an error outcome, another kind or a relayed message
-                        break
-                    announcement, a_round, a_stage, a_swarm, a_size, a_digest, suffix = facts
-                    number = number_of(sender)
-                    if (
-                        a_swarm != swarm_id
-                        or a_round != current
-                        or a_stage == ahead
-                        or a_stage != state_stage
-                        or number is None  # not numbered yet, or its slots are not there yet:
-                        or number >= numbered  # the usual path numbers it and grows the lists
-                        or announced_slots[number] is not None  # `sender in announced`
-                        or a_size > max_batch
-                        or fetches_full
-                    ):
-                        outcome = SLOW
-                        break
-                    unknown = not (  # not established: `sender in connected or valid.get(...) > 0`
-                        sender in connected_base
-                        or (joined_count and join_index.get(sender, joined_count) < joined_count)
-                        or valid.get(sender, 0) > 0
-                    )
-                    if unknown and unknown_budget_full:
-                        outcome = SLOW  # the usual path refreshes `connected` first
-                        break
-                    # Decided: from here on, what `heard` -> `consider` does.
-                    entry[3] += 1  # the open we would have made (SharedOpen.settle accounts it)
-                    announced_slots[number] = a_digest
-                    known_slots[number] = current
-                    if probability < 1.0:
-                        hasher = prefix.copy()  # Inbox._priority, inlined
-                        hasher.update(suffix)
-                        priority = (from_bytes(hasher.digest()[:8], "big") >> 1) / 2**63
-                        if priority >= probability:
-                            if priority <= deferred.cutoff:
-                                deferred.offer(_new_tuple(Defer, (priority, announcement)))
-                            deferred_count += 1
-                            continue
-                    if unknown:
-                        state.unknown_fetches += 1
-                    outcome = Fetch(job_for(announcement))
-                    break
+                    elif kind == 2:
+                        announcement, unknown = value
+                        if unknown:
+                            state.unknown_fetches += 1
+                        outcome = Fetch(job_for(announcement))
+                    elif kind == 3:
+                        outcome = value  # deciding this item raised: reported as below
                 else:
-                    index = len(items)
+                    from_bytes = int.from_bytes
+                    for index in range(start, len(items)):  # read after the loop
+                        sender, data, shared = items[index]
+                        if (
+                            shared is None  # a pushed batch: the usual path unwraps it
+                            or sender == me
+                            or sender in banned
+                            or len(data) > max_announce
+                        ):
+                            outcome = SLOW
+                            break
+                        entry = shared.by_opener.get(opener_key)  # SharedOpen.peek, inlined
+                        if entry is None:
+                            outcome = SLOW  # the first receiver with this opener opens it, usual path
+                            break
+                        facts = entry[4]
+                        if facts is None:
+                            facts = entry[4] = _announcement_facts(entry[1], sender)
+                        if facts is False:
+                            outcome = SLOW  # an error outcome, another kind or a relayed message
+                            break
+                        announcement, a_round, a_stage, a_swarm, a_size, a_digest, suffix = facts
+                        number = number_of(sender)
+                        if (
+                            a_swarm != swarm_id
+                            or a_round != current
+                            or a_stage == ahead
+                            or a_stage != state_stage
+                            or number is None  # not numbered yet, or its slots are not there yet:
+                            or number >= numbered  # the usual path numbers it and grows the lists
+                            or announced_slots[number] is not None  # `sender in announced`
+                            or a_size > max_batch
+                            or fetches_full
+                        ):
+                            outcome = SLOW
+                            break
+                        unknown = not (  # not established: `sender in connected or valid.get(...) > 0`
+                            sender in connected_base
+                            or (joined_count and join_index.get(sender, joined_count) < joined_count)
+                            or valid.get(sender, 0) > 0
+                        )
+                        if unknown and unknown_budget_full:
+                            outcome = SLOW  # the usual path refreshes `connected` first
+                            break
+                        # Decided: from here on, what `heard` -> `consider` does.
+                        entry[3] += 1  # the open we would have made (SharedOpen.settle accounts it)
+                        announced_slots[number] = a_digest
+                        known_slots[number] = current
+                        if probability < 1.0:
+                            hasher = prefix.copy()  # Inbox._priority, inlined
+                            hasher.update(suffix)
+                            priority = (from_bytes(hasher.digest()[:8], "big") >> 1) / 2**63
+                            if priority >= probability:
+                                if priority <= deferred.cutoff:
+                                    deferred.offer(_new_tuple(Defer, (priority, announcement)))
+                                deferred_count += 1
+                                continue
+                        if unknown:
+                            state.unknown_fetches += 1
+                        outcome = Fetch(job_for(announcement))
+                        break
+                    else:
+                        index = len(items)
             except _Slow:  # not collecting this round now: each item on the usual path
                 outcome = SLOW
             except Exception as error:  # a bug: reported for this delivery, the rest go on
@@ -588,9 +615,9 @@ class Inbox:
 
     def _fetch_hash_prefix(self, state: RoundInbox) -> Any:
         """The round's sha256 state over `seed, round, me` (kept in `state`)."""
-        state.fetch_hash_prefix = hashlib.sha256(
-            f"{self.rules.seed}\x1f{state.round}\x1f{self.rules.me}\x1f".encode()
-        )
+        text = f"{self.rules.seed}\x1f{state.round}\x1f{self.rules.me}\x1f".encode()
+        state.fetch_hash_text = text
+        state.fetch_hash_prefix = hashlib.sha256(text)
         return state.fetch_hash_prefix
 
     def _priority(self, state: RoundInbox, sender: str) -> float:

@@ -1,0 +1,121 @@
+"""`Inbox.heard_run`'s inner loop in C (protocol/_heard_run.c) against the same loop in Python.
+
+tests/test_admission_many.py checks that the simulator's many-receiver path decides what the
+per-delivery path does; with the extension built, that path runs the C loop. Here the same
+checks run with the Python loop, the C loop is required to be built (the README's install
+builds it, and a missing compiler would otherwise quietly make the simulator ~2x slower), and
+an error inside the C loop is reported for its item, as the Python loop reports it.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any
+
+import pytest
+
+import protocol.admission as admission
+from protocol.decisions import Defer
+from tests import test_admission_many
+
+
+def test_the_compiled_loop_is_built() -> None:
+    assert admission._compiled_heard_run is not None, (
+        "protocol._heard_run is not built: `pip install -e .` needs a C compiler and OpenSSL's "
+        "headers (libssl-dev)"
+    )
+
+
+@pytest.fixture
+def python_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(admission, "_compiled_heard_run", None)
+
+
+def test_the_python_loop_decides_what_the_per_delivery_path_does(python_loop: None) -> None:
+    test_admission_many.test_the_many_path_decides_what_the_per_delivery_path_does()
+
+
+def test_the_python_loop_takes_the_fast_path_too(python_loop: None) -> None:
+    test_admission_many.test_numbered_inboxes_take_the_fast_path_and_dicts_do_not()
+    test_admission_many.test_unknown_senders_take_the_fast_path_while_their_budget_has_room()
+
+
+def test_both_loops_yield_the_same_outcomes_for_one_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    def outcomes() -> list[object]:
+        found = test_admission_many._fast_path_outcomes(test_admission_many.SENDERS, (), fetch_sample=2)
+        return [_outcome_key(outcome) for outcome in found]
+
+    compiled = outcomes()
+    monkeypatch.setattr(admission, "_compiled_heard_run", None)
+    python = outcomes()
+    assert compiled == python and compiled  # some fetched, some deferred at 2 of 6
+
+
+def _outcome_key(outcome: object) -> object:
+    job = getattr(outcome, "job", None)
+    return (type(outcome).__name__, job.sender, job.digest) if job is not None else outcome
+
+
+class _Shared:
+    def __init__(self, entry: list[Any]) -> None:
+        self.by_opener = {1: entry}
+
+
+class _Deferred:
+    cutoff = 2.0
+
+    def __init__(self) -> None:
+        self.offered: list[Defer] = []
+
+    def offer(self, entry: Defer) -> None:
+        self.offered.append(entry)
+
+
+def _run(items: list[Any], facts_of: Any, probability: float = 1.0) -> tuple[Any, ...]:
+    run = admission._compiled_heard_run
+    assert run is not None
+    deferred = _Deferred()
+    result = run(
+        items, 0, "me", set(), 1000, 1, facts_of, {"a": 0, "b": 1}, "swarm", 3, -1, 0, 2,
+        [None, None], array("i", [-1, -1]), 10_000, False, frozenset({"a", "b"}), {}, 0, {},
+        False, probability, b"prefix\x1f", deferred, Defer,
+    )  # fmt: skip
+    return (*result, deferred)
+
+
+def _item(sender: str) -> tuple[str, bytes, _Shared]:
+    # [opener, outcome, max_size, opens answered from the memo, facts]: SharedOpen's entry
+    return (sender, b"data", _Shared([None, "opened", 0, 0, None]))
+
+
+def _facts(sender: str) -> tuple[Any, ...]:
+    return (f"announcement of {sender}", 3, 0, "swarm", 10, b"digest-" + sender.encode(), sender.encode())
+
+
+def test_the_compiled_loop_reports_an_error_for_its_item_and_counts_the_deferrals_before_it() -> None:
+    def facts_of(outcome: object, sender: str) -> object:
+        if sender == "b":
+            raise RuntimeError("cannot read this outcome")
+        return _facts(sender)
+
+    items = [_item("a"), _item("b")]
+    index, kind, value, deferred_count, deferred = _run(items, facts_of, probability=0.0)
+    assert (index, kind, deferred_count) == (1, 3, 1)
+    assert isinstance(value, RuntimeError) and str(value) == "cannot read this outcome"
+    # The first item was deferred: kept for a top-up (below the cutoff), as a Defer.
+    assert [type(entry) for entry in deferred.offered] == [Defer]
+    assert deferred.offered[0][1] == "announcement of a"
+
+
+def test_the_compiled_loop_decides_a_fetch_and_stops_there() -> None:
+    items = [_item("a"), _item("b")]
+    index, kind, value, deferred_count, _ = _run(items, lambda outcome, sender: _facts(sender))
+    assert (index, kind, value, deferred_count) == (0, 2, ("announcement of a", False), 0)
+    assert items[0][2].by_opener[1][3] == 1  # the open it stands in for, counted
+
+
+def test_the_compiled_loop_leaves_a_relayed_message_to_the_usual_path() -> None:
+    items = [_item("a")]
+    index, kind, value, deferred_count, _ = _run(items, lambda outcome, sender: False)
+    assert (index, kind, value, deferred_count) == (0, 1, None, 0)
+    assert items[0][2].by_opener[1][3] == 0  # nothing changed for it
