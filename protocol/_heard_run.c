@@ -10,7 +10,7 @@ when this module is not built, and tests/test_heard_run_c.py runs both on random
 run(items, start, me, banned, max_announce, opener_key, facts_of, number_dict, swarm_id,
     current, ahead, state_stage, numbered, announced_slots, known_slots, max_batch,
     fetches_full, connected_base, join_index, joined_count, valid, unknown_budget_full,
-    probability, prefix, deferred, defer_type)
+    probability, prefix, deferred, defer_type, store_parts)
   -> (index, kind, value, deferred_count)
 
 kind 0: every item from `start` was a deferral (index = len(items));
@@ -21,7 +21,11 @@ deferred_count counts the deferrals of items before `index`.
 
 `prefix` is the bytes hashed before each sender's suffix (`Inbox._fetch_hash_prefix`'s text),
 or None when probability >= 1.0 (no draw). `known_slots` is an array("i") (SenderRounds),
-`announced_slots` a list (SenderMap).
+`announced_slots` a list (SenderMap). `store_parts` is `deferred.fast_offer_parts()` when
+`deferred` is a DeferredStore (its offer is then done here), else None (`deferred.offer`).
+
+items(messages, item_by_message, make_item) -> list: `item_by_message.get(id(message)) or
+make_item(message, item_by_message)` for each message (Fetcher.handle_announcement_many).
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -32,6 +36,7 @@ or None when probability >= 1.0 (no draw). `known_slots` is an array("i") (Sende
 static PyObject *str_by_opener;
 static PyObject *str_cutoff;
 static PyObject *str_offer;
+static PyObject *str_trim;
 
 /* -1 error, 0 false, 1 true: `op(a, b)` as Python compares them, small ints without a call. */
 static int
@@ -89,8 +94,8 @@ enum { KIND_END = 0, KIND_SLOW = 1, KIND_FETCH = 2, KIND_ERROR = 3 };
 static PyObject *
 heard_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 26) {
-        PyErr_Format(PyExc_TypeError, "run() takes 26 arguments (%zd given)", nargs);
+    if (nargs != 27) {
+        PyErr_Format(PyExc_TypeError, "run() takes 27 arguments (%zd given)", nargs);
         return NULL;
     }
     PyObject *items = args[0];
@@ -106,6 +111,7 @@ heard_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int unknown_budget_full = PyObject_IsTrue(args[21]);
     double probability = PyFloat_AsDouble(args[22]);
     PyObject *prefix = args[23], *deferred = args[24], *defer_type = args[25];
+    PyObject *store_parts = args[26];
     if (PyErr_Occurred())
         return NULL;
     if (!PyList_CheckExact(items) || !PyList_CheckExact(announced_slots)) {
@@ -119,6 +125,31 @@ heard_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (current_int_overflow || current_long < INT32_MIN || current_long > INT32_MAX) {
         PyErr_SetString(PyExc_OverflowError, "the current round does not fit a SenderRounds slot");
         return NULL;
+    }
+    /* `len(data) > max_announce` without an int object per item, when it is a plain int. */
+    int max_announce_small = 0;
+    long long max_announce_value = 0;
+    if (PyLong_CheckExact(max_announce)) {
+        int overflow = 0;
+        max_announce_value = PyLong_AsLongLongAndOverflow(max_announce, &overflow);
+        if (max_announce_value == -1 && PyErr_Occurred())
+            return NULL;
+        max_announce_small = !overflow;
+    }
+    /* A DeferredStore's offer done here (DeferredStore.fast_offer_parts): append below the
+       cutoff, trim at `trim_at`; any other store gets `offer` called. */
+    PyObject *store_entries = NULL;
+    Py_ssize_t trim_at = 0;
+    if (store_parts != Py_None) {
+        if (!PyTuple_CheckExact(store_parts) || PyTuple_GET_SIZE(store_parts) != 2
+            || !PyList_CheckExact(PyTuple_GET_ITEM(store_parts, 0))) {
+            PyErr_SetString(PyExc_TypeError, "store_parts must be (list, int) or None");
+            return NULL;
+        }
+        store_entries = PyTuple_GET_ITEM(store_parts, 0);
+        trim_at = PyLong_AsSsize_t(PyTuple_GET_ITEM(store_parts, 1));
+        if (trim_at == -1 && PyErr_Occurred())
+            return NULL;
     }
     int joined_nonzero = PyObject_IsTrue(joined_count);
     if (joined_nonzero < 0)
@@ -179,14 +210,20 @@ heard_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_ssize_t data_len = PyObject_Size(data);
         if (data_len < 0)
             goto error;
-        PyObject *data_len_obj = PyLong_FromSsize_t(data_len);
-        if (data_len_obj == NULL)
-            goto error;
-        test = compare(data_len_obj, max_announce, Py_GT);
-        Py_DECREF(data_len_obj);
-        if (test != 0) {
-            if (test < 0) goto error;
-            goto slow;
+        if (max_announce_small) {
+            if (data_len > max_announce_value)
+                goto slow;
+        }
+        else {
+            PyObject *data_len_obj = PyLong_FromSsize_t(data_len);
+            if (data_len_obj == NULL)
+                goto error;
+            test = compare(data_len_obj, max_announce, Py_GT);
+            Py_DECREF(data_len_obj);
+            if (test != 0) {
+                if (test < 0) goto error;
+                goto slow;
+            }
         }
         by_opener = PyObject_GetAttr(shared, str_by_opener);
         if (by_opener == NULL)
@@ -346,12 +383,28 @@ heard_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                     Py_DECREF(new_args);
                     if (defer == NULL)
                         goto error;
-                    PyObject *done = PyObject_CallMethodOneArg(deferred, str_offer, defer);
-                    Py_DECREF(defer);
-                    if (done == NULL)
-                        goto error;
-                    Py_DECREF(done);
-                    cutoff_known = 0;  /* an offer may trim, which lowers the cutoff */
+                    if (store_entries != NULL) {
+                        /* DeferredStore.offer: the entry is below the cutoff (checked above) */
+                        test = PyList_Append(store_entries, defer);
+                        Py_DECREF(defer);
+                        if (test < 0)
+                            goto error;
+                        if (PyList_GET_SIZE(store_entries) >= trim_at) {
+                            PyObject *done = PyObject_CallMethodNoArgs(deferred, str_trim);
+                            if (done == NULL)
+                                goto error;
+                            Py_DECREF(done);
+                            cutoff_known = 0;  /* a trim lowers the cutoff */
+                        }
+                    }
+                    else {
+                        PyObject *done = PyObject_CallMethodOneArg(deferred, str_offer, defer);
+                        Py_DECREF(defer);
+                        if (done == NULL)
+                            goto error;
+                        Py_DECREF(done);
+                        cutoff_known = 0;  /* an offer may trim, which lowers the cutoff */
+                    }
                 }
                 deferred_count++;
                 Py_CLEAR(by_opener);
@@ -401,7 +454,50 @@ done:
     return result;
 }
 
+static PyObject *
+items_of(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "items() takes 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    PyObject *messages = args[0], *by_message = args[1], *make_item = args[2];
+    if (!PyList_CheckExact(messages) || !PyDict_CheckExact(by_message)) {
+        PyErr_SetString(PyExc_TypeError, "items() takes a list and a dict");
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(messages);
+    PyObject *result = PyList_New(count);
+    if (result == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *message = PyList_GET_ITEM(messages, i);
+        PyObject *key = PyLong_FromVoidPtr(message);  /* id(message) */
+        if (key == NULL)
+            goto error;
+        PyObject *item = PyDict_GetItemWithError(by_message, key);
+        Py_DECREF(key);
+        if (item != NULL && PyObject_IsTrue(item) > 0) {
+            Py_INCREF(item);
+        }
+        else {
+            if (PyErr_Occurred())
+                goto error;
+            item = PyObject_CallFunctionObjArgs(make_item, message, by_message, NULL);
+            if (item == NULL)
+                goto error;
+        }
+        PyList_SET_ITEM(result, i, item);
+    }
+    return result;
+error:
+    Py_DECREF(result);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"items", (PyCFunction)(void (*)(void))items_of, METH_FASTCALL,
+     "The (sender, data, shared) item of each message, made once per message."},
     {"run", (PyCFunction)(void (*)(void))heard_run, METH_FASTCALL,
      "The inner loop of Inbox.heard_run (see the module source)."},
     {NULL, NULL, 0, NULL},
@@ -418,7 +514,8 @@ PyInit__heard_run(void)
     str_by_opener = PyUnicode_InternFromString("by_opener");
     str_cutoff = PyUnicode_InternFromString("cutoff");
     str_offer = PyUnicode_InternFromString("offer");
-    if (str_by_opener == NULL || str_cutoff == NULL || str_offer == NULL)
+    str_trim = PyUnicode_InternFromString("_trim");
+    if (str_by_opener == NULL || str_cutoff == NULL || str_offer == NULL || str_trim == NULL)
         return NULL;
     return PyModule_Create(&module_def);
 }

@@ -480,6 +480,7 @@ class Inbox:
                         announced_slots, known_slots, max_batch, fetches_full, connected_base,
                         join_index, joined_count, valid, unknown_budget_full, probability,
                         state.fetch_hash_text, deferred, Defer,
+                        deferred.fast_offer_parts() if type(deferred) is DeferredStore else None,
                     )  # fmt: skip
                     deferred_count += deferred_now
                     if kind == 1:

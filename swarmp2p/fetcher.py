@@ -22,6 +22,11 @@ from swarmp2p.peer_settings import PeerSettings, batch_dht_key
 from swarmp2p.ports import InboundMessage, InlineHandler, NetworkError, NetworkPort
 from swarmp2p.pushed import PUSHED_PREFIX, PushedBatches, unwrap
 
+try:  # built with Inbox.heard_run's compiled loop (protocol/_heard_run.c)
+    from protocol._heard_run import items as _compiled_items
+except ImportError:  # pragma: no cover - the list comprehension below does the same
+    _compiled_items = None
+
 log = logging.getLogger("swarmp2p.peer")
 
 Fetched = tuple[bytes, bool] | None
@@ -130,8 +135,12 @@ class Fetcher:
         # its receivers: at 1000 peers this loop runs a million times a virtual round.
         item_by_message: dict[int, tuple[str, bytes, SharedOpen | None]] = {}
         item_of = item_by_message.get
+        items_of = _compiled_items
         for fetcher, messages in deliveries:
-            items = [item_of(id(message)) or _shared_item(message, item_by_message) for message in messages]
+            if items_of is not None and type(messages) is list:
+                items = items_of(messages, item_by_message, _shared_item)  # the same, in C
+            else:
+                items = [item_of(id(m)) or _shared_item(m, item_by_message) for m in messages]
             # The common case is decided inside `heard_run` (a deferral yields nothing); what
             # comes out is a Fetch to carry out, SLOW (the usual path, before the run goes on,
             # so each message meets the state it would have alone), or an error.

@@ -9,13 +9,16 @@ an error inside the C loop is reported for its item, as the Python loop reports 
 
 from __future__ import annotations
 
+import hashlib
 from array import array
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 import protocol.admission as admission
 from protocol.decisions import Defer
+from protocol.deferred import DeferredStore
 from tests import test_admission_many
 
 
@@ -71,14 +74,15 @@ class _Deferred:
         self.offered.append(entry)
 
 
-def _run(items: list[Any], facts_of: Any, probability: float = 1.0) -> tuple[Any, ...]:
+def _run(items: list[Any], facts_of: Any, probability: float = 1.0, deferred: Any = None) -> tuple[Any, ...]:
     run = admission._compiled_heard_run
     assert run is not None
-    deferred = _Deferred()
+    deferred = _Deferred() if deferred is None else deferred
+    parts = deferred.fast_offer_parts() if isinstance(deferred, DeferredStore) else None
     result = run(
         items, 0, "me", set(), 1000, 1, facts_of, {"a": 0, "b": 1}, "swarm", 3, -1, 0, 2,
         [None, None], array("i", [-1, -1]), 10_000, False, frozenset({"a", "b"}), {}, 0, {},
-        False, probability, b"prefix\x1f", deferred, Defer,
+        False, probability, b"prefix\x1f", deferred, Defer, parts,
     )  # fmt: skip
     return (*result, deferred)
 
@@ -119,3 +123,23 @@ def test_the_compiled_loop_leaves_a_relayed_message_to_the_usual_path() -> None:
     index, kind, value, deferred_count, _ = _run(items, lambda outcome, sender: False)
     assert (index, kind, value, deferred_count) == (0, 1, None, 0)
     assert items[0][2].by_opener[1][3] == 0  # nothing changed for it
+
+
+def test_the_compiled_loop_keeps_a_deferred_store_as_its_offer_does() -> None:
+    senders = ["a", "b"]
+    # announcements with a peer_id, which the store's readers use
+    facts = {sender: (SimpleNamespace(peer_id=sender), *_facts(sender)[1:]) for sender in senders}
+    stores = []
+    for compiled in (True, False):
+        store = DeferredStore(limit=1)  # trims at 2 offers: the higher one goes, the cutoff falls
+        items = [_item(sender) for sender in senders]
+        if compiled:
+            _run(items, lambda outcome, sender: facts[sender], probability=0.0, deferred=store)
+        else:  # the same priorities offered one by one
+            for sender in senders:
+                text = b"prefix\x1f" + facts[sender][6]
+                draw = (int.from_bytes(hashlib.sha256(text).digest()[:8], "big") >> 1) / 2**63
+                store.offer(Defer(draw, facts[sender][0]))
+        stores.append((list(store.items()), store.cutoff))
+    assert stores[0] == stores[1]
+    assert len(stores[0][0]) == 1 and stores[0][1] < 2.0  # trimmed to one, the cutoff lowered
