@@ -16,7 +16,6 @@ those lower entries is still kept, and the lowest of all entries is always a kep
 from __future__ import annotations
 
 from collections.abc import Iterator
-from itertools import pairwise
 from operator import itemgetter
 
 from protocol.decisions import Defer
@@ -65,10 +64,10 @@ class DeferredStore:
     def _trim(self) -> None:
         """Sort the entries by (priority, sender) and keep the lowest `limit`."""
         entries = self._entries
-        # By priority alone (a C key); a stable sort, so only equal priorities (next to each
-        # other now, and ~never: 53 bits of a sha256) need the sender's order too.
+        # By priority alone (a C key); only equal priorities (~never: 53 bits of a sha256)
+        # need the sender's order too.
         entries.sort(key=_priority_of)
-        if any(a[0] == b[0] for a, b in pairwise(entries)):
+        if len(set(map(_priority_of, entries))) < len(entries):
             entries.sort(key=_order_key)
         del entries[self.limit :]
         if entries and len(entries) >= self.limit:
