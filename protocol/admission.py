@@ -63,7 +63,7 @@ from protocol.shared_open import SharedOpen
 from protocol.verification import Verdict
 
 try:  # Inbox.heard_run's inner loop in C, built by `pip install` where a compiler is found
-    from protocol._heard_run import run as _compiled_heard_run
+    from protocol._hot_loops import run as _compiled_heard_run
 except ImportError:  # pragma: no cover - the Python loop below is the same loop
     _compiled_heard_run = None
 
@@ -473,7 +473,7 @@ class Inbox:
                 if prefix is None and probability < 1.0:
                     prefix = self._fetch_hash_prefix(state)
                 if compiled is not None and type(items) is list:
-                    # The same loop in C (protocol/_heard_run.c), when it is built.
+                    # The same loop in C (protocol/_hot_loops.c), when it is built.
                     index, kind, value, deferred_now = compiled(
                         items, start, me, banned, max_announce, opener_key, _announcement_facts,
                         known.numbers.number, swarm_id, current, ahead, state_stage, numbered,

@@ -22,8 +22,8 @@ from swarmp2p.peer_settings import PeerSettings, batch_dht_key
 from swarmp2p.ports import InboundMessage, InlineHandler, NetworkError, NetworkPort
 from swarmp2p.pushed import PUSHED_PREFIX, PushedBatches, unwrap
 
-try:  # built with Inbox.heard_run's compiled loop (protocol/_heard_run.c)
-    from protocol._heard_run import items as _compiled_items
+try:  # built with Inbox.heard_run's compiled loop (protocol/_hot_loops.c)
+    from protocol._hot_loops import items as _compiled_items
 except ImportError:  # pragma: no cover - the list comprehension below does the same
     _compiled_items = None
 

@@ -1,4 +1,5 @@
-"""`Inbox.heard_run`'s inner loop in C (protocol/_heard_run.c) against the same loop in Python.
+"""The simulator's compiled loops (protocol/_hot_loops.c) against the same loops in Python:
+`Inbox.heard_run`'s inner loop and the items it takes.
 
 tests/test_admission_many.py checks that the simulator's many-receiver path decides what the
 per-delivery path does; with the extension built, that path runs the C loop. Here the same
@@ -24,7 +25,7 @@ from tests import test_admission_many
 
 def test_the_compiled_loop_is_built() -> None:
     assert admission._compiled_heard_run is not None, (
-        "protocol._heard_run is not built: `pip install -e .` needs a C compiler and OpenSSL's "
+        "protocol._hot_loops is not built: `pip install -e .` needs a C compiler and OpenSSL's "
         "headers (libssl-dev)"
     )
 
