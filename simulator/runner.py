@@ -245,24 +245,31 @@ def _seed_trio_scheduler(seed: int) -> None:
     trio_run._r.seed(derive_seed(seed, "trio-scheduler"))
 
 
-@contextlib.contextmanager
-def _young_gc_threshold(threshold: int) -> Iterator[None]:
-    """Collect the youngest generation every `threshold` allocations instead of Python's 700.
+GC_EVERY_ROUNDS = 10
+"""While a simulation runs, Python's cyclic garbage collector runs only every this many
+virtual rounds (`_collect_between_rounds`)."""
 
-    A run allocates millions of short-lived objects (messages, jobs, tuples) on top of a large
-    long-lived heap (caches, histories): at the default, 100 peers x 40 rounds ran ~940 young
-    and 7 full collections, ~15% of the CPU time. A young collection walks every container
-    made since the last one, and the young containers of a large swarm are big (each peer's
-    per-round lists by sender): at 1000 peers x 6 rounds, 20,000 cost 78 young and 7 middle
-    collections, 2.7 s of 24.3 CPU-s; 200,000 cost 6 young ones, 0.9 s, with the same peak RSS
-    (they found 88 cyclic objects in all: nearly everything dies by reference count).
-    Restored afterwards (the simulator also runs inside tests)."""
-    old = gc.get_threshold()
-    gc.set_threshold(threshold, old[1], old[2])
+
+@contextlib.contextmanager
+def _collect_between_rounds() -> Iterator[None]:
+    """No automatic garbage collection while the swarm runs: `watch_rounds` collects everything
+    every GC_EVERY_ROUNDS virtual rounds instead.
+
+    Why: a run allocates millions of objects on top of a large long-lived heap, and a collection
+    walks every container made since the last one, big ones included (each peer's per-round
+    lists by sender). At Python's default threshold, 100 peers x 40 rounds spent ~15% of their
+    CPU collecting; at 1000 peers x 6 rounds a threshold of 20,000 still cost 2.7 of 24.3 CPU-s
+    and 200,000 cost 0.9 s. What those collections found was 88 cyclic objects in all (nearly
+    everything dies by reference count), and 1000 x 12 peaked at the same RSS with collection
+    off. A full collection every 10 rounds keeps any cyclic garbage bounded for a fraction of
+    that cost. Restored afterwards (the simulator also runs inside tests)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
     try:
         yield
     finally:
-        gc.set_threshold(*old)
+        if was_enabled:
+            gc.enable()
 
 
 def swarm_schedule(
@@ -338,7 +345,7 @@ def run_simulation(
             schedule = swarm_schedule(scenario, tasks or scenario.tasks or DEFAULT_TASKS, FORMAT_REWARD)
             registry = SimTaskRegistry.for_schedule(schedule)
         _seed_trio_scheduler(scenario.seed)
-        stack.enter_context(_young_gc_threshold(200_000))
+        stack.enter_context(_collect_between_rounds())
         clock = trio.testing.MockClock(autojump_threshold=0)
         result = trio.run(
             _simulate,
@@ -535,6 +542,8 @@ async def _simulate(
                 }
             )
             await trio.sleep_until((round_number + 1) * round_ms / 1000)
+            if (round_number + 1) % GC_EVERY_ROUNDS == 0:
+                gc.collect()  # automatic collection is off while the swarm runs
             if on_round is not None:
                 on_round(round_number)
 
