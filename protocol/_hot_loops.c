@@ -11,7 +11,7 @@ when this module is not built, and tests/test_heard_run_c.py runs both on random
 run(items, start, me, banned, max_announce, opener_key, facts_of, number_dict, swarm_id,
     current, ahead, state_stage, numbered, announced_slots, known_slots, max_batch,
     fetches_full, connected_base, join_index, joined_count, valid, unknown_budget_full,
-    probability, prefix, deferred, defer_type, store_parts)
+    probability, prefix, deferred, defer_type, store_parts, opener)
   -> (index, kind, value, deferred_count)
 
 kind 0: every item from `start` was a deferral (index = len(items));
@@ -24,6 +24,9 @@ deferred_count counts the deferrals of items before `index`.
 or None when probability >= 1.0 (no draw). `known_slots` is an array("i") (SenderRounds),
 `announced_slots` a list (SenderMap). `store_parts` is `deferred.fast_offer_parts()` when
 `deferred` is a DeferredStore (its offer is then done here), else None (`deferred.offer`).
+`opener` is the inbox's Opener (`opener_key` is its id): for an item whose SharedOpen has no
+entry for it yet, `opener.peek_opened(data)` decides whether the loop can decide it (and then
+calls `shared.open(opener, max_announce)`, as `heard` would, once decided).
 
 items(messages, item_by_message, make_item) -> list: `item_by_message.get(id(message)) or
 make_item(message, item_by_message)` for each message (Fetcher.handle_announcement_many).
@@ -38,6 +41,8 @@ static PyObject *str_by_opener;
 static PyObject *str_cutoff;
 static PyObject *str_offer;
 static PyObject *str_trim;
+static PyObject *str_peek_opened;
+static PyObject *str_open;
 
 /* -1 error, 0 false, 1 true: `op(a, b)` as Python compares them, small ints without a call. */
 static int
@@ -95,8 +100,8 @@ enum { KIND_END = 0, KIND_SLOW = 1, KIND_FETCH = 2, KIND_ERROR = 3 };
 static PyObject *
 heard_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 27) {
-        PyErr_Format(PyExc_TypeError, "run() takes 27 arguments (%zd given)", nargs);
+    if (nargs != 28) {
+        PyErr_Format(PyExc_TypeError, "run() takes 28 arguments (%zd given)", nargs);
         return NULL;
     }
     PyObject *items = args[0];
@@ -112,7 +117,7 @@ heard_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int unknown_budget_full = PyObject_IsTrue(args[21]);
     double probability = PyFloat_AsDouble(args[22]);
     PyObject *prefix = args[23], *deferred = args[24], *defer_type = args[25];
-    PyObject *store_parts = args[26];
+    PyObject *store_parts = args[26], *opener = args[27];
     if (PyErr_Occurred())
         return NULL;
     if (!PyList_CheckExact(items) || !PyList_CheckExact(announced_slots)) {
@@ -232,12 +237,27 @@ heard_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         entry = get_or(by_opener, opener_key, Py_None);
         if (entry == NULL)
             goto error;
-        if (entry == Py_None)
-            goto slow;  /* the first receiver with this opener opens it, usual path */
-        facts = item_at(entry, 4);
-        if (facts == NULL)
+        int fresh = entry == Py_None;
+        if (fresh) {
+            /* The first receiver with this opener at this instant: decided here when the opener
+               remembers the envelope (opened at an earlier instant), else the usual path opens it. */
+            Py_CLEAR(entry);
+            PyObject *peeked = PyObject_CallMethodOneArg(opener, str_peek_opened, data);
+            if (peeked == NULL)
+                goto error;
+            if (peeked == Py_None) {
+                Py_DECREF(peeked);
+                goto slow;
+            }
+            facts = PyObject_CallFunctionObjArgs(facts_of, peeked, sender, NULL);
+            Py_DECREF(peeked);
+            if (facts == NULL)
+                goto error;
+        }
+        else if ((facts = item_at(entry, 4)) == NULL) {
             goto error;
-        if (facts == Py_None) {
+        }
+        else if (facts == Py_None) {
             Py_DECREF(facts);
             PyObject *outcome = item_at(entry, 1);
             if (outcome == NULL)
@@ -330,19 +350,33 @@ heard_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (unknown && unknown_budget_full)
             goto slow;  /* the usual path refreshes `connected` first */
         /* Decided: from here on, what `heard` -> `consider` does. */
-        PyObject *repeats = item_at(entry, 3);
-        if (repeats == NULL)
-            goto error;
-        PyObject *one = PyLong_FromLong(1);
-        PyObject *more = PyNumber_Add(repeats, one);
-        Py_DECREF(one);
-        Py_DECREF(repeats);
-        if (more == NULL)
-            goto error;
-        test = PySequence_SetItem(entry, 3, more);
-        Py_DECREF(more);
-        if (test < 0)
-            goto error;
+        if (fresh) {
+            /* shared.open(opener, max_announce), as `heard` opens (a memo hit), then the facts */
+            PyObject *opened = PyObject_CallMethodObjArgs(shared, str_open, opener, max_announce, NULL);
+            if (opened == NULL)
+                goto error;
+            Py_DECREF(opened);
+            entry = get_or(by_opener, opener_key, Py_None);
+            if (entry == NULL)
+                goto error;
+            if (PySequence_SetItem(entry, 4, facts) < 0)
+                goto error;
+        }
+        else {
+            PyObject *repeats = item_at(entry, 3);
+            if (repeats == NULL)
+                goto error;
+            PyObject *one = PyLong_FromLong(1);
+            PyObject *more = PyNumber_Add(repeats, one);
+            Py_DECREF(one);
+            Py_DECREF(repeats);
+            if (more == NULL)
+                goto error;
+            test = PySequence_SetItem(entry, 3, more);
+            Py_DECREF(more);
+            if (test < 0)
+                goto error;
+        }
         Py_INCREF(a_digest);
         PyList_SetItem(announced_slots, number, a_digest);  /* steals; releases the old None */
         known_ints[number] = (int32_t)current_long;
@@ -516,7 +550,9 @@ PyInit__hot_loops(void)
     str_cutoff = PyUnicode_InternFromString("cutoff");
     str_offer = PyUnicode_InternFromString("offer");
     str_trim = PyUnicode_InternFromString("_trim");
-    if (str_by_opener == NULL || str_cutoff == NULL || str_offer == NULL || str_trim == NULL)
+    str_peek_opened = PyUnicode_InternFromString("peek_opened");
+    str_open = PyUnicode_InternFromString("open");
+    if (str_by_opener == NULL || str_cutoff == NULL || str_offer == NULL || str_trim == NULL || str_peek_opened == NULL || str_open == NULL)
         return NULL;
     return PyModule_Create(&module_def);
 }

@@ -146,6 +146,12 @@ class Opener(Protocol):
         after one, would have done (their outcome is already known: protocol.shared_open)."""
         ...
 
+    def peek_opened(self, data: bytes) -> Opened | None:
+        """The opened envelope `open(data)` would answer from memory without opening `data`
+        again, or None (nothing remembered, or `open` would raise). Changes and counts nothing:
+        `Inbox.heard_run` peeks, and calls `open` only once it has decided."""
+        ...
+
 
 class PlainOpener:
     """The uncached Opener: every call does the work."""
@@ -161,6 +167,9 @@ class PlainOpener:
 
     def reopened(self, data: bytes, times: int, *, max_size: int | None = None) -> None:
         pass  # no state: nothing to account for
+
+    def peek_opened(self, data: bytes) -> Opened | None:
+        return None  # remembers nothing
 
 
 @attrs.frozen
@@ -446,7 +455,8 @@ class Inbox:
                     connected_base, join_index, joined_count = connected.membership_parts()
                 else:
                     connected_base, join_index, joined_count = connected, _NO_JOINED, 0
-                opener_key = id(self.opener)
+                opener = self.opener
+                opener_key = id(opener)
                 known = self.known
                 announced = state.announced
                 if (
@@ -480,7 +490,7 @@ class Inbox:
                         announced_slots, known_slots, max_batch, fetches_full, connected_base,
                         join_index, joined_count, valid, unknown_budget_full, probability,
                         state.fetch_hash_text, deferred, Defer,
-                        deferred.fast_offer_parts() if type(deferred) is DeferredStore else None,
+                        deferred.fast_offer_parts() if type(deferred) is DeferredStore else None, opener,
                     )  # fmt: skip
                     deferred_count += deferred_now
                     if kind == 1:
@@ -506,11 +516,18 @@ class Inbox:
                             break
                         entry = shared.by_opener.get(opener_key)  # SharedOpen.peek, inlined
                         if entry is None:
-                            outcome = SLOW  # the first receiver with this opener opens it, usual path
-                            break
-                        facts = entry[4]
-                        if facts is None:
-                            facts = entry[4] = _announcement_facts(entry[1], sender)
+                            # The first receiver with this opener at this instant: when the opener
+                            # remembers the envelope (an earlier instant opened it), decided here
+                            # and opened below; otherwise the usual path opens it.
+                            peeked = opener.peek_opened(data)
+                            if peeked is None:
+                                outcome = SLOW
+                                break
+                            facts = _announcement_facts(peeked, sender)
+                        else:
+                            facts = entry[4]
+                            if facts is None:
+                                facts = entry[4] = _announcement_facts(entry[1], sender)
                         if facts is False:
                             outcome = SLOW  # an error outcome, another kind or a relayed message
                             break
@@ -538,7 +555,11 @@ class Inbox:
                             outcome = SLOW  # the usual path refreshes `connected` first
                             break
                         # Decided: from here on, what `heard` -> `consider` does.
-                        entry[3] += 1  # the open we would have made (SharedOpen.settle accounts it)
+                        if entry is None:
+                            shared.open(opener, max_announce)  # as `heard` opens: a memo hit
+                            shared.by_opener[opener_key][4] = facts
+                        else:
+                            entry[3] += 1  # the open we would have made (SharedOpen.settle accounts it)
                         announced_slots[number] = a_digest
                         known_slots[number] = current
                         if probability < 1.0:

@@ -147,6 +147,14 @@ class VerifyCache:
             except ProtocolError:
                 pass
 
+    def peek_opened(self, data: bytes) -> Opened | None:
+        """Opener.peek_opened: the opened envelope the identity memo holds for this very `data`
+        object (what `open(data)` would answer with a hit), else None; counts nothing."""
+        entry = self._opened_by_identity._table.get(id(data))
+        if entry is not None and entry[0] is data and not isinstance(entry[1], ProtocolError):
+            return entry[1]  # type: ignore[no-any-return]
+        return None
+
     def decode(self, data: bytes) -> WireMessage:
         """`protocol.codec.decode(data)`, memoized. Raises ProtocolError."""
         entry = self._decoded_by_identity.get(data)

@@ -20,6 +20,7 @@ import pytest
 import protocol.admission as admission
 from protocol.decisions import Defer
 from protocol.deferred import DeferredStore
+from protocol.shared_open import SharedOpen
 from tests import test_admission_many
 
 
@@ -83,7 +84,7 @@ def _run(items: list[Any], facts_of: Any, probability: float = 1.0, deferred: An
     result = run(
         items, 0, "me", set(), 1000, 1, facts_of, {"a": 0, "b": 1}, "swarm", 3, -1, 0, 2,
         [None, None], array("i", [-1, -1]), 10_000, False, frozenset({"a", "b"}), {}, 0, {},
-        False, probability, b"prefix\x1f", deferred, Defer, parts,
+        False, probability, b"prefix\x1f", deferred, Defer, parts, admission.PlainOpener(),
     )  # fmt: skip
     return (*result, deferred)
 
@@ -144,3 +145,27 @@ def test_the_compiled_loop_keeps_a_deferred_store_as_its_offer_does() -> None:
         stores.append((list(store.items()), store.cutoff))
     assert stores[0] == stores[1]
     assert len(stores[0][0]) == 1 and stores[0][1] < 2.0  # trimmed to one, the cutoff lowered
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["c", "python"])
+def test_an_envelope_opened_at_an_earlier_instant_is_decided_without_the_usual_path(
+    compiled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not compiled:
+        monkeypatch.setattr(admission, "_compiled_heard_run", None)
+    many = test_admission_many
+    plan = {**many._PLAN, "connected": set(many.SENDERS), "max_fetch_per_round": 64}
+    (first, second), _, cache = many._build([{**plan, "me": "r1"}, {**plan, "me": "r2"}], many.SENDERS)
+    message = many.MESSAGES[many.COMMON[0]]
+    # Instant 1: the first receiver opens the envelope on the usual path (nothing remembered).
+    item = (message.transport_sender, message.data, SharedOpen(message.data))
+    assert list(first.inbox.heard_run([item])) == [(0, admission.SLOW)]
+    first._announced(*item)
+    hits, misses = cache.hits, cache.misses
+    # Instant 2, a new SharedOpen: the cache remembers the envelope, so it is decided in the run
+    # and opened once, as the usual path would open it (a memo hit).
+    shared = SharedOpen(message.data)
+    outcomes = list(second.inbox.heard_run([(message.transport_sender, message.data, shared)]))
+    assert len(outcomes) == 1 and type(outcomes[0][1]).__name__ == "Fetch"
+    assert (cache.hits, cache.misses) == (hits + 1, misses)
+    assert shared.by_opener[id(cache)][3] == 0  # its own open, not a repeat to settle
