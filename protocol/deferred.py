@@ -20,6 +20,11 @@ from operator import itemgetter
 
 from protocol.decisions import Defer
 
+try:  # built with the admission inbox's compiled loop
+    from protocol._hot_loops import trim as _compiled_trim
+except ImportError:  # pragma: no cover - the sort below does the same
+    _compiled_trim = None
+
 
 class DeferredStore:
     """The lowest `limit` (priority, sender) `Defer`s offered; `take` gives the lowest, at most
@@ -64,12 +69,15 @@ class DeferredStore:
     def _trim(self) -> None:
         """Sort the entries by (priority, sender) and keep the lowest `limit`."""
         entries = self._entries
-        # By priority alone (a C key); only equal priorities (~never: 53 bits of a sha256)
-        # need the sender's order too.
-        entries.sort(key=_priority_of)
-        if len(set(map(_priority_of, entries))) < len(entries):
-            entries.sort(key=_order_key)
-        del entries[self.limit :]
+        if _compiled_trim is not None:
+            _compiled_trim(entries, self.limit)  # the same, in C (protocol/_hot_loops.c)
+        else:
+            # By priority alone (a C key); only equal priorities (~never: 53 bits of a sha256)
+            # need the sender's order too.
+            entries.sort(key=_priority_of)
+            if len(set(map(_priority_of, entries))) < len(entries):
+                entries.sort(key=_order_key)
+            del entries[self.limit :]
         if entries and len(entries) >= self.limit:
             self.cutoff = entries[-1][0]
 

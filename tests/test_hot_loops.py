@@ -16,6 +16,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import protocol.admission as admission
 from protocol.decisions import Defer
@@ -169,3 +171,18 @@ def test_an_envelope_opened_at_an_earlier_instant_is_decided_without_the_usual_p
     assert len(outcomes) == 1 and type(outcomes[0][1]).__name__ == "Fetch"
     assert (cache.hits, cache.misses) == (hits + 1, misses)
     assert shared.by_opener[id(cache)][3] == 0  # its own open, not a repeat to settle
+
+
+@given(
+    st.lists(st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]), max_size=40),  # ties are the rule here
+    st.integers(0, 45),
+)
+def test_the_compiled_trim_keeps_what_the_sort_keeps(priorities: list[float], limit: int) -> None:
+    from protocol import deferred
+
+    assert deferred._compiled_trim is not None
+    entries = [Defer(p, SimpleNamespace(peer_id=f"peer{(i * 7) % 41:02d}")) for i, p in enumerate(priorities)]
+    compiled = list(entries)
+    deferred._compiled_trim(compiled, limit)
+    expected = sorted(entries, key=deferred._order_key)[:limit]
+    assert [(e[0], e[1].peer_id) for e in compiled] == [(e[0], e[1].peer_id) for e in expected]
