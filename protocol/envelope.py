@@ -89,10 +89,11 @@ def peer_id_from_public_key(public_key: bytes) -> str:
     return _peer_id_of_valid_key(public_key)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=16_384)
 def _peer_id_of_valid_key(public_key: bytes) -> str:
     # Memoized: every opened envelope and every seal derives a peer id, and base58 of the same
     # few keys again and again is a visible share of a busy node's (and the simulator's) time.
+    # 16,384 holds the keys of the 10,000-peer simulations (their peers open in turn).
     serialized = _PROTOBUF_ED25519_PREFIX + public_key
     # Keys whose serialization is <= 42 bytes are inlined with the identity hash (libp2p spec).
     multihash = bytes([_IDENTITY_MULTIHASH, len(serialized)]) + serialized
