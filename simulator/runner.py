@@ -245,9 +245,11 @@ def _seed_trio_scheduler(seed: int) -> None:
     trio_run._r.seed(derive_seed(seed, "trio-scheduler"))
 
 
-GC_EVERY_ROUNDS = 10
+GC_EVERY_ROUNDS = 20
 """While a simulation runs, Python's cyclic garbage collector runs only every this many
-virtual rounds (`_collect_between_rounds`)."""
+virtual rounds (`_collect_between_rounds`). One full collection at 1000 peers takes ~0.75 s
+(it walks every peer's per-sender containers), as much as a quarter of a round; what it finds
+is a few hundred cyclic objects."""
 
 
 @contextlib.contextmanager
@@ -261,8 +263,10 @@ def _collect_between_rounds() -> Iterator[None]:
     CPU collecting; at 1000 peers x 6 rounds a threshold of 20,000 still cost 2.7 of 24.3 CPU-s
     and 200,000 cost 0.9 s. What those collections found was 88 cyclic objects in all (nearly
     everything dies by reference count), and 1000 x 12 peaked at the same RSS with collection
-    off. A full collection every 10 rounds keeps any cyclic garbage bounded for a fraction of
-    that cost. Restored afterwards (the simulator also runs inside tests)."""
+    off. A full collection every GC_EVERY_ROUNDS rounds keeps any cyclic garbage bounded for a
+    fraction of that cost. (Freezing what a collection leaves, so that the next walks only newer
+    objects, did not make the next one cheaper: it is the big containers made since that cost.)
+    Restored afterwards (the simulator also runs inside tests)."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
