@@ -424,6 +424,15 @@ class Inbox:
         before, it does nothing else for them. Unknown senders are common in round 0, when each
         peer's connected set is the peers that came online before it.
 
+        The first receiver of a message at an instant has no SharedOpen entry yet: when the
+        opener remembers the envelope (`Opener.peek_opened`: an earlier instant opened it), the
+        item is decided here and, once decided, opened as `heard` opens it (a memo hit);
+        otherwise it yields SLOW and the usual path opens it.
+
+        The inner loop runs in C when protocol/_hot_loops.c is built (`pip install` builds it):
+        the same checks in the same order on the same objects; the Python loop below is the
+        fallback and the reference (tests/test_hot_loops.py runs the equivalence test on both).
+
         Only an Inbox with `peer_numbers` (the simulator's) takes this path: it reads and writes
         `known` and `announced` as list slots by sender number. With a node's dicts every item
         yields SLOW."""
