@@ -1,6 +1,7 @@
-"""The one compiled part: `Inbox.heard_run`'s inner loop (protocol/_hot_loops.c), which the
-simulator runs once per gossip delivery. Optional: without a C compiler or OpenSSL's headers
-the install goes on and `heard_run` runs the same loop in Python (slower, same results)."""
+"""The one compiled part, protocol/_hot_loops.c: `Inbox.heard_run`'s inner loop, which the
+simulator runs once per gossip delivery, with the items it takes and the deferred store's trim.
+Optional: without a C compiler or OpenSSL's headers the install goes on and the same loops run
+in Python (slower, same results)."""
 
 from setuptools import Extension, setup
 

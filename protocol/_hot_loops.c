@@ -7,7 +7,7 @@ Why C: at 1000 simulated peers the loop runs a million times a virtual round (10
 interpreter's own work (a dozen lookups, compares and the sha256 fetch draw through hashlib's
 Python API). This is the same loop: the same checks in the same order on the same Python
 objects, with the same results and side effects; `heard_run` falls back to its Python loop
-when this module is not built, and tests/test_heard_run_c.py runs both on random runs.
+when this module is not built, and tests/test_hot_loops.py runs both on random runs.
 
 run(items, start, me, banned, max_announce, opener_key, facts_of, number_dict, swarm_id,
     current, ahead, state_stage, numbered, announced_slots, known_slots, max_batch,
@@ -31,6 +31,9 @@ calls `shared.open(opener, max_announce)`, as `heard` would, once decided).
 
 items(messages, item_by_message, make_item) -> list: `item_by_message.get(id(message)) or
 make_item(message, item_by_message)` for each message (Fetcher.handle_announcement_many).
+
+trim(entries, limit) -> None: sort the Defer entries by (priority, announcement.peer_id) and
+keep the lowest `limit`, in place (DeferredStore._trim).
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
