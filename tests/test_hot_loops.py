@@ -1,11 +1,12 @@
 """The simulator's compiled loops (protocol/_hot_loops.c) against the same loops in Python:
-`Inbox.heard_run`'s inner loop and the items it takes.
+`Inbox.heard_run`'s inner loop, the items it takes, and the deferred store's trim.
 
 tests/test_admission_many.py checks that the simulator's many-receiver path decides what the
-per-delivery path does; with the extension built, that path runs the C loop. Here the same
-checks run with the Python loop, the C loop is required to be built (the README's install
-builds it, and a missing compiler would otherwise quietly make the simulator ~2x slower), and
-an error inside the C loop is reported for its item, as the Python loop reports it.
+per-delivery path does; with the extension built, that path runs the C loops. Here the same
+checks run with all three in Python (where no compiler is found), the extension is required to
+be built (the README's install builds it, and a missing compiler would otherwise quietly make
+a 1000-peer round ~1.5x dearer), and an error inside the C loop is reported for its item, as
+the Python loop reports it.
 """
 
 from __future__ import annotations
@@ -35,7 +36,12 @@ def test_the_compiled_loop_is_built() -> None:
 
 @pytest.fixture
 def python_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    from protocol import deferred
+    from swarmp2p import fetcher
+
     monkeypatch.setattr(admission, "_compiled_heard_run", None)
+    monkeypatch.setattr(deferred, "_compiled_trim", None)
+    monkeypatch.setattr(fetcher, "_compiled_items", None)
 
 
 def test_the_python_loop_decides_what_the_per_delivery_path_does(python_loop: None) -> None:
