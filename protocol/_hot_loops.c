@@ -101,6 +101,17 @@ item_at(PyObject *container, Py_ssize_t index)
 
 enum { KIND_END = 0, KIND_SLOW = 1, KIND_FETCH = 2, KIND_ERROR = 3 };
 
+/* One test of heard_run's `or` chain: -1 (raised) is an error, true sends the item down the
+   usual path (SLOW), false goes on to the next test. */
+#define SLOW_IF(tested)               \
+    do {                              \
+        if ((test = (tested)) != 0) { \
+            if (test < 0)             \
+                goto error;           \
+            goto slow;                \
+        }                             \
+    } while (0)
+
 static PyObject *
 heard_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -209,14 +220,8 @@ heard_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         int test;
         if (shared == Py_None)
             goto slow;
-        if ((test = PyObject_RichCompareBool(sender, me, Py_EQ)) != 0) {
-            if (test < 0) goto error;
-            goto slow;
-        }
-        if ((test = PySequence_Contains(banned, sender)) != 0) {
-            if (test < 0) goto error;
-            goto slow;
-        }
+        SLOW_IF(PyObject_RichCompareBool(sender, me, Py_EQ));
+        SLOW_IF(PySequence_Contains(banned, sender));
         Py_ssize_t data_len = PyObject_Size(data);
         if (data_len < 0)
             goto error;
@@ -230,10 +235,7 @@ heard_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 goto error;
             test = compare(data_len_obj, max_announce, Py_GT);
             Py_DECREF(data_len_obj);
-            if (test != 0) {
-                if (test < 0) goto error;
-                goto slow;
-            }
+            SLOW_IF(test);
         }
         by_opener = PyObject_GetAttr(shared, str_by_opener);
         if (by_opener == NULL)
@@ -290,22 +292,10 @@ heard_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (number_obj == NULL)
             goto error;
         /* The same `or` chain as heard_run's, evaluated left to right. */
-        if ((test = PyObject_RichCompareBool(a_swarm, swarm_id, Py_NE)) != 0) {
-            if (test < 0) goto error;
-            goto slow;
-        }
-        if ((test = compare(a_round, current, Py_NE)) != 0) {
-            if (test < 0) goto error;
-            goto slow;
-        }
-        if ((test = compare(a_stage, ahead, Py_EQ)) != 0) {
-            if (test < 0) goto error;
-            goto slow;
-        }
-        if ((test = compare(a_stage, state_stage, Py_NE)) != 0) {
-            if (test < 0) goto error;
-            goto slow;
-        }
+        SLOW_IF(PyObject_RichCompareBool(a_swarm, swarm_id, Py_NE));
+        SLOW_IF(compare(a_round, current, Py_NE));
+        SLOW_IF(compare(a_stage, ahead, Py_EQ));
+        SLOW_IF(compare(a_stage, state_stage, Py_NE));
         if (number_obj == Py_None)
             goto slow;  /* not numbered yet: the usual path numbers it */
         Py_ssize_t number = PyLong_AsSsize_t(number_obj);
@@ -319,10 +309,7 @@ heard_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         if (PyList_GET_ITEM(announced_slots, number) != Py_None)
             goto slow;  /* `sender in announced` */
-        if ((test = compare(a_size, max_batch, Py_GT)) != 0) {
-            if (test < 0) goto error;
-            goto slow;
-        }
+        SLOW_IF(compare(a_size, max_batch, Py_GT));
         if (fetches_full)
             goto slow;
         /* unknown = not (sender in connected_base or (joined_count and
