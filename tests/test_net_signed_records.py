@@ -1,12 +1,11 @@
-"""The signed-peer-record memo (swarmp2p/net/signed_records.py) and the yamux credit default
-(swarmp2p/net/yamux_credit.py): repeats skip the work, anything else is checked as before."""
+"""The signed-peer-record memo (swarmp2p/net/signed_records.py): repeats skip the work,
+anything else is checked as before. (The yamux credit rule: tests/test_net_yamux_credit.py.)"""
 
 from __future__ import annotations
 
 import libp2p.pubsub.gossipsub as gossipsub_module
 import libp2p.pubsub.pubsub as pubsub_module
 import multiaddr
-import pytest
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 from libp2p.peer.peerstore import PeerStore, create_signed_peer_record
@@ -16,7 +15,6 @@ from libp2p.pubsub.pb import rpc_pb2
 from swarmp2p.net import signed_records
 from swarmp2p.net.counters import DropCounters
 from swarmp2p.net.signed_records import SignedRecordMemo
-from swarmp2p.net.yamux_credit import ENV, batch_window_updates
 
 
 class FakeHost:
@@ -158,17 +156,6 @@ def test_install_replaces_the_function_where_pubsub_and_gossipsub_look_it_up() -
     assert signed_records.install() is memo
     assert pubsub_module.maybe_consume_signed_record is memo
     assert gossipsub_module.maybe_consume_signed_record is memo
-
-
-def test_yamux_window_updates_are_batched_unless_the_user_chose(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(ENV, raising=False)
-    assert batch_window_updates() == "0"
-    import libp2p.stream_muxer.yamux.yamux as yamux
-
-    assert not yamux._yamux_release_on_read()  # py-libp2p reads the knob as intended
-    monkeypatch.setenv(ENV, "1")
-    assert batch_window_updates() == "1"
-    assert yamux._yamux_release_on_read()
 
 
 def test_a_node_counts_gossip_rpcs_dropped_for_a_forged_peer_record() -> None:

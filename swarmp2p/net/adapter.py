@@ -45,6 +45,7 @@ from libp2p.protocol_muxer.exceptions import MultiselectClientError, ProtocolNot
 from libp2p.tools.anyio_service import background_trio_service
 from libp2p.utils.address_validation import expand_wildcard_address
 
+from swarmp2p.net import yamux_credit
 from swarmp2p.net.counters import DropCounters
 from swarmp2p.net.dht import (
     BoundedValueStore,
@@ -62,7 +63,6 @@ from swarmp2p.net.settings import NetworkSettings
 from swarmp2p.net.signed_records import install as memoize_signed_records
 from swarmp2p.net.streams import read_frame, write_frame
 from swarmp2p.net.tcp_stall import is_stalled
-from swarmp2p.net.yamux_credit import batch_window_updates
 from swarmp2p.ports import InboundMessage, NetworkError, ProtocolRefused, RequestHandler
 
 logger = logging.getLogger(__name__)
@@ -928,7 +928,7 @@ async def open_libp2p_network(
         parse_peer_multiaddr(text)  # fail fast with a clear message
     counters = DropCounters()
     # Two per-RPC costs of py-libp2p that redo known work (each module says what and why).
-    batch_window_updates()
+    yamux_credit.install()
     if settings.libp2p_default_connection_manager:
         host = new_host(key_pair=key_pair, listen_addrs=listen)
     else:

@@ -1,25 +1,40 @@
-"""Yamux receive-window credit returned in batches, as go-yamux does, not after every read.
+"""Yamux receive-window credit returned in half windows, as go-yamux does, not after every read.
 
 py-libp2p 0.8.1's yamux sends a WINDOW_UPDATE frame after every read of a stream by default
-(`PY_YAMUX_RELEASE_ON_READ=1`): each gossip RPC read costs the reader one more frame through
-noise encryption and a socket write, and the sender one more read, decryption and dispatch.
-go-yamux (and py-libp2p with that knob at 0) returns the credit once half the receive window
-is consumed: with its 256 KiB window, one update per ~128 KiB read instead of one per RPC. At
-20 processes exchanging 10 KB batches the per-read updates were ~15% of a process's py-spy
-samples, and batching them took a fifth off its CPU (docs/benchmarks.md).
+(`PY_YAMUX_RELEASE_ON_READ=1`). With that knob at 0 it still sends one on every other read: its
+"partial slack" branch fires whenever any read bytes are uncredited, and grants the bytes read
+twice (the window then sits above its size until the next read). Each update costs the reader
+one more frame through noise encryption and a socket write, and the writer one more read,
+decryption and dispatch: at 20 processes exchanging 10 KB batches the updates were ~15% of a
+process's py-spy samples with the knob at 1, and still ~10-12% at 0.
 
-The knob is an environment variable that py-libp2p reads at each window update, so it is set
-for the whole process. A value the user set is left as it is (`PY_YAMUX_RELEASE_ON_READ=1`
-brings the per-read updates back).
+`install()` replaces the rule with go-yamux's `sendWindowUpdate`: the credit owed is what the
+application has read and not yet been returned (window size - remaining credit - unread
+buffer); it is sent once it reaches half the window, never before and never more. A writer is
+never stuck: when its credit is 0, everything it sent is buffered or read, so reading the
+buffer makes the whole window owed. go-yamux's auto-tuning is kept (py-libp2p's own
+`_apply_autotune_epoch`: the window doubles, up to 16 MiB, when updates come within 4 RTT).
 """
 
 from __future__ import annotations
 
-import os
-
-ENV = "PY_YAMUX_RELEASE_ON_READ"
+from libp2p.stream_muxer.yamux.yamux import YamuxStream
 
 
-def batch_window_updates() -> str:
-    """Turn off py-libp2p's per-read window updates unless the user chose; returns the value in force."""
-    return os.environ.setdefault(ENV, "0")
+async def return_credit_in_half_windows(self: YamuxStream, *, bytes_read: int = 0) -> None:
+    """YamuxStream._auto_tune_and_send_window_update with go-yamux's rule (`bytes_read` is
+    implied by the buffer: what left it was read)."""
+    async with self.window_lock:
+        buffered = len(self.conn.stream_buffers.get(self.stream_id, b""))
+        owed = self.target_recv_window - (self.recv_window + buffered)
+        if owed <= 0 or owed < self._grow_threshold():
+            return
+        self.recv_window += owed
+        increment = owed + self._apply_autotune_epoch(buffered)
+    # Outside the lock, as py-libp2p does: inbound WINDOW_UPDATE handling takes it too.
+    await self.send_window_update(increment, skip_lock=True)
+
+
+def install() -> None:
+    """Use go-yamux's credit rule for every yamux stream of this process (idempotent)."""
+    YamuxStream._auto_tune_and_send_window_update = return_credit_in_half_windows  # type: ignore[method-assign]
