@@ -208,3 +208,32 @@ def test_a_node_counts_gossip_rpcs_dropped_for_a_forged_peer_record() -> None:
                     await stream.reset()
 
     trio.run(main)
+
+
+def test_the_own_record_to_attach_is_reused_per_host_until_the_refresh() -> None:
+    made: list[object] = []
+
+    def make(host: object) -> tuple[bytes, bool]:
+        made.append(host)
+        return f"record {len(made)}".encode(), True
+
+    clock = Clock()
+    memo = signed_records.OwnRecordMemo(make, refresh_s=5.0, clock=clock)
+    host, other_host = FakeHost(), FakeHost()
+    assert memo(host) == (b"record 1", True)
+    clock.now += 4.9
+    assert memo(host) == (b"record 1", False)  # reused: py-libp2p's answer for a cached record
+    assert memo(other_host) == (b"record 2", True)  # each host its own
+    clock.now += 0.2
+    assert memo(host) == (b"record 3", True)  # past the refresh: asked again
+    assert made == [host, other_host, host]
+
+
+def test_install_routes_the_own_record_where_pubsub_gossipsub_and_floodsub_look_it_up() -> None:
+    import libp2p.pubsub.floodsub as floodsub_module
+
+    memo = signed_records.install_own()
+    assert signed_records.install() is not None
+    assert signed_records.install_own() is memo
+    for module in (pubsub_module, gossipsub_module, floodsub_module):
+        assert module.env_to_send_in_RPC is memo
