@@ -196,8 +196,8 @@ def test_a_full_gossip_inbox_keeps_a_connected_peers_messages_and_drops_the_floo
     """A node that does not keep up: nobody reads its announce topic while an attacker host
     pushes 300 validly signed messages of 30 throwaway keys (more than its inboxes hold), then
     an honest connected peer publishes 5. On main the inboxes dropped whatever came last, the
-    honest messages with it; now each honest message takes the place of a flood message
-    (counted), and the reader gets the honest ones first."""
+    honest messages with it; now an honest message takes the place of a flood message (counted)
+    where the inbox is full when it comes, and the reader gets the honest ones first."""
     settings = attrs.evolve(FAST, subscription_queue_size=64, forwarder_burst=1000)  # inboxes only
     topic = announce_topic(SWARM)
 
@@ -243,9 +243,15 @@ def test_a_full_gossip_inbox_keeps_a_connected_peers_messages_and_drops_the_floo
                 assert senders[:5] == [honest.local_peer_id] * 5
                 assert len(received) == settings.subscription_queue_size
                 drops = node.status()["drops"]
-                # The honest ones took flood messages' places (where the inbox was full then).
+                # The inbox overflowed and what did not fit was flood: dropped on arrival, or
+                # evicted by an honest message that came while it was full. Which of the two
+                # depends on how the flood's frames were paced against the honest ones (yamux
+                # credit, scheduling): both keep the honest messages, as asserted above. The
+                # eviction itself is tested in tests/test_net_priority_inbox.py.
                 assert (
-                    drops["gossip_subscription_evicted_unknown"] + drops["inbound_channel_evicted_unknown"]
+                    drops["gossip_subscription_evicted_unknown"]
+                    + drops["inbound_channel_evicted_unknown"]
+                    + drops["inbound_channel_full"]
                     > 0
                 )
 
