@@ -927,7 +927,8 @@ async def open_libp2p_network(
         bootstrap.append(text)
         parse_peer_multiaddr(text)  # fail fast with a clear message
     counters = DropCounters()
-    # Two per-RPC costs of py-libp2p that redo known work (each module says what and why).
+    # Per-RPC costs of py-libp2p that redo known work: yamux credit and signed peer records
+    # (each module says what and why).
     yamux_credit.install()
     if settings.libp2p_default_connection_manager:
         host = new_host(key_pair=key_pair, listen_addrs=listen)

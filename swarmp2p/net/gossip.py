@@ -108,7 +108,7 @@ class CountingGossipSub(GossipSub):
         overfills, the next heartbeat prunes it back to D, the pruned peers fall below D_low
         and graft again, and the mesh never settles: 20 idle nodes sent 1.1 GRAFT and 1.6 PRUNE
         RPCs a second each, logged "GRAFT flood" penalties against honest peers, and spent
-        ~45% more idle CPU than with no overfill (tests/test_net_gossip_mesh.py)."""
+        5.3-5.9 ms/s of idle CPU per node against 3.2 with no overfill (tests/test_net_gossip_mesh.py)."""
         topic = graft_msg.topicID
         mesh = self.mesh.get(topic)
         was_member = mesh is not None and sender_peer_id in mesh
