@@ -84,7 +84,8 @@ class CountingGossipSub(GossipSub):
         D_low, grafts the same peer again within seconds; the peer, which just received our
         PRUNE, takes the GRAFT for a flood, penalizes us and prunes us back, and the exchange
         feeds itself: 20 idle nodes kept sending ~1 GRAFT and ~1.5 PRUNE RPCs a second each,
-        with 600 "GRAFT flood" refusals between honest peers in 20 s (tests/test_net_gossip_mesh.py)."""
+        with ~600 "GRAFT flood" refusals between honest peers in a 28 s run
+        (tests/test_net_gossip_mesh.py)."""
         self._heartbeats += 1
         peers_to_graft, peers_to_prune = super().mesh_heartbeat()
         for peer, topics in peers_to_prune.items():
