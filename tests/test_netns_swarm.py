@@ -211,7 +211,9 @@ def test_a_partitioned_node_rejoins_and_trains_on_others_again(
 
         last = healed_round + REJOIN_WITHIN
         wait_for(
-            lambda: all(last in node.by_round() for node in nodes),
+            # Completed, not only begun: a round's record appears when it starts (CI once read
+            # node 2's round `last` mid-round, "completed": False, and failed on it).
+            lambda: all(node.by_round().get(last, {}).get("completed") for node in nodes),
             (REJOIN_WITHIN + 2) * ROUND_SECONDS + 30,
             f"round {last} on every node",
         )
