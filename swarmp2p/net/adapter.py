@@ -57,6 +57,7 @@ from swarmp2p.net.dht import (
 from swarmp2p.net.frames import FrameError, FrameTooLarge, encode_frame
 from swarmp2p.net.gossip import CountingPubsub, build_gossip
 from swarmp2p.net.lazy_select import open_lazily
+from swarmp2p.net.neighbours import NeighbourMap
 from swarmp2p.net.peer_book import PeerBook
 from swarmp2p.net.priority_inbox import DROPPED, EVICTED, PriorityInbox
 from swarmp2p.net.settings import NetworkSettings
@@ -151,6 +152,11 @@ class LibP2PNetwork:
         # Peers that failed a peer exchange (e.g. a foreign libp2p node without our protocol):
         # peer id -> trio time before which we do not ask them again.
         self._exchange_quiet_until: dict[str, float] = {}
+        # Whom each peer said (in peer exchange) it is connected to: the gossip router skips
+        # relaying to those that hold the author's flood publish already (net/neighbours.py).
+        self.neighbours = NeighbourMap(settings.neighbour_ttl_s, max_peers=settings.max_known_peers)
+        if settings.skip_relay_to_origin_neighbours:
+            pubsub.router.origin_neighbours = self.neighbours  # type: ignore[attr-defined]
         self.book = PeerBook(
             self._peer_id,
             backoff_initial_s=settings.redial_backoff_initial_s,
@@ -647,6 +653,7 @@ class LibP2PNetwork:
                     self._forget_dht_peer(peer_id)
                     pid = _parse_peer_id(peer_id)
                     if pid is not None:
+                        self.neighbours.forget(pid.to_bytes())
                         self._drop_stale_connections(pid)
             for peer_id in connected:
                 if peer_id not in self.book:
@@ -686,7 +693,10 @@ class LibP2PNetwork:
             connected = sorted(self.connected_peers())
             askable = [p for p in connected if self._exchange_quiet_until.get(p, 0.0) <= now]
             learned = 0
-            if askable:
+            mesh_peer, next_refresh_s = self._mesh_peer_to_refresh(askable)
+            if mesh_peer is not None:
+                learned = await self.exchange_peers(mesh_peer)
+            elif askable:
                 self._exchange_cursor = (self._exchange_cursor + 1) % len(askable)
                 learned = await self.exchange_peers(askable[self._exchange_cursor])
             self._exchange_interval_s = next_exchange_interval(
@@ -696,7 +706,41 @@ class LibP2PNetwork:
                 fast_s=self.settings.peer_exchange_fast_s,
                 slow_s=self.settings.peer_exchange_interval_s,
             )
-            await trio.sleep(self._exchange_interval_s)
+            # The backoff paces discovery; a mesh peer due for a refresh is asked on time.
+            pause = min(self._exchange_interval_s, max(self.settings.peer_exchange_fast_s, next_refresh_s))
+            await trio.sleep(pause)
+
+    def _mesh_peer_to_refresh(self, askable: Sequence[str]) -> tuple[str | None, float]:
+        """The gossip mesh peer whose neighbour list (net/neighbours.py) is missing or oldest
+        past half its TTL, if any; and the seconds until the next one falls due (inf: none).
+        Only mesh peers matter: they are the ones a relay sends to. Peers outside the mesh are
+        left to the slow round-robin discovery."""
+        if not self.settings.skip_relay_to_origin_neighbours:
+            return None, math.inf
+        router = self.pubsub.router
+        mesh_ids: set[ID] = set()
+        for members in getattr(router, "mesh", {}).values():
+            mesh_ids.update(members)
+        if not mesh_ids:
+            return None, math.inf
+        refresh_after_s = self.neighbours.ttl_s / 2
+        askable_set = set(askable)
+        due: tuple[float, str] | None = None
+        next_due_s = math.inf
+        for pid in mesh_ids:
+            peer_id = pid.to_base58()
+            if peer_id not in askable_set:
+                continue
+            age = self.neighbours.age(pid.to_bytes())
+            overdue = math.inf if age is None else age - refresh_after_s
+            if overdue >= 0:
+                if due is None or overdue > due[0]:
+                    due = (overdue, peer_id)
+            else:
+                next_due_s = min(next_due_s, -overdue)
+        if due is None:
+            return None, next_due_s
+        return due[1], 0.0
 
     async def exchange_peers(self, peer_id: str) -> int:
         """Ask `peer_id` whom it knows; returns how many new peers we learned."""
@@ -716,18 +760,20 @@ class LibP2PNetwork:
                 raise ValueError("not a list")
         except Exception:
             self.counters.add("peer_exchange_garbage")
-            return 0
+            entries = []  # below: it told us no neighbours (so every relay to it is sent)
         learned = 0
+        # The answer lists the peers it is connected to (`_encode_peer_exchange`).
+        its_neighbours: list[bytes] = []
         for entry in entries[:_MAX_EXCHANGE_PEERS]:
-            if (
-                not isinstance(entry, list)
-                or len(entry) != 2
-                or not isinstance(entry[1], list)
-                or _parse_peer_id(entry[0]) is None
-            ):
+            pid = _parse_peer_id(entry[0]) if isinstance(entry, list) and entry else None
+            if pid is None or len(entry) != 2 or not isinstance(entry[1], list):
                 self.counters.add("peer_exchange_garbage")
                 continue
+            its_neighbours.append(pid.to_bytes())
             learned += self.add_known_peer(entry[0], entry[1][:8])
+        asked = _parse_peer_id(peer_id)
+        if asked is not None:
+            self.neighbours.learn(asked.to_bytes(), its_neighbours)
         return learned
 
     def _encode_peer_exchange(self) -> bytes:

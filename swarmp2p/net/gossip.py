@@ -29,6 +29,7 @@ from libp2p.pubsub.validators import signature_validator
 from libp2p.tools.timed_cache.last_seen_cache import LastSeenCache
 
 from swarmp2p.net.counters import DropCounters
+from swarmp2p.net.neighbours import NeighbourMap
 from swarmp2p.net.origin_limit import OriginRateLimiter
 from swarmp2p.net.priority_inbox import DROPPED, EVICTED, PriorityInbox
 from swarmp2p.net.settings import NetworkSettings
@@ -38,6 +39,14 @@ logger = logging.getLogger(__name__)
 # /meshsub/1.1.0 first: measured to interoperate with go-libp2p and js-libp2p; offering only
 # 1.2.0 fails against go. 1.0.0 stays as the floor every implementation speaks.
 GOSSIP_PROTOCOLS = (PROTOCOL_ID_V11, PROTOCOL_ID)
+
+SKIPPED_IHAVE_TICKS = 3
+"""Heartbeats between the IHAVEs announcing skipped relays. Every heartbeat cost ~15% more CPU
+per process than none at 20 processes x 10 KB, every third ~5% (bench/bench_network.py); three
+stays inside the message cache's history (5 heartbeats), from which an IWANT is answered."""
+
+MAX_SKIPPED_IHAVE_IDS = 5000
+"""Message ids one IHAVE may carry (go-libp2p's MaxIHaveLength): past it, relays are sent."""
 
 OPPORTUNISTIC_GRAFT_TICKS = 60
 """Heartbeats between opportunistic grafting rounds (go-libp2p's OpportunisticGraftTicks)."""
@@ -57,6 +66,12 @@ class CountingGossipSub(GossipSub):
         self._drop_counters = counters
         self.flood_publish = flood_publish
         self._heartbeats = 0
+        # Set by the adapter (settings.skip_relay_to_origin_neighbours): whom our peers said
+        # they are connected to, so a relay skips those that hold the author's flood publish.
+        self.origin_neighbours: NeighbourMap | None = None
+        # The relays skipped since the last heartbeat, announced to their peers by IHAVE then:
+        # peer -> topic -> message ids (bounded by MAX_SKIPPED_IHAVE_IDS per peer).
+        self._skipped_ihave: dict[ID, dict[str, list[bytes]]] = {}
 
     def _get_peers_to_send(
         self,
@@ -67,7 +82,11 @@ class CountingGossipSub(GossipSub):
     ) -> Any:
         peers = set(super()._get_peers_to_send(topic_ids, msg_forwarder, origin, msg_id))
         pubsub = self.pubsub
-        if not self.flood_publish or pubsub is None or origin != pubsub.my_id:
+        if pubsub is None:
+            return peers
+        if origin != pubsub.my_id:
+            return self._skip_origin_neighbours(peers, topic_ids, origin, msg_id)
+        if not self.flood_publish:
             return peers
         for topic in topic_ids:
             for peer_id in pubsub.peer_topics.get(topic, ()):
@@ -75,6 +94,54 @@ class CountingGossipSub(GossipSub):
                 if peer_id in self.peer_protocol and peer_id != origin:
                     peers.add(peer_id)
         return peers
+
+    def _skip_origin_neighbours(
+        self, peers: set[ID], topic_ids: Any, origin: ID, msg_id: bytes | None
+    ) -> set[ID]:
+        """A relay's targets less the peers that told us they are connected to the message's
+        author, who flood-published it to them already (net/neighbours.py). Each skip is a
+        duplicate not sent, counted `gossip_relay_skipped_origin_neighbour`.
+
+        What a peer told us can be out of date (its connection to the author closed since), so
+        every skipped message is still announced to that peer by IHAVE within a few heartbeats,
+        all of them in one control message: a peer that lacks it asks (IWANT) and gets it a
+        few heartbeats late instead of never. py-libp2p's heartbeat gossip goes to peers outside
+        the mesh only, so without this a peer whose mesh peers all skipped it would have to
+        wait for an outsider's gossip (tests/test_net_neighbours.py)."""
+        neighbours = self.origin_neighbours
+        if neighbours is None or not peers or msg_id is None:
+            return peers
+        author = origin.to_bytes()
+        skipped = 0
+        for peer in [p for p in peers if neighbours.connected(p.to_bytes(), author)]:
+            pending = self._skipped_ihave.setdefault(peer, {})
+            if sum(len(ids) for ids in pending.values()) >= MAX_SKIPPED_IHAVE_IDS:
+                continue  # too many to announce in one IHAVE: send it instead
+            for topic in topic_ids:
+                pending.setdefault(topic, []).append(msg_id)
+            peers.discard(peer)
+            skipped += 1
+        if skipped:
+            self._drop_counters.add("gossip_relay_skipped_origin_neighbour", skipped)
+        return peers
+
+    def gossip_heartbeat(self) -> Any:
+        """py-libp2p's heartbeat gossip (IHAVE to peers outside the mesh), plus, every
+        `SKIPPED_IHAVE_TICKS` heartbeats, an IHAVE to each peer we skipped a relay to since
+        (`_skip_origin_neighbours`)."""
+        peers_to_gossip = super().gossip_heartbeat()
+        if self._heartbeats % SKIPPED_IHAVE_TICKS:
+            return peers_to_gossip
+        pending, self._skipped_ihave = self._skipped_ihave, {}
+        connected = self.pubsub.peers if self.pubsub is not None else {}
+        for peer, topics in pending.items():
+            if peer not in connected:
+                continue
+            for topic, ids in topics.items():
+                announced = peers_to_gossip[peer].setdefault(topic, [])
+                known = set(announced)
+                announced.extend(mid for mid in ids if mid not in known)
+        return peers_to_gossip
 
     def mesh_heartbeat(self) -> tuple[Any, Any]:
         """py-libp2p's mesh upkeep, plus a backoff on every peer it prunes, as go-libp2p's

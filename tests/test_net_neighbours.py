@@ -1,0 +1,208 @@
+"""Relays skip the peers that already hold the author's flood publish (swarmp2p/net/neighbours.py,
+CountingGossipSub._skip_origin_neighbours), and still announce the message to them by IHAVE.
+
+Before: each peer of a fully connected swarm received every message once from its author and
+once more from every mesh peer that relayed it (~7 copies at 20 processes). Now a relay is sent
+only to peers that have not told us, in peer exchange, that they are connected to the author."""
+
+from __future__ import annotations
+
+from contextlib import AsyncExitStack
+from typing import Any
+
+import attrs
+import pytest
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.id import ID
+
+from swarmp2p.net import NetworkSettings, open_libp2p_network
+from swarmp2p.net.neighbours import NeighbourMap
+
+TOPIC = "swarmp2p/test/neighbours"
+QUICK = NetworkSettings(heartbeat_s=0.2, upkeep_interval_s=0.2, handler_timeout_s=2.0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+PEERS = [bytes([i]) for i in range(4)]
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("learn"), st.sampled_from(PEERS), st.sets(st.sampled_from(PEERS))),
+        st.tuples(st.just("forget"), st.sampled_from(PEERS), st.just(frozenset())),
+        st.tuples(st.just("wait"), st.sampled_from([0.5, 4.0, 11.0]), st.just(frozenset())),
+    ),
+    max_size=30,
+)
+
+
+@given(ops)
+def test_a_peer_counts_as_connected_only_to_what_it_said_last_and_recently(script: list[Any]) -> None:
+    """Against a model: `connected(p, o)` holds iff p's last answer, not forgotten since and less
+    than ttl old, listed o; the map never holds more than max_peers answers (oldest first out)."""
+    clock = Clock()
+    neighbours = NeighbourMap(ttl_s=10.0, max_peers=3, clock=clock)
+    model: dict[bytes, tuple[frozenset[bytes], float]] = {}
+    for op, arg, listed in script:
+        if op == "learn":
+            neighbours.learn(arg, listed)
+            model.pop(arg, None)
+            model[arg] = (frozenset(listed), clock.now)
+            while len(model) > 3:
+                del model[next(iter(model))]
+        elif op == "forget":
+            neighbours.forget(arg)
+            model.pop(arg, None)
+        else:
+            clock.now += arg
+        for peer in PEERS:
+            for other in PEERS:
+                said = model.get(peer)
+                expected = said is not None and clock.now - said[1] < 10.0 and other in said[0]
+                assert neighbours.connected(peer, other) == expected, (peer, other, model)
+        assert len(neighbours) <= 3
+
+
+def test_answers_expire_and_are_forgotten() -> None:
+    clock = Clock()
+    neighbours = NeighbourMap(ttl_s=10.0, clock=clock)
+    neighbours.learn(b"m", [b"author"])
+    assert neighbours.connected(b"m", b"author") and neighbours.age(b"m") == 0.0
+    assert not neighbours.connected(b"m", b"someone else")
+    clock.now = 9.9
+    assert neighbours.connected(b"m", b"author")
+    clock.now = 10.0
+    assert not neighbours.connected(b"m", b"author") and neighbours.age(b"m") is None
+    neighbours.learn(b"m", [b"author"])
+    neighbours.forget(b"m")
+    assert not neighbours.connected(b"m", b"author")
+    with pytest.raises(ValueError):
+        NeighbourMap(ttl_s=0)
+
+
+async def _open(stack: AsyncExitStack, settings: NetworkSettings, bootstrap: str | None = None) -> Any:
+    if bootstrap:
+        settings = attrs.evolve(settings, bootstrap=(bootstrap,))
+    net = await stack.enter_async_context(open_libp2p_network(create_new_key_pair(), settings))
+    inbox = await net.subscribe(TOPIC)
+    return net, inbox
+
+
+async def _wait(predicate: Any, timeout_s: float = 15.0) -> None:
+    with trio.fail_after(timeout_s):
+        while not predicate():
+            await trio.sleep(0.05)
+
+
+def _mesh(net: Any) -> set[str]:
+    return {pid.to_base58() for pid in net.pubsub.router.mesh.get(TOPIC, ())}
+
+
+def _count(net: Any, kind: str) -> int:
+    return net.counters.snapshot()[kind]
+
+
+@pytest.mark.parametrize("skip", [True, False])
+def test_a_relay_skips_peers_connected_to_the_author(skip: bool) -> None:
+    """Three peers, all connected, all in each other's mesh. The author's message reaches both
+    others once from the author; with the skip neither relays it to the other (no duplicate,
+    two relays skipped); without it (the check that this test can fail) both relay it and each
+    receives a duplicate."""
+    settings = attrs.evolve(QUICK, skip_relay_to_origin_neighbours=skip)
+
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            author, _ = await _open(stack, settings)
+            addr = author.listen_addrs()[0]
+            b, b_inbox = await _open(stack, settings, addr)
+            c, c_inbox = await _open(stack, settings, addr)
+            nets = (author, b, c)
+            await _wait(lambda: all(len(n.connected_peers()) == 2 for n in nets))
+            await _wait(lambda: all(len(_mesh(n)) == 2 for n in nets))
+            # What each relay knows of the other: asked now rather than waiting for the loop.
+            assert (
+                await b.exchange_peers(c.local_peer_id) >= 0 and await c.exchange_peers(b.local_peer_id) >= 0
+            )
+            await author.publish(TOPIC, b"round 1 announcement")
+            for inbox in (b_inbox, c_inbox):
+                with trio.fail_after(10):
+                    got = await inbox.receive()
+                assert got.data == b"round 1 announcement" and got.transport_sender == author.local_peer_id
+            await trio.sleep(1.0)  # room for any relay to arrive
+            duplicates = _count(b, "gossip_seen_duplicate") + _count(c, "gossip_seen_duplicate")
+            skipped = _count(b, "gossip_relay_skipped_origin_neighbour") + _count(
+                c, "gossip_relay_skipped_origin_neighbour"
+            )
+            if skip:
+                assert (duplicates, skipped) == (0, 2)
+            else:
+                assert duplicates == 2 and skipped == 0
+
+    trio.run(main)
+
+
+def test_a_peer_told_wrongly_still_gets_the_message_by_ihave() -> None:
+    """A line author - relay - far: `far` is not connected to the author, but the relay believes
+    it is (a stale answer). The relay skips it and announces the message by IHAVE within three
+    heartbeats; `far` asks for it (IWANT) and receives it. `far`'s only neighbour is the relay,
+    a mesh peer, and py-libp2p's heartbeat gossip goes to peers outside the mesh only: without
+    the IHAVE, `far` never receives it."""
+    line = attrs.evolve(QUICK, target_peers=1)  # nobody dials past its one connection
+
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            relay, _ = await _open(stack, line)
+            addr = relay.listen_addrs()[0]
+            author, _ = await _open(stack, line, addr)
+            far, far_inbox = await _open(stack, line, addr)
+            await _wait(lambda: len(relay.connected_peers()) == 2 and len(_mesh(relay)) == 2)
+            await _wait(
+                lambda: _mesh(far) == {relay.local_peer_id} and _mesh(author) == {relay.local_peer_id}
+            )
+            author_id = ID.from_base58(author.local_peer_id).to_bytes()
+            far_id = ID.from_base58(far.local_peer_id).to_bytes()
+            relay.neighbours.learn(far_id, [author_id])  # wrong: far never connected to the author
+            await author.publish(TOPIC, b"announcement")
+            with trio.fail_after(10):
+                got = await far_inbox.receive()
+            assert got.data == b"announcement" and got.transport_sender == author.local_peer_id
+            assert author.local_peer_id not in far.connected_peers()
+            assert _count(relay, "gossip_relay_skipped_origin_neighbour") == 1
+
+    trio.run(main)
+
+
+def test_mesh_peers_are_asked_for_their_neighbours_and_forgotten_when_they_leave() -> None:
+    """The peer-exchange loop asks every mesh peer for its connections (so relays can skip),
+    and what a peer said is dropped once our connection to it closes."""
+
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            hub, _ = await _open(stack, QUICK)
+            addr = hub.listen_addrs()[0]
+            leaves_stack = AsyncExitStack()
+            await leaves_stack.__aenter__()
+            others = [await _open(stack, QUICK, addr) for _ in range(2)]
+            leaver, _ = await _open(leaves_stack, QUICK, addr)
+            peers = [net for net, _ in others] + [leaver]
+            ids = {net.local_peer_id: ID.from_base58(net.local_peer_id).to_bytes() for net in peers}
+            await _wait(lambda: _mesh(hub) == set(ids))
+            await _wait(lambda: all(hub.neighbours.age(i) is not None for i in ids.values()))
+            # Each answer lists the peer's connections: the hub at least.
+            hub_id = ID.from_base58(hub.local_peer_id).to_bytes()
+            assert all(hub.neighbours.connected(i, hub_id) for i in ids.values())
+            await leaves_stack.aclose()
+            # In one process py-libp2p can keep listing a stopped host's connections: close ours.
+            await hub.host.disconnect(ID.from_base58(leaver.local_peer_id))
+            await _wait(lambda: hub.neighbours.age(ids[leaver.local_peer_id]) is None)
+            assert all(hub.neighbours.age(ids[net.local_peer_id]) is not None for net, _ in others)
+
+    trio.run(main)
