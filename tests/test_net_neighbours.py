@@ -88,6 +88,25 @@ def test_answers_expire_and_are_forgotten() -> None:
         NeighbourMap(ttl_s=0)
 
 
+def test_new_answers_are_asked_for_again_soon_then_at_half_the_ttl() -> None:
+    """A joining peer lists few connections: asked again after 5 s, 10 s, 20 s, ... then every
+    ttl / 2, so an entry is renewed before it expires; forgetting starts the schedule over."""
+    clock = Clock()
+    neighbours = NeighbourMap(ttl_s=60.0, clock=clock, first_refresh_s=5.0)
+    assert neighbours.due_in(b"m") == 0.0  # never told: ask now
+    gaps = []
+    for _ in range(5):
+        neighbours.learn(b"m", [b"x"])
+        gaps.append(neighbours.due_in(b"m"))
+        clock.now += gaps[-1]
+        assert neighbours.due_in(b"m") <= 0.0
+    assert gaps == [5.0, 10.0, 20.0, 30.0, 30.0]
+    neighbours.forget(b"m")
+    assert neighbours.due_in(b"m") == 0.0
+    neighbours.learn(b"m", [])
+    assert neighbours.due_in(b"m") == 5.0
+
+
 async def _open(stack: AsyncExitStack, settings: NetworkSettings, bootstrap: str | None = None) -> Any:
     if bootstrap:
         settings = attrs.evolve(settings, bootstrap=(bootstrap,))

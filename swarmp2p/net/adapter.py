@@ -711,8 +711,9 @@ class LibP2PNetwork:
             await trio.sleep(pause)
 
     def _mesh_peer_to_refresh(self, askable: Sequence[str]) -> tuple[str | None, float]:
-        """The gossip mesh peer whose neighbour list (net/neighbours.py) is missing or oldest
-        past half its TTL, if any; and the seconds until the next one falls due (inf: none).
+        """The gossip mesh peer whose neighbour list (net/neighbours.py) is the most overdue for
+        a refresh (`NeighbourMap.due_in`), if any; and the seconds until the next one falls due
+        (inf: none).
         Only mesh peers matter: they are the ones a relay sends to. Peers outside the mesh are
         left to the slow round-robin discovery."""
         if not self.settings.skip_relay_to_origin_neighbours:
@@ -723,7 +724,6 @@ class LibP2PNetwork:
             mesh_ids.update(members)
         if not mesh_ids:
             return None, math.inf
-        refresh_after_s = self.neighbours.ttl_s / 2
         askable_set = set(askable)
         due: tuple[float, str] | None = None
         next_due_s = math.inf
@@ -731,13 +731,12 @@ class LibP2PNetwork:
             peer_id = pid.to_base58()
             if peer_id not in askable_set:
                 continue
-            age = self.neighbours.age(pid.to_bytes())
-            overdue = math.inf if age is None else age - refresh_after_s
-            if overdue >= 0:
-                if due is None or overdue > due[0]:
-                    due = (overdue, peer_id)
+            due_in = self.neighbours.due_in(pid.to_bytes())
+            if due_in <= 0:
+                if due is None or due_in < due[0]:
+                    due = (due_in, peer_id)
             else:
-                next_due_s = min(next_due_s, -overdue)
+                next_due_s = min(next_due_s, due_in)
         if due is None:
             return None, next_due_s
         return due[1], 0.0
