@@ -225,3 +225,33 @@ def test_mesh_peers_are_asked_for_their_neighbours_and_forgotten_when_they_leave
             assert all(hub.neighbours.age(ids[net.local_peer_id]) is not None for net, _ in others)
 
     trio.run(main)
+
+
+def test_heartbeat_ihaves_leave_out_what_the_peer_got_from_the_author() -> None:
+    """A heartbeat IHAVE to a peer outside the mesh lists only messages whose authors that peer
+    has not told us it is connected to; one left empty is not sent at all."""
+    from libp2p.pubsub.pb import rpc_pb2
+
+    from swarmp2p.net.counters import DropCounters
+    from swarmp2p.net.gossip import GOSSIP_PROTOCOLS, CountingGossipSub
+
+    def new_id() -> ID:
+        return ID.from_pubkey(create_new_key_pair().public_key)
+
+    author, other_author, told, untold = new_id(), new_id(), new_id(), new_id()
+    router = CountingGossipSub(
+        counters=DropCounters(), protocols=list(GOSSIP_PROTOCOLS), degree=6, degree_low=4, degree_high=12
+    )
+    router.origin_neighbours = NeighbourMap(ttl_s=60.0)
+    router.origin_neighbours.learn(told.to_bytes(), [author.to_bytes()])
+    mids = []
+    for origin in (author, other_author):
+        msg = rpc_pb2.Message(data=b"x", topicIDs=[TOPIC], from_id=origin.to_bytes(), seqno=b"\0" * 8)
+        router.mcache.put(msg)
+        mids.append(origin.to_bytes() + msg.seqno)
+    gossip = {told: {TOPIC: list(mids)}, untold: {TOPIC: list(mids)}}
+    router._drop_ids_their_authors_sent(gossip)
+    assert gossip == {told: {TOPIC: [mids[1]]}, untold: {TOPIC: mids}}
+    only_author = {told: {TOPIC: [mids[0]]}}
+    router._drop_ids_their_authors_sent(only_author)
+    assert only_author == {}

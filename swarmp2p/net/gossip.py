@@ -126,10 +126,11 @@ class CountingGossipSub(GossipSub):
         return peers
 
     def gossip_heartbeat(self) -> Any:
-        """py-libp2p's heartbeat gossip (IHAVE to peers outside the mesh), plus, every
-        `SKIPPED_IHAVE_TICKS` heartbeats, an IHAVE to each peer we skipped a relay to since
-        (`_skip_origin_neighbours`)."""
+        """py-libp2p's heartbeat gossip (IHAVE to peers outside the mesh) less what those peers
+        hold from the authors' flood publishes, plus, every `SKIPPED_IHAVE_TICKS` heartbeats, an
+        IHAVE to each peer we skipped a relay to since (`_skip_origin_neighbours`)."""
         peers_to_gossip = super().gossip_heartbeat()
+        self._drop_ids_their_authors_sent(peers_to_gossip)
         if self._heartbeats % SKIPPED_IHAVE_TICKS:
             return peers_to_gossip
         pending, self._skipped_ihave = self._skipped_ihave, {}
@@ -142,6 +143,34 @@ class CountingGossipSub(GossipSub):
                 known = set(announced)
                 announced.extend(mid for mid in ids if mid not in known)
         return peers_to_gossip
+
+    def _drop_ids_their_authors_sent(self, peers_to_gossip: Any) -> None:
+        """Take out of the heartbeat's IHAVEs the message ids whose author the receiving peer
+        told us it is connected to (net/neighbours.py): the author flood-published them to it.
+        An IHAVE left empty is not sent. In a swarm where everyone is connected to everyone,
+        each heartbeat's IHAVEs to D_lazy (6) peers outside the mesh for 3 heartbeats after a
+        round were as many RPCs as the round's messages, and all of it was known already. If
+        what a peer told us is stale, the IHAVEs of its mesh peers' skipped relays still reach
+        it (`_skip_origin_neighbours`)."""
+        neighbours = self.origin_neighbours
+        if neighbours is None:
+            return
+        messages = self.mcache.msgs
+        for peer in list(peers_to_gossip):
+            peer_bytes = peer.to_bytes()
+            topics = peers_to_gossip[peer]
+            for topic in list(topics):
+                kept = []
+                for mid in topics[topic]:
+                    msg = messages.get(mid)
+                    if msg is None or not neighbours.connected(peer_bytes, msg.from_id):
+                        kept.append(mid)
+                if kept:
+                    topics[topic] = kept
+                else:
+                    del topics[topic]
+            if not topics:
+                del peers_to_gossip[peer]
 
     def mesh_heartbeat(self) -> tuple[Any, Any]:
         """py-libp2p's mesh upkeep, plus a backoff on every peer it prunes, as go-libp2p's
