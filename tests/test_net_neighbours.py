@@ -88,19 +88,20 @@ def test_answers_expire_and_are_forgotten() -> None:
         NeighbourMap(ttl_s=0)
 
 
-def test_new_answers_are_asked_for_again_soon_then_at_half_the_ttl() -> None:
-    """A joining peer lists few connections: asked again after 5 s, 10 s, 20 s, ... then every
-    ttl / 2, so an entry is renewed before it expires; forgetting starts the schedule over."""
+def test_changing_answers_are_asked_for_again_soon_settled_ones_at_half_the_ttl() -> None:
+    """A joining peer's list grows: asked again after 5 s, then 10 s, 20 s while it changes; an
+    answer that repeats the last one is renewed at ttl / 2 only (before it expires); a change
+    after that starts the doubling again from there (capped at ttl / 2); forgetting starts over."""
     clock = Clock()
     neighbours = NeighbourMap(ttl_s=60.0, clock=clock, first_refresh_s=5.0)
     assert neighbours.due_in(b"m") == 0.0  # never told: ask now
     gaps = []
-    for _ in range(5):
-        neighbours.learn(b"m", [b"x"])
+    for answer in ([b"a"], [b"a", b"b"], [b"a", b"b", b"c"], [b"a", b"b", b"c"], [b"a"], [b"a"]):
+        neighbours.learn(b"m", answer)
         gaps.append(neighbours.due_in(b"m"))
         clock.now += gaps[-1]
         assert neighbours.due_in(b"m") <= 0.0
-    assert gaps == [5.0, 10.0, 20.0, 30.0, 30.0]
+    assert gaps == [5.0, 10.0, 20.0, 30.0, 30.0, 30.0]
     neighbours.forget(b"m")
     assert neighbours.due_in(b"m") == 0.0
     neighbours.learn(b"m", [])

@@ -17,10 +17,11 @@ What we know is what each peer listed in its last peer-exchange answer (its conn
   the adapter asks its mesh peers again before that (`due_in`). A message skipped this way is
   still announced to the peer by IHAVE (net/gossip.py), so it arrives a few heartbeats late.
 
-A peer's first answers are asked for again soon (after `first_refresh_s`, then doubling up to
-half the TTL): a peer that has just joined lists the few connections it has so far, and until
-it is asked again every relay to it is sent (the duplicates this leaves were ~15% of the
-deliveries in a 60 s bench run with only the TTL refresh).
+A peer is asked again soon while its answers change (after `first_refresh_s`, then doubling)
+and at half the TTL once an answer repeats the previous one: a peer that has just joined lists
+the few connections it has so far, and until it is asked again every relay to it is sent (the
+duplicates this left were ~15% of the deliveries in a 60 s bench run with only the TTL
+refresh), while a settled peer's answer is the same each time and each ask opens a stream.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ class NeighbourMap:
         self.max_peers = max_peers
         self.first_refresh_s = first_refresh_s
         self._clock = clock
-        # peer -> (its neighbours, when it told us, how many answers in a row it has given)
+        # peer -> (its neighbours, when it told us, seconds until it is to be asked again)
         self._entries: OrderedDict[bytes, tuple[frozenset[bytes], float, int]] = OrderedDict()
 
     def __len__(self) -> int:
@@ -55,8 +56,15 @@ class NeighbourMap:
     def learn(self, peer: bytes, neighbours: Iterable[bytes]) -> None:
         """`peer` just told us it is connected to `neighbours` (replaces what it said before)."""
         previous = self._entries.pop(peer, None)
-        answers = 1 if previous is None else previous[2] + 1
-        self._entries[peer] = (frozenset(neighbours), self._clock(), answers)
+        told = frozenset(neighbours)
+        settled_s = self.ttl_s / 2
+        if previous is None:
+            refresh_s = min(self.first_refresh_s, settled_s)
+        elif previous[0] == told:
+            refresh_s = settled_s
+        else:
+            refresh_s = min(previous[2] * 2, settled_s)
+        self._entries[peer] = (told, self._clock(), refresh_s)
         while len(self._entries) > self.max_peers:
             self._entries.popitem(last=False)  # the least recently told
 
@@ -81,12 +89,11 @@ class NeighbourMap:
         return None if entry is None else self._clock() - entry[1]
 
     def due_in(self, peer: bytes) -> float:
-        """Seconds until `peer` should be asked again (<= 0: now; never told or forgotten: 0).
-        `first_refresh_s` after its first answer, doubling with each answer, at most half the
-        TTL, so that a live entry is renewed before it expires."""
+        """Seconds until `peer` should be asked again (<= 0: now; never told or forgotten: 0):
+        `first_refresh_s` after its first answer, doubling while its answers change, half the
+        TTL once one repeats the last (so a live entry is renewed before it expires)."""
         entry = self._entries.get(peer)
         if entry is None:
             return 0.0
-        _, told_at, answers = entry
-        refresh_s = min(self.ttl_s / 2, self.first_refresh_s * 2 ** min(answers - 1, 30))
+        _, told_at, refresh_s = entry
         return told_at + refresh_s - self._clock()

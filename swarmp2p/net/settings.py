@@ -37,7 +37,7 @@ class NetworkSettings:
     # message's author: the author flood-published it to them already (net/neighbours.py). At
     # 20 processes x 10 KB this took ~5 of every 6 deliveries off the wire. What a peer told us
     # is trusted for `neighbour_ttl_s`; mesh peers are asked again 5 s after their first answer,
-    # then at doubling intervals up to half of it.
+    # then at doubling intervals while their answers change, and at half of it once they repeat.
     skip_relay_to_origin_neighbours: bool = True
     neighbour_ttl_s: float = attrs.field(default=120.0, validator=_positive)
     # Raised from 10/s: a round's announcements from 20 peers arrive in one burst.
