@@ -6,8 +6,9 @@ of a message sends it straight to every subscribed peer it is connected to. A re
 forwards it along its mesh sends every mesh peer that is also connected to the author a copy it
 already holds: at 20 processes on 2 cores each peer received every 10 KB message ~7 times, and
 each copy went through Python noise, yamux and protobuf only to be dropped by the seen-cache
-(docs/benchmarks.md). Skipping those forwards cut the CPU per process by ~2.3x and the round's
-p99 by ~2.5x in the same bench.
+(docs/benchmarks.md). Switching relays of others' messages off altogether cut the CPU per
+process ~2.3x in that bench (an upper bound); skipping only those peers, with the IHAVEs that
+keep it safe (net/gossip.py), ~1.7x (0.72-0.81 -> 0.40-0.50 CPU-s per process).
 
 What we know is what each peer listed in its last peer-exchange answer (its connected peers,
 `LibP2PNetwork._encode_peer_exchange`), so it can be stale. The errors are one-sided on purpose:
@@ -48,7 +49,7 @@ class NeighbourMap:
         self.first_refresh_s = first_refresh_s
         self._clock = clock
         # peer -> (its neighbours, when it told us, seconds until it is to be asked again)
-        self._entries: OrderedDict[bytes, tuple[frozenset[bytes], float, int]] = OrderedDict()
+        self._entries: OrderedDict[bytes, tuple[frozenset[bytes], float, float]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
