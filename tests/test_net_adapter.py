@@ -15,7 +15,7 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 
 from swarmp2p.net import FETCH_PROTOCOL, HELLO_PROTOCOL, LibP2PNetwork, NetworkSettings, open_libp2p_network
-from swarmp2p.net.adapter import next_exchange_interval
+from swarmp2p.net.adapter import next_exchange_interval, next_upkeep_pause
 from swarmp2p.net.frames import encode_frame
 from swarmp2p.ports import NetworkError
 
@@ -276,6 +276,51 @@ def test_peer_exchange_backs_off_only_while_it_learns_nothing(
         assert interval == fast
     elif current < slow / 2:
         assert interval >= min(slow, 2 * current)  # doubles toward the slow interval
+
+
+@given(
+    current=st.floats(0.01, 100),
+    changed=st.booleans(),
+    fast=st.floats(0.01, 5),
+    settled=st.floats(0.01, 100),
+)
+def test_upkeep_backs_off_only_while_nothing_changes(
+    current: float, changed: bool, fast: float, settled: float
+) -> None:
+    pause = next_upkeep_pause(current, changed=changed, fast_s=fast, settled_s=settled)
+    assert fast <= pause <= max(fast, settled)
+    if changed:
+        assert pause == fast
+    else:
+        assert pause >= min(max(fast, settled), 2 * current)  # doubles toward the settled pause
+
+
+def test_a_settled_node_ticks_upkeep_rarely_and_still_notices_a_loss_at_once_after() -> None:
+    settings = attrs.evolve(FAST, upkeep_interval_s=0.1, upkeep_settled_s=1.6)
+
+    async def main() -> None:
+        with trio.fail_after(60):
+            async with open_libp2p_network(create_new_key_pair(), settings) as a:
+                async with open_libp2p_network(create_new_key_pair(), settings) as b:
+                    ticks: list[float] = []
+                    tick = a._upkeep_tick
+
+                    async def counted() -> bool:
+                        ticks.append(trio.current_time())
+                        return await tick()
+
+                    a._upkeep_tick = counted  # type: ignore[method-assign]
+                    await a.connect(b.listen_addrs()[0])
+                    await wait_until(lambda: b.local_peer_id in a.book.connected())
+                    await trio.sleep(4.0)  # deliberate: settles, then ticks at the settled pause
+                    settled = [t for t in ticks if t >= ticks[-1] - 3.0]
+                    # At a fixed 0.1 s that would be ~30 ticks; doubling to 1.6 s leaves a few.
+                    assert len(settled) <= 5, ticks
+                    assert ticks[-1] - ticks[-2] >= 1.5
+                    gone = b.local_peer_id
+                await wait_until(lambda: gone not in a.book.connected(), timeout_s=5)
+
+    trio.run(main)
 
 
 def test_own_messages_flood_to_every_subscriber_forwarded_ones_follow_the_mesh() -> None:

@@ -113,7 +113,10 @@ class NetworkSettings:
     # connection upkeep
     # Above the swarm sizes we run (<= 20 on one machine): every fetch finds a live connection.
     target_peers: int = attrs.field(default=32, validator=_positive)
+    # Upkeep ticks every `upkeep_interval_s` while connections change, and backs off (doubling)
+    # to `upkeep_settled_s` while they do not: a lost peer is noticed within that.
     upkeep_interval_s: float = attrs.field(default=0.5, validator=_positive)
+    upkeep_settled_s: float = attrs.field(default=4.0, validator=_positive)
     # Peer exchange runs every `peer_exchange_fast_s` while it teaches us new peers, and backs
     # off (doubling) to `peer_exchange_interval_s` once it does not.
     peer_exchange_fast_s: float = attrs.field(default=0.5, validator=_positive)
