@@ -68,6 +68,13 @@ def test_a_peer_counts_as_connected_only_to_what_it_said_last_and_recently(scrip
                 said = model.get(peer)
                 expected = said is not None and clock.now - said[1] < 10.0 and other in said[0]
                 assert neighbours.connected(peer, other) == expected, (peer, other, model)
+        for peer in PEERS:
+            for other in PEERS:
+                # Either end's answer (`linked`): symmetric, and the union of the two.
+                assert neighbours.linked(peer, other) == neighbours.linked(other, peer)
+                assert neighbours.linked(peer, other) == (
+                    neighbours.connected(peer, other) or neighbours.connected(other, peer)
+                )
         assert len(neighbours) <= 3
 
 
@@ -256,3 +263,30 @@ def test_heartbeat_ihaves_leave_out_what_the_peer_got_from_the_author() -> None:
     only_author = {told: {TOPIC: [mids[0]]}}
     router._drop_ids_their_authors_sent(only_author)
     assert only_author == {}
+
+
+def test_a_relay_also_skips_the_peers_the_author_said_it_is_connected_to() -> None:
+    """A connection has two ends: when only the author's answer lists the peer (the peer's own
+    answer predates the connection, or we have none), the relay to that peer is skipped too;
+    a peer neither end named still gets it."""
+    from swarmp2p.net.counters import DropCounters
+    from swarmp2p.net.gossip import GOSSIP_PROTOCOLS, CountingGossipSub
+
+    def new_id() -> ID:
+        return ID.from_pubkey(create_new_key_pair().public_key)
+
+    author, named_by_author, named_by_itself, unnamed = new_id(), new_id(), new_id(), new_id()
+    counters = DropCounters()
+    router = CountingGossipSub(
+        counters=counters, protocols=list(GOSSIP_PROTOCOLS), degree=6, degree_low=4, degree_high=12
+    )
+    router.origin_neighbours = NeighbourMap(ttl_s=60.0)
+    router.origin_neighbours.learn(author.to_bytes(), [named_by_author.to_bytes()])
+    router.origin_neighbours.learn(named_by_itself.to_bytes(), [author.to_bytes()])
+    router.origin_neighbours.learn(unnamed.to_bytes(), [])  # its answer predates any link to the author
+    sent = router._skip_origin_neighbours(
+        {named_by_author, named_by_itself, unnamed}, [TOPIC], author, author.to_bytes() + b"\0" * 8
+    )
+    assert sent == {unnamed}
+    assert counters["gossip_relay_skipped_origin_neighbour"] == 2
+    assert set(router._skipped_ihave) == {named_by_author, named_by_itself}  # still announced by IHAVE

@@ -98,9 +98,10 @@ class CountingGossipSub(GossipSub):
     def _skip_origin_neighbours(
         self, peers: set[ID], topic_ids: Any, origin: ID, msg_id: bytes | None
     ) -> set[ID]:
-        """A relay's targets less the peers that told us they are connected to the message's
-        author, who flood-published it to them already (net/neighbours.py). Each skip is a
-        duplicate not sent, counted `gossip_relay_skipped_origin_neighbour`.
+        """A relay's targets less the peers connected to the message's author, as they or the
+        author told us (`NeighbourMap.linked`): the author flood-published it to them already
+        (net/neighbours.py). Each skip is a duplicate not sent, counted
+        `gossip_relay_skipped_origin_neighbour`.
 
         What a peer told us can be out of date (its connection to the author closed since), so
         every skipped message is still announced to that peer by IHAVE within a few heartbeats,
@@ -113,7 +114,7 @@ class CountingGossipSub(GossipSub):
             return peers
         author = origin.to_bytes()
         skipped = 0
-        for peer in [p for p in peers if neighbours.connected(p.to_bytes(), author)]:
+        for peer in [p for p in peers if neighbours.linked(p.to_bytes(), author)]:
             pending = self._skipped_ihave.setdefault(peer, {})
             if sum(len(ids) for ids in pending.values()) >= MAX_SKIPPED_IHAVE_IDS:
                 continue  # too many to announce in one IHAVE: send it instead
@@ -145,8 +146,8 @@ class CountingGossipSub(GossipSub):
         return peers_to_gossip
 
     def _drop_ids_their_authors_sent(self, peers_to_gossip: Any) -> None:
-        """Take out of the heartbeat's IHAVEs the message ids whose author the receiving peer
-        told us it is connected to (net/neighbours.py): the author flood-published them to it.
+        """Take out of the heartbeat's IHAVEs the message ids whose author is connected to the
+        receiving peer, as either told us (net/neighbours.py): the author flood-published them to it.
         An IHAVE left empty is not sent. In a swarm where everyone is connected to everyone,
         each heartbeat's IHAVEs to D_lazy (6) peers outside the mesh for 3 heartbeats after a
         round were as many RPCs as the round's messages, and all of it was known already. If
@@ -163,7 +164,7 @@ class CountingGossipSub(GossipSub):
                 kept = []
                 for mid in topics[topic]:
                     msg = messages.get(mid)
-                    if msg is None or not neighbours.connected(peer_bytes, msg.from_id):
+                    if msg is None or not neighbours.linked(peer_bytes, msg.from_id):
                         kept.append(mid)
                 if kept:
                     topics[topic] = kept
