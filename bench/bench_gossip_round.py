@@ -1,0 +1,139 @@
+"""CPU of one gossip round without contention: N nodes in ONE process, all connected and
+subscribed, each publishing one batch per round; CPU per round and per delivery, and the share
+spent in py-libp2p's relay decision (`GossipSub.publish`, run for every message received).
+
+bench_network.py measures the same exchange across N processes on the machine's cores, where
+the processes' work overlaps and a round's latency is its total CPU over the cores; this one
+shows what a delivery costs. A/B a change by running it from two checkouts in turn
+(`PYTHONPATH=<other checkout>`), interleaved.
+
+    python bench/bench_gossip_round.py --nodes 20 --rounds 4
+    python bench/bench_gossip_round.py --nodes 15 --settle 150 --idle-s 30 --rounds 0   # idle only
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import statistics
+import time
+from contextlib import AsyncExitStack
+from typing import Any
+
+import attrs
+import msgpack
+import trio
+from rich.console import Console
+from rich.table import Table
+
+TOPIC = "swarmp2p/bench/gossip-round"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=20)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--size", type=int, default=10_000, help="batch bytes (rides in the announcement)")
+    parser.add_argument("--settle", type=float, default=30.0, help="seconds connected before the first round")
+    parser.add_argument(
+        "--idle-s", type=float, default=0.0, help="also measure the silent swarm's CPU over this many seconds"
+    )
+    args = parser.parse_args()
+    idle: list[float] = []
+    rows = trio.run(_rounds, args, idle)
+    if idle:
+        print(f"idle: {1000 * idle[0] / args.idle_s / args.nodes:.2f} ms of CPU per second per node")
+    if not rows:
+        return
+    table = Table(title=f"{args.nodes} nodes in one process, {args.size // 1000} KB batches")
+    for column in ("round", "CPU ms", "us / delivery", "relay decision ms", "relay share"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(
+            str(row["round"]),
+            f"{1000 * row['cpu_s']:.0f}",
+            f"{1e6 * row['cpu_s'] / row['deliveries']:.0f}",
+            f"{1000 * row['relay_s']:.0f}",
+            f"{row['relay_s'] / row['cpu_s']:.0%}",
+        )
+    Console().print(table)
+    median = statistics.median(r["cpu_s"] / r["deliveries"] for r in rows)
+    print(f"median: {1e6 * median:.0f} us of CPU per delivery")
+
+
+async def _rounds(args: argparse.Namespace, idle: list[float]) -> list[dict[str, Any]]:
+    from libp2p.crypto.ed25519 import create_new_key_pair
+    from libp2p.pubsub.gossipsub import GossipSub
+
+    from swarmp2p.net import NetworkSettings, open_libp2p_network
+
+    relay_s = [0.0]
+    original_publish = GossipSub.publish
+
+    async def timed_publish(self: Any, *a: Any, **k: Any) -> None:
+        # process_time across the call: it does not yield (send_rpc only queues).
+        started = time.process_time()
+        try:
+            await original_publish(self, *a, **k)
+        finally:
+            relay_s[0] += time.process_time() - started
+
+    GossipSub.publish = timed_publish  # type: ignore[method-assign]
+    n = args.nodes
+    rows: list[dict[str, Any]] = []
+    async with AsyncExitStack() as stack:
+        nets: list[Any] = []
+        for _ in range(n):
+            settings = NetworkSettings()
+            if nets:
+                settings = attrs.evolve(settings, bootstrap=(nets[0].listen_addrs()[0],))
+            nets.append(await stack.enter_async_context(open_libp2p_network(create_new_key_pair(), settings)))
+        channels = [await net.subscribe(TOPIC) for net in nets]
+        with trio.fail_after(120):
+            while min(len(net.connected_peers()) for net in nets) < n - 1:
+                await trio.sleep(0.5)
+        await trio.sleep(args.settle)
+        # What the nodes built while joining is kept out of later collections: one full
+        # collection of 20 nodes' heaps during a round moved its figure by ~100-200 ms.
+        gc.collect()
+        gc.freeze()
+        if args.idle_s > 0:  # connected, subscribed, nothing published: heartbeats and upkeep
+            started = time.process_time()
+            await trio.sleep(args.idle_s)
+            idle.append(time.process_time() - started)
+        pending = [0]  # deliveries still to come this round
+        all_here = trio.Event()
+
+        async def listen(index: int) -> None:
+            async for _message in channels[index]:
+                pending[0] -= 1
+                if pending[0] == 0:
+                    all_here.set()
+
+        async with trio.open_nursery() as nursery:
+            for index in range(n):
+                nursery.start_soon(listen, index)
+            for round_number in range(args.rounds):
+                await trio.sleep(3.0)  # the last round's IHAVEs and window updates settle
+                relay_s[0] = 0.0
+                pending[0] = n * (n - 1)
+                all_here = trio.Event()
+                started = time.process_time()
+                for index, net in enumerate(nets):
+                    body = {"id": round_number * n + index, "data": os.urandom(args.size)}
+                    await net.publish(TOPIC, msgpack.packb(body))
+                with trio.fail_after(60):
+                    await all_here.wait()
+                cpu_s = time.process_time() - started
+                rows.append(
+                    {"round": round_number, "cpu_s": cpu_s, "deliveries": n * (n - 1), "relay_s": relay_s[0]}
+                )
+            nursery.cancel_scope.cancel()
+    GossipSub.publish = original_publish  # type: ignore[method-assign]
+    gc.unfreeze()
+    return rows
+
+
+if __name__ == "__main__":
+    main()
