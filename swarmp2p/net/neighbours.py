@@ -89,8 +89,9 @@ class NeighbourMap:
         A connection has two ends, and each answer covers one: the author of a message is asked
         too, and its answer lists the peers it flood-published to. In a swarm that has just
         formed, a peer's answer predates its newest connections, and the other end's answer
-        often does not: the first round at 20 processes spent ~2x the later rounds' time on
-        relays its peers' answers had not yet covered."""
+        often does not. That round carries most of a run's duplicate relays and was the slowest
+        at 20 processes (0.5-0.9 s against ~0.3 s); counting both ends, 0.45-0.57 s
+        (docs/benchmarks.md, "Idle wake-ups")."""
         return self.connected(peer, other) or self.connected(other, peer)
 
     def age(self, peer: bytes) -> float | None:
