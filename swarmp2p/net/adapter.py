@@ -868,12 +868,17 @@ def _any_open(conns: Sequence[Any]) -> bool:
     return any(not _is_closed(conn) for conn in conns)
 
 
+def _doubled_pause(current_s: float, *, reset: bool, fast_s: float, cap_s: float) -> float:
+    """The backoff both background loops use: `fast_s` on `reset`, else double, capped at `cap_s`."""
+    if reset:
+        return fast_s
+    return min(cap_s, max(fast_s, current_s * 2))
+
+
 def next_upkeep_pause(current_s: float, *, changed: bool, fast_s: float, settled_s: float) -> float:
     """The pause before the next upkeep tick: `fast_s` after a tick that saw a change, else
     double, capped at `settled_s` (never below `fast_s`)."""
-    if changed:
-        return fast_s
-    return min(max(fast_s, settled_s), max(fast_s, current_s * 2))
+    return _doubled_pause(current_s, reset=changed, fast_s=fast_s, cap_s=max(fast_s, settled_s))
 
 
 def next_exchange_interval(
@@ -881,9 +886,7 @@ def next_exchange_interval(
 ) -> float:
     """The pause before the next peer exchange: back to `fast_s` when the last one taught us a
     new peer or we have no connection, else double, capped at `slow_s`."""
-    if learned > 0 or connected == 0:
-        return fast_s
-    return min(slow_s, max(fast_s, current_s * 2))
+    return _doubled_pause(current_s, reset=learned > 0 or connected == 0, fast_s=fast_s, cap_s=slow_s)
 
 
 def _protocol_not_supported(error: BaseException) -> bool:
