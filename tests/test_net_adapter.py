@@ -7,6 +7,7 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 import attrs
+import msgpack
 import pytest
 import trio
 from hypothesis import given
@@ -14,7 +15,14 @@ from hypothesis import strategies as st
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 
-from swarmp2p.net import FETCH_PROTOCOL, HELLO_PROTOCOL, LibP2PNetwork, NetworkSettings, open_libp2p_network
+from swarmp2p.net import (
+    FETCH_PROTOCOL,
+    HELLO_PROTOCOL,
+    PEERS_PROTOCOL,
+    LibP2PNetwork,
+    NetworkSettings,
+    open_libp2p_network,
+)
 from swarmp2p.net.adapter import next_exchange_interval, next_upkeep_pause
 from swarmp2p.net.frames import encode_frame
 from swarmp2p.ports import NetworkError
@@ -158,6 +166,42 @@ def test_garbage_on_fetch_protocol_is_counted_and_survived() -> None:
         await stream.reset()
 
         assert await a.request(b.local_peer_id, b"still alive?", 5) == b"ok"
+
+    run_swarm(2, body)
+
+
+def test_garbage_peer_exchange_requests_are_counted_and_survived() -> None:
+    """/swarmp2p/peers/1.1.0 takes a list of peer ids: anything else is `peer_exchange_garbage`
+    (and the stream reset), an entry that is not a peer id is counted and skipped, more than
+    the request cap is `request_oversized`; the node still answers a proper exchange."""
+
+    async def body(nets: list[LibP2PNetwork]) -> None:
+        a, b = nets
+        a_id = ID.from_base58(a.local_peer_id).to_bytes()
+
+        async def send(request: bytes) -> bytes:
+            stream = await raw_stream(a, b, PEERS_PROTOCOL)
+            await stream.write(encode_frame(request))
+            try:
+                return await stream.read()
+            except Exception:
+                return b""  # reset
+            finally:
+                await stream.reset()
+
+        assert await send(msgpack.packb({"not": "a list"})) == b""
+        await wait_until(lambda: b.counters["peer_exchange_garbage"] == 1)
+        assert await send(b"\xc1 not msgpack") == b""
+        await wait_until(lambda: b.counters["peer_exchange_garbage"] == 2)
+        # One bad entry among good ones: counted, skipped, the rest learned and answered.
+        assert await send(msgpack.packb(["not a peer id!", 7, b.local_peer_id])) != b""
+        assert b.counters["peer_exchange_garbage"] == 4
+        assert b.neighbours.connected(a_id, ID.from_base58(b.local_peer_id).to_bytes())
+        stream = await raw_stream(a, b, PEERS_PROTOCOL)
+        await stream.write((64 * 1024).to_bytes(4, "big") + b"x" * 64)
+        await wait_until(lambda: b.counters["request_oversized"] == 1)
+        await stream.reset()
+        assert await a.exchange_peers(b.local_peer_id) >= 0
 
     run_swarm(2, body)
 

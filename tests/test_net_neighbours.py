@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 
-from swarmp2p.net import NetworkSettings, open_libp2p_network
+from swarmp2p.net import PEERS_PROTOCOL, NetworkSettings, open_libp2p_network
 from swarmp2p.net.neighbours import NeighbourMap
 
 TOPIC = "swarmp2p/test/neighbours"
@@ -38,6 +38,7 @@ ops = st.lists(
     st.one_of(
         st.tuples(st.just("learn"), st.sampled_from(PEERS), st.sets(st.sampled_from(PEERS))),
         st.tuples(st.just("forget"), st.sampled_from(PEERS), st.just(frozenset())),
+        st.tuples(st.just("keep_only"), st.just(b""), st.sets(st.sampled_from(PEERS))),
         st.tuples(st.just("wait"), st.sampled_from([0.5, 4.0, 11.0]), st.just(frozenset())),
     ),
     max_size=30,
@@ -47,7 +48,8 @@ ops = st.lists(
 @given(ops)
 def test_a_peer_counts_as_connected_only_to_what_it_said_last_and_recently(script: list[Any]) -> None:
     """Against a model: `connected(p, o)` holds iff p's last answer, not forgotten since and less
-    than ttl old, listed o; the map never holds more than max_peers answers (oldest first out)."""
+    than ttl old, listed o; the map never holds more than max_peers answers (oldest first out);
+    `keep_only` forgets every peer outside the set it is given."""
     clock = Clock()
     neighbours = NeighbourMap(ttl_s=10.0, max_peers=3, clock=clock)
     model: dict[bytes, tuple[frozenset[bytes], float]] = {}
@@ -61,6 +63,9 @@ def test_a_peer_counts_as_connected_only_to_what_it_said_last_and_recently(scrip
         elif op == "forget":
             neighbours.forget(arg)
             model.pop(arg, None)
+        elif op == "keep_only":
+            neighbours.keep_only(set(listed))
+            model = {peer: said for peer, said in model.items() if peer in listed}
         else:
             clock.now += arg
         for peer in PEERS:
@@ -231,6 +236,60 @@ def test_mesh_peers_are_asked_for_their_neighbours_and_forgotten_when_they_leave
             await hub.host.disconnect(ID.from_base58(leaver.local_peer_id))
             await _wait(lambda: hub.neighbours.age(ids[leaver.local_peer_id]) is None)
             assert all(hub.neighbours.age(ids[net.local_peer_id]) is not None for net, _ in others)
+
+    trio.run(main)
+
+
+def test_an_exchange_tells_the_asked_peer_whom_the_asker_is_connected_to() -> None:
+    """One peer exchange updates both sides: the asker learns the answer, and the asked peer
+    learns the asker's connections from the request (`/swarmp2p/peers/1.1.0`). A peer that
+    serves only the first version (empty request) is still asked, and learns nothing."""
+
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            hub, _ = await _open(stack, QUICK)
+            addr = hub.listen_addrs()[0]
+            asker, _ = await _open(stack, QUICK, addr)
+            old, _ = await _open(stack, QUICK, addr)
+            await _wait(lambda: all(len(n.connected_peers()) == 2 for n in (hub, asker, old)))
+            ids = {n: ID.from_base58(n.local_peer_id).to_bytes() for n in (hub, asker, old)}
+            hub.neighbours.forget(ids[asker])
+            assert await asker.exchange_peers(hub.local_peer_id) >= 0
+            assert hub.neighbours.connected(ids[asker], ids[old])  # told by the request
+            assert asker.neighbours.connected(ids[hub], ids[old])  # the answer
+            old.host.remove_stream_handler(PEERS_PROTOCOL)  # as a node of the first version
+            old.neighbours.forget(ids[asker])
+            asker.neighbours.forget(ids[old])
+            assert await asker.exchange_peers(old.local_peer_id) >= 0
+            assert asker.neighbours.connected(ids[old], ids[hub])
+            assert old.neighbours.age(ids[asker]) is None
+
+    trio.run(main)
+
+
+def test_a_node_tells_its_mesh_peers_of_a_new_connection_unasked() -> None:
+    """`watcher` - `hub` - `joiner`, where `watcher` asks nobody again within the test (its
+    peer exchange paced at 60 s). When `joiner` connects to `hub`, `hub` tells its mesh peers
+    once its connections settle, so `watcher` (which relays to `hub`) learns that `hub` holds
+    the joiner's messages from the joiner itself. Before, it learned it only from its own next
+    ask, and a relay to `hub` in the meantime was a duplicate."""
+    alone = attrs.evolve(QUICK, target_peers=1)  # no dials past the hub
+    slow_asker = attrs.evolve(alone, peer_exchange_fast_s=60.0, peer_exchange_interval_s=60.0)
+
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            hub, _ = await _open(stack, QUICK)
+            addr = hub.listen_addrs()[0]
+            watcher, _ = await _open(stack, slow_asker, addr)
+            hub_id = ID.from_base58(hub.local_peer_id).to_bytes()
+            await _wait(lambda: _mesh(watcher) == {hub.local_peer_id})
+            await _wait(lambda: watcher.neighbours.age(hub_id) is not None)
+            joiner, _ = await _open(stack, alone, addr)
+            joiner_id = ID.from_base58(joiner.local_peer_id).to_bytes()
+            await _wait(lambda: joiner.local_peer_id in hub.connected_peers())
+            # Upkeep ticks every 0.2 s here: the tell follows within a few ticks.
+            await _wait(lambda: watcher.neighbours.connected(hub_id, joiner_id), timeout_s=3.0)
+            assert joiner.local_peer_id not in watcher.connected_peers()
 
     trio.run(main)
 

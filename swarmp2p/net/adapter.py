@@ -6,9 +6,12 @@ Protocols served besides gossipsub and Kademlia:
                           request handler answers (rollout batch fetches).
 - /swarmp2p/hello/1.0.0   empty request -> the node's current signed Hello bytes; how a joining
                           peer learns the swarm schedule from its bootstrap peer before round 1.
-- /swarmp2p/peers/1.0.0   empty request -> msgpack list of (peer id, listen addrs) this peer
-                          knows; peer exchange, so that nobody is left in a star around the
-                          bootstrap peer.
+- /swarmp2p/peers/1.1.0   msgpack list of the asker's connected peer ids -> msgpack list of
+                          (peer id, listen addrs) this peer is connected to; peer exchange, so
+                          that nobody is left in a star around the bootstrap peer, and so that
+                          each side learns whom the other is connected to (net/neighbours.py).
+- /swarmp2p/peers/1.0.0   the same with an empty request (the first version; still served, and
+                          asked of a peer that refuses 1.1.0).
 
 All payloads are opaque bytes here: decoding and validating messages is the node's job
 (`protocol.codec`), the adapter only guarantees sizes, timeouts and that garbage never crashes it.
@@ -74,12 +77,15 @@ GossipCheck = Callable[[str, bytes], str | None]
 
 FETCH_PROTOCOL = TProtocol("/swarmp2p/fetch/1.0.0")
 HELLO_PROTOCOL = TProtocol("/swarmp2p/hello/1.0.0")
-PEERS_PROTOCOL = TProtocol("/swarmp2p/peers/1.0.0")
+PEERS_PROTOCOL = TProtocol("/swarmp2p/peers/1.1.0")
+PEERS_ASK_PROTOCOL = TProtocol("/swarmp2p/peers/1.0.0")
 
 _STATUS_OK = 0
 _STATUS_ERROR = 1
 _MAX_EXCHANGE_PEERS = 64
 _MAX_EXCHANGE_BYTES = 64 * 1024
+# A peer exchange request lists at most _MAX_EXCHANGE_PEERS ids of ~52 base58 characters.
+_MAX_EXCHANGE_REQUEST_BYTES = 8 * 1024
 _MAX_HELLO_BYTES = 64 * 1024
 
 
@@ -164,6 +170,10 @@ class LibP2PNetwork:
         # Peer exchange slows down while it teaches us nothing new (see _peer_exchange_loop).
         self._exchange_interval_s = settings.peer_exchange_fast_s
         self._upkeep_seen: set[str] = set()  # the connected peers at the last upkeep tick
+        # What we last told our mesh peers we are connected to (`_maybe_tell_mesh_peers`).
+        self._told_connected: frozenset[str] = frozenset()
+        self._told_at = -math.inf
+        self._telling = False
         self._exchange_cursor = 0
         # Peers that failed a peer exchange (e.g. a foreign libp2p node without our protocol):
         # peer id -> trio time before which we do not ask them again.
@@ -185,7 +195,8 @@ class LibP2PNetwork:
         )
         host.set_stream_handler(FETCH_PROTOCOL, self._serve_fetch)
         host.set_stream_handler(HELLO_PROTOCOL, self._serve_hello)
-        host.set_stream_handler(PEERS_PROTOCOL, self._serve_peers)
+        host.set_stream_handler(PEERS_PROTOCOL, self._serve_peer_exchange)
+        host.set_stream_handler(PEERS_ASK_PROTOCOL, self._serve_peers)
 
     # ---- identity and addresses -------------------------------------------------------------
 
@@ -425,11 +436,22 @@ class LibP2PNetwork:
         else:
             await _quiet_close(stream)
 
-    async def _serve_small(self, stream: Any, response: bytes) -> None:
+    async def _serve_small(
+        self, stream: Any, respond: Callable[[bytes], bytes | None], max_request: int = 0
+    ) -> None:
+        """One request frame of at most `max_request` bytes (0: it must be empty; anything
+        else is garbage) -> `respond(request)`, or a reset where that is None (a request it
+        refused and counted)."""
         try:
             with trio.fail_after(self.settings.handler_timeout_s):
-                await read_frame(stream, 0)  # the request is an empty frame; anything else is garbage
+                response = respond(await read_frame(stream, max_request))
+                if response is None:
+                    await _quiet_reset(stream)
+                    return
                 await write_frame(stream, response)
+        except FrameTooLarge:
+            self.counters.add("request_oversized" if max_request else "request_garbage")
+            await _quiet_reset(stream)
         except FrameError:
             self.counters.add("request_garbage")
             await _quiet_reset(stream)
@@ -442,10 +464,23 @@ class LibP2PNetwork:
             await _quiet_close(stream)
 
     async def _serve_hello(self, stream: Any) -> None:
-        await self._serve_small(stream, self._hello)
+        await self._serve_small(stream, lambda _request: self._hello)
 
     async def _serve_peers(self, stream: Any) -> None:
-        await self._serve_small(stream, self._encode_peer_exchange())
+        await self._serve_small(stream, lambda _request: self._encode_peer_exchange())
+
+    async def _serve_peer_exchange(self, stream: Any) -> None:
+        asker = _parse_peer_id(_remote_peer(stream))
+
+        def respond(request: bytes) -> bytes | None:
+            told = self._decode_peer_ids(request)
+            if told is None:
+                return None
+            if asker is not None:
+                self.neighbours.learn(asker.to_bytes(), told)
+            return self._encode_peer_exchange()
+
+        await self._serve_small(stream, respond, _MAX_EXCHANGE_REQUEST_BYTES)
 
     # ---- DHT ------------------------------------------------------------------------------------
 
@@ -685,8 +720,8 @@ class LibP2PNetwork:
                 self._forget_dht_peer(peer_id)
                 pid = _parse_peer_id(peer_id)
                 if pid is not None:
-                    self.neighbours.forget(pid.to_bytes())
                     self._drop_stale_connections(pid)
+        self.neighbours.keep_only({pid.to_bytes() for pid in map(_parse_peer_id, connected) if pid})
         for peer_id in connected:
             if peer_id not in self.book:
                 self._learn_from_peerstore(peer_id)
@@ -699,6 +734,7 @@ class LibP2PNetwork:
             store.sweep()
         changed = connected != self._upkeep_seen
         self._upkeep_seen = connected
+        self._maybe_tell_mesh_peers(connected, still_changing=changed, now=now)
         missing = self.settings.target_peers - len(connected)
         if missing > 0:
             for peer_id in self.book.due_for_dial(now, missing, skip=self._dialing | connected):
@@ -706,6 +742,42 @@ class LibP2PNetwork:
                 self._dialing.add(peer_id)
                 self._nursery.start_soon(self._dial, peer_id)
         return changed
+
+    def _maybe_tell_mesh_peers(self, connected: set[str], *, still_changing: bool, now: float) -> None:
+        """Start a peer exchange with every gossip mesh peer when our connections differ from
+        what we last told them: once they have stopped changing for one upkeep tick, or
+        `tell_neighbours_max_wait_s` after the last time while they keep changing.
+
+        Our mesh peers are the relays that forward to us, and each skips us for the messages
+        whose author it believes we are connected to (net/neighbours.py). Until it hears of a
+        new connection of ours it relays us a copy the author sent us already. A swarm that
+        had just formed lost most of its first round to such copies: at 20 processes ~800
+        duplicates in the first round and none after; with the answers up to date the first
+        round took ~0.25 s, like the others, against ~0.45 s (docs/benchmarks.md). The asks
+        alone (`_peer_exchange_loop`) come too late for that: they are paced by the asker."""
+        if not self.settings.skip_relay_to_origin_neighbours or self._telling:
+            return
+        if connected == self._told_connected:
+            return
+        if still_changing and now - self._told_at < self.settings.tell_neighbours_max_wait_s:
+            return
+        self._told_connected = frozenset(connected)
+        self._told_at = now
+        self._telling = True
+        self._nursery.start_soon(self._tell_mesh_peers)
+
+    async def _tell_mesh_peers(self) -> None:
+        try:
+            now = trio.current_time()
+            connected = set(self.connected_peers())
+            meshes = getattr(self.pubsub.router, "mesh", {}).values()
+            mesh = {pid.to_base58() for members in meshes for pid in members}
+            async with trio.open_nursery() as nursery:
+                for peer_id in sorted(mesh & connected):
+                    if self._exchange_quiet_until.get(peer_id, 0.0) <= now:
+                        nursery.start_soon(self.exchange_peers, peer_id)
+        finally:
+            self._telling = False
 
     def _learn_from_peerstore(self, peer_id: str) -> None:
         # Identify fills the peerstore with the peer's listen addrs: enough to re-dial it later.
@@ -777,9 +849,14 @@ class LibP2PNetwork:
         return due[1], 0.0
 
     async def exchange_peers(self, peer_id: str) -> int:
-        """Ask `peer_id` whom it knows; returns how many new peers we learned."""
+        """Tell `peer_id` whom we are connected to and ask whom it is connected to; returns
+        how many new peers we learned."""
         try:
-            raw = await self._roundtrip(peer_id, PEERS_PROTOCOL, b"", _MAX_EXCHANGE_BYTES, 5.0)
+            try:
+                request = self._encode_connected_ids()
+                raw = await self._roundtrip(peer_id, PEERS_PROTOCOL, request, _MAX_EXCHANGE_BYTES, 5.0)
+            except ProtocolRefused:  # a peer of the first version: ask only
+                raw = await self._roundtrip(peer_id, PEERS_ASK_PROTOCOL, b"", _MAX_EXCHANGE_BYTES, 5.0)
         except NetworkError as error:
             logger.debug("peer exchange with %s failed: %s", peer_id, error)
             # A peer without our protocol (a foreign libp2p node) is asked rarely; others soon again.
@@ -809,6 +886,31 @@ class LibP2PNetwork:
         if asked is not None:
             self.neighbours.learn(asked.to_bytes(), its_neighbours)
         return learned
+
+    def _decode_peer_ids(self, raw: bytes) -> list[bytes] | None:
+        """A peer exchange request (`_encode_connected_ids`) -> the ids it lists, as bytes; None
+        when it is not a list at all. Every rejection is counted as `peer_exchange_garbage`;
+        an entry that is not a peer id is skipped."""
+        try:
+            names = msgpack.unpackb(
+                raw, raw=False, strict_map_key=True, max_array_len=_MAX_EXCHANGE_PEERS, max_map_len=0
+            )
+            if not isinstance(names, list):
+                raise ValueError("not a list")
+        except Exception:
+            self.counters.add("peer_exchange_garbage")
+            return None
+        ids = []
+        for name in names:
+            pid = _parse_peer_id(name)
+            if pid is None:
+                self.counters.add("peer_exchange_garbage")
+            else:
+                ids.append(pid.to_bytes())
+        return ids
+
+    def _encode_connected_ids(self) -> bytes:
+        return msgpack.packb(sorted(self.connected_peers())[:_MAX_EXCHANGE_PEERS])
 
     def _encode_peer_exchange(self) -> bytes:
         entries = [[self._peer_id, self.transport_addrs()]]

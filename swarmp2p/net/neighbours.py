@@ -73,6 +73,13 @@ class NeighbourMap:
         """Our connection to `peer` closed: whatever it told us may no longer hold."""
         self._entries.pop(peer, None)
 
+    def keep_only(self, peers: set[bytes]) -> None:
+        """Forget every peer outside `peers` (those we are connected to now). Upkeep calls this
+        on each tick, so an entry goes with its connection even when the connection came and
+        went between two ticks (a peer tells us its neighbours as soon as it connects)."""
+        for peer in [p for p in self._entries if p not in peers]:
+            del self._entries[peer]
+
     def connected(self, peer: bytes, other: bytes) -> bool:
         """Whether `peer` told us, less than `ttl_s` ago, that it is connected to `other`."""
         entry = self._entries.get(peer)
