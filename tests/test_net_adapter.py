@@ -23,7 +23,7 @@ from swarmp2p.net import (
     NetworkSettings,
     open_libp2p_network,
 )
-from swarmp2p.net.adapter import next_exchange_interval, next_upkeep_pause
+from swarmp2p.net.adapter import TELL_MIN_GAP_S, next_exchange_interval, next_upkeep_pause, tell_due
 from swarmp2p.net.frames import encode_frame
 from swarmp2p.ports import NetworkError
 
@@ -168,6 +168,29 @@ def test_garbage_on_fetch_protocol_is_counted_and_survived() -> None:
         assert await a.request(b.local_peer_id, b"still alive?", 5) == b"ok"
 
     run_swarm(2, body)
+
+
+@given(
+    differs=st.booleans(),
+    still_changing=st.booleans(),
+    since_last_s=st.floats(0.0, 100.0),
+    max_wait_s=st.floats(0.1, 50.0),
+)
+def test_a_tell_is_due_only_for_news_never_twice_within_the_gap_and_waits_for_calm(
+    differs: bool, still_changing: bool, since_last_s: float, max_wait_s: float
+) -> None:
+    """Nothing new: never. Within TELL_MIN_GAP_S of the last tell: never (a flapping peer
+    cannot make us open streams to every mesh peer each second). Past it: at once if the
+    connections held still this tick; while they keep changing, once max_wait_s has passed."""
+    due = tell_due(
+        differs=differs, still_changing=still_changing, since_last_s=since_last_s, max_wait_s=max_wait_s
+    )
+    if not differs or since_last_s < TELL_MIN_GAP_S:
+        assert not due
+    elif not still_changing:
+        assert due
+    else:
+        assert due == (since_last_s >= max_wait_s)
 
 
 def test_garbage_peer_exchange_requests_are_counted_and_survived() -> None:

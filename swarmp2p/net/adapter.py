@@ -757,9 +757,13 @@ class LibP2PNetwork:
         alone (`_peer_exchange_loop`) come too late for that: they are paced by the asker."""
         if not self.settings.skip_relay_to_origin_neighbours or self._telling:
             return
-        if connected == self._told_connected:
-            return
-        if still_changing and now - self._told_at < self.settings.tell_neighbours_max_wait_s:
+        due = tell_due(
+            differs=connected != self._told_connected,
+            still_changing=still_changing,
+            since_last_s=now - self._told_at,
+            max_wait_s=self.settings.tell_neighbours_max_wait_s,
+        )
+        if not due:
             return
         self._told_connected = frozenset(connected)
         self._told_at = now
@@ -981,6 +985,21 @@ def next_upkeep_pause(current_s: float, *, changed: bool, fast_s: float, settled
     """The pause before the next upkeep tick: `fast_s` after a tick that saw a change, else
     double, capped at `settled_s` (never below `fast_s`)."""
     return _doubled_pause(current_s, reset=changed, fast_s=fast_s, cap_s=max(fast_s, settled_s))
+
+
+# Tells are at least this far apart: a peer that connects and disconnects over and over would
+# otherwise have us open a stream to every mesh peer about once a second.
+TELL_MIN_GAP_S = 2.0
+
+
+def tell_due(*, differs: bool, still_changing: bool, since_last_s: float, max_wait_s: float) -> bool:
+    """Whether a node tells its mesh peers whom it is connected to now (upkeep, each tick):
+    only if that differs from what it last told them and the last tell is `TELL_MIN_GAP_S`
+    old; then once the connections have stopped changing (this tick saw none), or while they
+    keep changing once `max_wait_s` has passed since the last tell."""
+    if not differs or since_last_s < TELL_MIN_GAP_S:
+        return False
+    return not still_changing or since_last_s >= max_wait_s
 
 
 def next_exchange_interval(

@@ -42,7 +42,7 @@ class NetworkSettings:
     neighbour_ttl_s: float = attrs.field(default=120.0, validator=_positive)
     # A node tells its mesh peers whom it is connected to (one peer exchange each) once its
     # connections have stopped changing for an upkeep tick, and at least this often while they
-    # keep changing (a swarm that is joining); adapter.py `_maybe_tell_mesh_peers`.
+    # keep changing (a swarm that is joining), never twice within 2 s; adapter.py `tell_due`.
     tell_neighbours_max_wait_s: float = attrs.field(default=5.0, validator=_positive)
     # Raised from 10/s: a round's announcements from 20 peers arrive in one burst.
     max_messages_per_topic_per_second: float = attrs.field(default=1000.0, validator=_positive)
