@@ -69,6 +69,7 @@ TOPIC = "bench/announce"
 PUSH_ENV = "SWARMP2P_BENCH_PUSH_MAX_BYTES"
 FETCH_SLOTS_ENV = "SWARMP2P_BENCH_FETCH_SLOTS"
 MESH_ENV = "SWARMP2P_BENCH_MESH_DEGREE"
+RELAY_ALL_ENV = "SWARMP2P_BENCH_RELAY_ALL"
 
 
 # ---- worker process -------------------------------------------------------------------------
@@ -98,6 +99,8 @@ def worker(args: argparse.Namespace) -> None:
         push_max_bytes = os.environ.get(PUSH_ENV)  # --push-max-bytes, handed down by the orchestrator
         if push_max_bytes is not None:
             settings = attrs.evolve(settings, push_max_bytes=int(push_max_bytes))
+        if os.environ.get(RELAY_ALL_ENV):  # --relay-all
+            settings = attrs.evolve(settings, skip_relay_to_origin_neighbours=False)
         mesh = os.environ.get(MESH_ENV)  # --mesh-degree D,LOW,HIGH
         if mesh:
             degree, low, high = (int(part) for part in mesh.split(","))
@@ -676,6 +679,12 @@ def main() -> None:
         default="",
         help="gossip mesh degrees D,LOW,HIGH for every process (default: the node's NetworkSettings)",
     )
+    parser.add_argument(
+        "--relay-all",
+        action="store_true",
+        help="relays forward to every mesh peer, also those connected to the author "
+        "(NetworkSettings.skip_relay_to_origin_neighbours off): second copies, at their CPU",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--host", default="127.0.0.1", help=argparse.SUPPRESS)
@@ -686,6 +695,8 @@ def main() -> None:
         os.environ[PUSH_ENV] = str(args.push_max_bytes)  # every worker inherits it
     if args.fetch_concurrency:
         os.environ[FETCH_SLOTS_ENV] = str(args.fetch_concurrency)
+    if args.relay_all:
+        os.environ[RELAY_ALL_ENV] = "1"
     if args.mesh_degree:
         parts = args.mesh_degree.split(",")
         if len(parts) != 3 or not all(part.strip().isdigit() for part in parts):
