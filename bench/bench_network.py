@@ -174,6 +174,14 @@ def worker(args: argparse.Namespace) -> None:
 
             total = len(sizes) * args.messages * fanin
             cpu_marks: list[float] = []  # CPU seconds when each batch size's exchanges begin
+            # At each exchange's start and at the end: CPU seconds, duplicates received so far
+            # (py-libp2p's seen-cache), connections (--per-round).
+            round_marks: list[tuple[float, int, int]] = []
+
+            def mark_round() -> None:
+                duplicates = net.counters.snapshot().get("gossip_seen_duplicate", 0)
+                round_marks.append((cpu_seconds(), duplicates, len(net.connected_peers())))
+
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(listen, nursery)
                 for msg_id in range(total):
@@ -181,6 +189,8 @@ def worker(args: argparse.Namespace) -> None:
                     await trio.sleep(max(0.0, at - time.time()))
                     if msg_id % (args.messages * fanin) == 0:
                         cpu_marks.append(cpu_seconds())
+                    if msg_id % fanin == 0:
+                        mark_round()
                     if msg_id % args.procs == args.index:
                         payloads[msg_id] = os.urandom(expected_size(msg_id))
                         published[msg_id] = time.time()
@@ -201,6 +211,7 @@ def worker(args: argparse.Namespace) -> None:
                         await trio.sleep(0.1)
                 nursery.cancel_scope.cancel()
             cpu_marks.append(cpu_seconds())
+            mark_round()
             cpu_after = resource.getrusage(resource.RUSAGE_SELF)
             cpu = (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime)
             result = {
@@ -214,6 +225,7 @@ def worker(args: argparse.Namespace) -> None:
                 # Per batch size: the last size's share runs on through the end-of-run wait.
                 "cpu_by_size": [b - a for a, b in itertools.pairwise(cpu_marks)],
                 "idle_cpu_s": idle_cpu,
+                "round_marks": round_marks,
                 "idle_s": idle_s,
                 "drops": net.counters.snapshot(),
             }
@@ -325,11 +337,54 @@ def run_config(
                     process.kill()
     windows = [start + k * messages * interval for k in range(1, len(sizes))]
     rows = summarize(results, sizes, messages, start, interval, all_to_all=all_to_all, idle_s=idle_s)
+    rounds = per_round(results, len(sizes) * messages, start, interval, all_to_all=all_to_all)
     peaks = memory.peaks(windows)
     for s_index, row in enumerate(rows.values()):
         row["startup_s"] = startup_s
         row["crash_reasons"] = crashes
         row["peak_mib"] = statistics.mean(peaks[s_index]) if peaks[s_index] else float("nan")
+        row["rounds"] = rounds[s_index * messages : (s_index + 1) * messages]
+    return rows
+
+
+def per_round(
+    results: list[dict[str, Any] | None], exchanges: int, start: float, interval: float, *, all_to_all: bool
+) -> list[dict[str, Any]]:
+    """Per exchange (--per-round): until every process held every batch (inf: some never
+    arrived), and summed over the processes that reported, the duplicates they received and the
+    CPU they spent from this exchange's start to the next one's (the last: to the end of the
+    run), with the fewest and most connections a process had when it began. Workers without
+    `round_marks` (hivemind's) leave those None."""
+    procs = len(results)
+    fanin = procs if all_to_all else 1
+    alive = [r for r in results if r is not None]
+    marked = [r["round_marks"] for r in alive if len(r.get("round_marks", ())) == exchanges + 1]
+    rows = []
+    for exchange in range(exchanges):
+        done: list[float] = []
+        complete = True
+        for msg_id in range(exchange * fanin, (exchange + 1) * fanin):
+            for index, result in enumerate(results):
+                if result is None or str(msg_id) in result["published"]:
+                    continue
+                if all_to_all and msg_id % procs == index:
+                    continue
+                t = result["received"].get(str(msg_id))
+                if t is None:
+                    complete = False
+                else:
+                    done.append(t)
+        scheduled = start + exchange * interval
+        rows.append(
+            {
+                "took_s": max(done) - scheduled if complete and done else float("inf"),
+                "duplicates": sum(m[exchange + 1][1] - m[exchange][1] for m in marked) if marked else None,
+                "cpu_s": sum(m[exchange + 1][0] - m[exchange][0] for m in marked) if marked else None,
+                "connections": (min(m[exchange][2] for m in marked), max(m[exchange][2] for m in marked))
+                if marked
+                else None,
+            }
+        )
     return rows
 
 
@@ -685,6 +740,12 @@ def main() -> None:
         help="relays forward to every mesh peer, also those connected to the author "
         "(NetworkSettings.skip_relay_to_origin_neighbours off): second copies, at their CPU",
     )
+    parser.add_argument(
+        "--per-round",
+        action="store_true",
+        help="also print each exchange: its time until all hold all, the duplicates received and "
+        "the CPU spent by all processes, and their connections",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--host", default="127.0.0.1", help=argparse.SUPPRESS)
@@ -754,6 +815,7 @@ def main() -> None:
         table.add_column(column, justify="right")
     baselines: dict[tuple[int, int] | None, dict[str, Any]] = {}
     notes: list[str] = []
+    per_round_tables: list[Any] = []
     with Progress() as progress:
         configs = [(procs, manager) for procs in proc_counts for manager in managers]
         task = progress.add_task("configurations", total=len(configs))
@@ -771,6 +833,8 @@ def main() -> None:
                     procs, sizes, args.messages, args.interval, manager, args.idle, all_to_all=args.all_to_all
                 )
             load = f"{load_before:.1f}-{os.getloadavg()[0]:.1f}"
+            if args.per_round:
+                per_round_tables.append(round_table(procs, manager, rows))
             first = next(iter(rows.values()))  # errors and drops are per run, all sizes together
             if first["error_reasons"]:
                 notes.append(f"{procs} procs {manager} fetch errors: {first['error_reasons']}")
@@ -803,8 +867,33 @@ def main() -> None:
             progress.advance(task)
     console = Console(width=160)
     console.print(table)
+    for round_rows in per_round_tables:
+        console.print(round_rows)
     for note in notes:
         console.print(note)
+
+
+def round_table(procs: int, manager: str, rows: dict[int, dict[str, Any]]) -> Any:
+    """--per-round: one line per exchange (see `per_round`)."""
+    from rich.table import Table
+
+    table = Table(title=f"{procs} procs {manager}, per exchange (CPU and duplicates: all processes)")
+    for column in ("exchange", "batch", "took s", "duplicates received", "CPU s", "connections per process"):
+        table.add_column(column, justify="right")
+    number = 0
+    for size, row in rows.items():
+        for exchange in row["rounds"]:
+            number += 1
+            conns = exchange["connections"]
+            table.add_row(
+                str(number),
+                f"{size / 1000:g} KB",
+                f"{exchange['took_s']:.3f}",
+                "-" if exchange["duplicates"] is None else str(exchange["duplicates"]),
+                "-" if exchange["cpu_s"] is None else f"{exchange['cpu_s']:.2f}",
+                "-" if conns is None else f"{conns[0]}-{conns[1]}",
+            )
+    return table
 
 
 def ratio(value: float, baseline: float) -> str:

@@ -151,6 +151,26 @@ def test_summarize_all_to_all_latency_is_until_the_last_batch_arrives() -> None:
     assert crashed["crashed"] == 1 and crashed["lost"] == 3
 
 
+def test_per_round_gives_each_exchange_its_time_duplicates_cpu_and_connections() -> None:
+    """--per-round: the same rounds as `summarize` (0.5 s, never, 0.3 s), and from the workers'
+    marks (CPU, duplicates so far, connections at each exchange's start and at the end) the
+    differences summed over processes; a worker without marks (hivemind's) leaves them None."""
+    results = [
+        result({1: 100.3, 3: 110.2, 5: 120.3}, {0: 100.0, 2: 110.0, 4: 120.0}),
+        result({0: 100.5, 4: 120.2}, {1: 100.0, 3: 110.0, 5: 120.0}),
+    ]
+    rounds = bench_network.per_round(results, 3, 100.0, 10.0, all_to_all=True)
+    assert rounds[0]["took_s"] == pytest.approx(0.5)
+    assert math.isinf(rounds[1]["took_s"]) and rounds[2]["took_s"] == pytest.approx(0.3)
+    assert all(r["duplicates"] is None and r["cpu_s"] is None for r in rounds)
+    results[0]["round_marks"] = [(1.0, 0, 1), (1.5, 4, 1), (1.75, 4, 1), (2.0, 5, 1)]
+    results[1]["round_marks"] = [(2.0, 1, 1), (2.5, 1, 1), (3.0, 1, 1), (3.5, 2, 1)]
+    rounds = bench_network.per_round(results, 3, 100.0, 10.0, all_to_all=True)
+    assert [r["duplicates"] for r in rounds] == [4, 0, 2]
+    assert [r["cpu_s"] for r in rounds] == pytest.approx([1.0, 0.75, 0.75])
+    assert rounds[0]["connections"] == (1, 1)
+
+
 def test_table_ratios_and_targets() -> None:
     rows = [
         {"procs": 20, "size": 10000, "stack": "ours", "p50": 0.2, "p99": 0.4, "lost": 0, "crashed": 0,
