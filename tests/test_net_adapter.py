@@ -390,24 +390,6 @@ def test_a_settled_node_ticks_upkeep_rarely_and_still_notices_a_loss_at_once_aft
     trio.run(main)
 
 
-def test_a_settled_node_learns_of_an_inbound_connection_at_once() -> None:
-    """Upkeep backs off to `upkeep_settled_s` (30 s here) on a node whose connections do not
-    change; a peer that connects to it wakes it (net/connection_events.py), so the peer is in
-    its peer book within a second, not at the next settled tick up to 30 s later."""
-    settings = attrs.evolve(FAST, upkeep_interval_s=0.1, upkeep_settled_s=30.0)
-
-    async def main() -> None:
-        with trio.fail_after(60):
-            async with open_libp2p_network(create_new_key_pair(), settings) as a:
-                await trio.sleep(4.0)  # deliberate: alone and unchanged, a's pause doubles past 3 s
-                async with open_libp2p_network(create_new_key_pair(), settings) as b:
-                    await b.connect(a.listen_addrs()[0])
-                    await wait_until(lambda: b.local_peer_id in a.connected_peers())
-                    await wait_until(lambda: b.local_peer_id in a.book.connected(), timeout_s=1.5)
-
-    trio.run(main)
-
-
 def test_own_messages_flood_to_every_subscriber_forwarded_ones_follow_the_mesh() -> None:
     # Mesh degree 1: without flood publishing, our own announcement would leave through one
     # mesh peer and need extra hops (each through a busy process) to reach the others.

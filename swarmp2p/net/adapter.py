@@ -50,7 +50,6 @@ from libp2p.tools.anyio_service import background_trio_service
 from libp2p.utils.address_validation import expand_wildcard_address
 
 from swarmp2p.net import task_parents, yamux_credit, yamux_knobs
-from swarmp2p.net.connection_events import WakeOnConnectionChange
 from swarmp2p.net.counters import DropCounters
 from swarmp2p.net.dht import (
     BoundedValueStore,
@@ -175,8 +174,6 @@ class LibP2PNetwork:
         self._told_connected: frozenset[str] = frozenset()
         self._told_at = -math.inf
         self._telling = False
-        self._upkeep_wake = trio.Event()  # set by a connection opening or closing
-        host.get_network().register_notifee(WakeOnConnectionChange(lambda: self._upkeep_wake.set()))
         self._exchange_cursor = 0
         # Peers that failed a peer exchange (e.g. a foreign libp2p node without our protocol):
         # peer id -> trio time before which we do not ask them again.
@@ -700,14 +697,9 @@ class LibP2PNetwork:
         """Keep `target_peers` connections: learn from whoever connected to us, re-dial lost
         peers. Every `upkeep_interval_s` while connections come, go or are dialed; doubling up
         to `upkeep_settled_s` while nothing changes: a tick walks every connection, and at 0.5 s
-        it was ~20% of a settled node's CPU (15 nodes in one process, 14 connections each).
-        A connection opening or closing wakes it early (net/connection_events.py), and a tell
-        held back only by `TELL_MIN_GAP_S` is made when the gap ends; ticks stay at least
-        `upkeep_interval_s` apart (a burst of connections is one tick)."""
+        it was ~20% of a settled node's CPU (15 nodes in one process, 14 connections each)."""
         pause = self.settings.upkeep_interval_s
         while True:
-            self._upkeep_wake = trio.Event()  # before the tick: a change during it wakes the next
-            ticked_at = trio.current_time()
             changed = await self._upkeep_tick()
             pause = next_upkeep_pause(
                 pause,
@@ -715,12 +707,7 @@ class LibP2PNetwork:
                 fast_s=self.settings.upkeep_interval_s,
                 settled_s=self.settings.upkeep_settled_s,
             )
-            wait_s = pause
-            if self.settings.skip_relay_to_origin_neighbours and self._upkeep_seen != self._told_connected:
-                wait_s = min(wait_s, self._told_at + TELL_MIN_GAP_S - trio.current_time())
-            with trio.move_on_after(max(0.0, wait_s)):
-                await self._upkeep_wake.wait()
-            await trio.sleep_until(ticked_at + self.settings.upkeep_interval_s)
+            await trio.sleep(pause)
 
     async def _upkeep_tick(self) -> bool:
         """One pass of upkeep; whether the connected peers changed since the last, or a dial
