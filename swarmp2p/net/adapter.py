@@ -867,14 +867,8 @@ class LibP2PNetwork:
             pause = 120.0 if isinstance(error, ProtocolRefused) else 5.0
             self._exchange_quiet_until[peer_id] = trio.current_time() + pause
             return 0
-        try:
-            entries = msgpack.unpackb(
-                raw, raw=False, strict_map_key=True, max_array_len=_MAX_EXCHANGE_PEERS, max_map_len=0
-            )
-            if not isinstance(entries, list):
-                raise ValueError("not a list")
-        except Exception:
-            self.counters.add("peer_exchange_garbage")
+        entries = self._unpack_exchange_list(raw)
+        if entries is None:
             entries = []  # below: it told us no neighbours (so every relay to it is sent)
         learned = 0
         # The answer lists the peers it is connected to (`_encode_peer_exchange`).
@@ -891,18 +885,26 @@ class LibP2PNetwork:
             self.neighbours.learn(asked.to_bytes(), its_neighbours)
         return learned
 
+    def _unpack_exchange_list(self, raw: bytes) -> list[Any] | None:
+        """A peer exchange request or answer: a msgpack list of at most _MAX_EXCHANGE_PEERS
+        entries, or None (counted as `peer_exchange_garbage`) for anything else."""
+        try:
+            entries = msgpack.unpackb(
+                raw, raw=False, strict_map_key=True, max_array_len=_MAX_EXCHANGE_PEERS, max_map_len=0
+            )
+        except Exception:
+            entries = None
+        if not isinstance(entries, list):
+            self.counters.add("peer_exchange_garbage")
+            return None
+        return entries
+
     def _decode_peer_ids(self, raw: bytes) -> list[bytes] | None:
         """A peer exchange request (`_encode_connected_ids`) -> the ids it lists, as bytes; None
         when it is not a list at all. Every rejection is counted as `peer_exchange_garbage`;
         an entry that is not a peer id is skipped."""
-        try:
-            names = msgpack.unpackb(
-                raw, raw=False, strict_map_key=True, max_array_len=_MAX_EXCHANGE_PEERS, max_map_len=0
-            )
-            if not isinstance(names, list):
-                raise ValueError("not a list")
-        except Exception:
-            self.counters.add("peer_exchange_garbage")
+        names = self._unpack_exchange_list(raw)
+        if names is None:
             return None
         ids = []
         for name in names:
