@@ -774,8 +774,7 @@ class LibP2PNetwork:
         try:
             now = trio.current_time()
             connected = set(self.connected_peers())
-            meshes = getattr(self.pubsub.router, "mesh", {}).values()
-            mesh = {pid.to_base58() for members in meshes for pid in members}
+            mesh = {pid.to_base58() for pid in self._mesh_members()}
             async with trio.open_nursery() as nursery:
                 for peer_id in sorted(mesh & connected):
                     if self._exchange_quiet_until.get(peer_id, 0.0) <= now:
@@ -821,6 +820,13 @@ class LibP2PNetwork:
             pause = min(self._exchange_interval_s, max(self.settings.peer_exchange_fast_s, next_refresh_s))
             await trio.sleep(pause)
 
+    def _mesh_members(self) -> set[ID]:
+        """Every peer in our gossip mesh, over all topics."""
+        members: set[ID] = set()
+        for topic_mesh in getattr(self.pubsub.router, "mesh", {}).values():
+            members.update(topic_mesh)
+        return members
+
     def _mesh_peer_to_refresh(self, askable: Sequence[str]) -> tuple[str | None, float]:
         """The gossip mesh peer whose neighbour list (net/neighbours.py) is the most overdue for
         a refresh (`NeighbourMap.due_in`), if any; and the seconds until the next one falls due
@@ -829,10 +835,7 @@ class LibP2PNetwork:
         left to the slow round-robin discovery."""
         if not self.settings.skip_relay_to_origin_neighbours:
             return None, math.inf
-        router = self.pubsub.router
-        mesh_ids: set[ID] = set()
-        for members in getattr(router, "mesh", {}).values():
-            mesh_ids.update(members)
+        mesh_ids = self._mesh_members()
         if not mesh_ids:
             return None, math.inf
         askable_set = set(askable)
