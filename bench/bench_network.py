@@ -46,6 +46,7 @@ import argparse
 import itertools
 import json
 import math
+import operator
 import os
 import re
 import resource
@@ -354,7 +355,11 @@ def per_round(
     arrived), and summed over the processes that reported, the duplicates they received and the
     CPU they spent from this exchange's start to the next one's (the last: to the end of the
     run), with the fewest and most connections a process had when it began. Workers without
-    `round_marks` (hivemind's) leave those None."""
+    `round_marks` (hivemind's) leave those None.
+    `median_s` / `p90_s`: half / 90% of the round's deliveries (one batch reaching one
+    process) had arrived by then, from the round's start; against `took_s` they say whether a
+    slow round was slow throughout or waited for a few stragglers (a lost packet, one busy
+    process)."""
     procs = len(results)
     fanin = procs if all_to_all else 1
     alive = [r for r in results if r is not None]
@@ -375,9 +380,12 @@ def per_round(
                 else:
                     done.append(t)
         scheduled = start + exchange * interval
+        delays = sorted(t - scheduled for t in done)
         rows.append(
             {
                 "took_s": max(done) - scheduled if complete and done else float("inf"),
+                "median_s": percentile(delays, 0.5),
+                "p90_s": percentile(delays, 0.9),
                 "duplicates": sum(m[exchange + 1][1] - m[exchange][1] for m in marked) if marked else None,
                 "cpu_s": sum(m[exchange + 1][0] - m[exchange][0] for m in marked) if marked else None,
                 "connections": (min(m[exchange][2] for m in marked), max(m[exchange][2] for m in marked))
@@ -626,14 +634,23 @@ def run_netns_config(
             all_to_all=all_to_all, grace_s=grace_s, netns=network,
         )  # fmt: skip
         switch_cpu = (procfs.cpu_seconds(network.switch.pid) or 0.0) - switch_cpu
-        totals: dict[str, int] = {}
-        for node in network.stats():
-            for key, value in node.items():
-                totals[key] = totals.get(key, 0) + value
+        totals = switch_totals(network.stats())
+        scheduling = network.switch_scheduling
     for row in rows.values():
         row["switch"] = totals
         row["switch_cpu_s"] = switch_cpu
+        row["switch_scheduling"] = scheduling
     return rows
+
+
+def switch_totals(per_node: list[dict[str, int]]) -> dict[str, int]:
+    """The switch's counters over all nodes: counts summed, `*_max_us` the largest."""
+    totals: dict[str, int] = {}
+    for node in per_node:
+        for key, value in node.items():
+            merged = max if key.endswith("_max_us") else operator.add
+            totals[key] = merged(totals.get(key, 0), value)
+    return totals
 
 
 def fmt_s(value: float) -> str:
@@ -648,8 +665,9 @@ def compare_table(results: list[dict[str, Any]], rtt_s: float, within_rtts: floa
     lines = [
         "| procs | batch | loopback p50 s | loopback p99 s | netns p50 s | netns p99 s | netns gossip p99 s "
         f"| p99 netns − loopback s | in RTTs | within {within_rtts:g} RTT | lost loopback / netns "
-        "| fetch errors loopback / netns | switch: packets lost / sent | switch CPU s | load avg |",
-        "|---" * 15 + "|",
+        "| fetch errors loopback / netns | switch: packets lost / sent | switch: late > 1 ms, latest ms "
+        "| switch CPU s | load avg |",
+        "|---" * 16 + "|",
     ]
     for r in results:
         lo, ns = r["loopback"], r["netns"]
@@ -672,6 +690,9 @@ def compare_table(results: list[dict[str, Any]], rtt_s: float, within_rtts: floa
             f"{lo['lost']} / {ns['lost']}",
             f"{lo['fetch_errors']} / {ns['fetch_errors']}",
             f"{switch.get('dropped_loss', 0)} / {sent}",
+            # Deliveries the switch made late (it waited for the CPU), and its scheduling.
+            f"{switch.get('late_over_1ms', 0)}, {switch.get('late_max_us', 0) / 1000:.1f} "
+            f"({ns.get('switch_scheduling', '?')})",
             f"{ns['switch_cpu_s']:.1f}",
             r["load"],
         ]
@@ -878,7 +899,8 @@ def round_table(procs: int, manager: str, rows: dict[int, dict[str, Any]]) -> An
     from rich.table import Table
 
     table = Table(title=f"{procs} procs {manager}, per exchange (CPU and duplicates: all processes)")
-    for column in ("exchange", "batch", "took s", "duplicates received", "CPU s", "connections per process"):
+    columns = ("exchange", "batch", "half delivered s", "90% s", "took s", "duplicates received", "CPU s")
+    for column in (*columns, "connections per process"):
         table.add_column(column, justify="right")
     number = 0
     for size, row in rows.items():
@@ -888,6 +910,8 @@ def round_table(procs: int, manager: str, rows: dict[int, dict[str, Any]]) -> An
             table.add_row(
                 str(number),
                 f"{size / 1000:g} KB",
+                f"{exchange['median_s']:.3f}",
+                f"{exchange['p90_s']:.3f}",
                 f"{exchange['took_s']:.3f}",
                 "-" if exchange["duplicates"] is None else str(exchange["duplicates"]),
                 "-" if exchange["cpu_s"] is None else f"{exchange['cpu_s']:.2f}",
@@ -910,6 +934,7 @@ def compare(args: argparse.Namespace) -> None:
     rtt_s = 2 * args.delay_ms / 1000
     results: list[dict[str, Any]] = []
     notes: list[str] = []
+    per_round_tables: list[Any] = []
     for procs in [int(p) for p in args.procs.split(",")]:
         load_before = os.getloadavg()[0]
         by_network: dict[str, dict[int, dict[str, Any]]] = {}
@@ -931,6 +956,8 @@ def compare(args: argparse.Namespace) -> None:
                 notes.append(f"{procs} procs {network}: {error}")
                 print(f"{procs} procs {network}: {error}", file=sys.stderr, flush=True)
                 break
+            if args.per_round:
+                per_round_tables.append(round_table(procs, f"on {network}", by_network[network]))
             first = next(iter(by_network[network].values()))
             for label, key in (("fetch errors", "error_reasons"), ("crashes", "crash_reasons")):
                 if first[key]:
@@ -960,6 +987,12 @@ def compare(args: argparse.Namespace) -> None:
         f"per egress; {args.messages} exchanges/size {args.interval:g} s apart; {os.cpu_count()} cores"
     )
     print(compare_table(results, rtt_s, args.within_rtts))
+    if per_round_tables:
+        from rich.console import Console
+
+        console = Console(width=160)
+        for round_rows in per_round_tables:
+            console.print(round_rows)
     for note in notes:
         print(note)
     if args.json:

@@ -162,6 +162,10 @@ def test_per_round_gives_each_exchange_its_time_duplicates_cpu_and_connections()
     rounds = bench_network.per_round(results, 3, 100.0, 10.0, all_to_all=True)
     assert rounds[0]["took_s"] == pytest.approx(0.5)
     assert math.isinf(rounds[1]["took_s"]) and rounds[2]["took_s"] == pytest.approx(0.3)
+    # Round 1's two deliveries came 0.3 and 0.5 s after its start, round 3's 0.2 and 0.3 s
+    # (`percentile` takes the nearest rank: of two, the first for half, the second for 90%).
+    assert (rounds[0]["median_s"], rounds[0]["p90_s"]) == pytest.approx((0.3, 0.5))
+    assert (rounds[2]["median_s"], rounds[2]["p90_s"]) == pytest.approx((0.2, 0.3))
     assert all(r["duplicates"] is None and r["cpu_s"] is None for r in rounds)
     results[0]["round_marks"] = [(1.0, 0, 1), (1.5, 4, 1), (1.75, 4, 1), (2.0, 5, 1)]
     results[1]["round_marks"] = [(2.0, 1, 1), (2.5, 1, 1), (3.0, 1, 1), (3.5, 2, 1)]
@@ -289,3 +293,17 @@ def test_files_that_processes_poll_for_are_never_seen_empty(tmp_path: Path) -> N
     stop.set()
     assert seen == ["1764240000.5" * 1000]
     assert [p.name for p in tmp_path.iterdir()] == ["start"]  # no partial file left behind
+
+
+def test_the_switch_counters_sum_over_nodes_but_its_latest_delivery_is_a_maximum() -> None:
+    per_node = [
+        {"forwarded": 10, "dropped_loss": 1, "late_over_1ms": 2, "late_max_us": 4000},
+        {"forwarded": 5, "late_max_us": 9000},
+    ]
+    totals = bench_network.switch_totals(per_node)
+    assert totals == {"forwarded": 15, "dropped_loss": 1, "late_over_1ms": 2, "late_max_us": 9000}
+    side = {"p50": 0.1, "p99": 0.2, "gossip_p99": 0.1, "lost": 0, "fetch_errors": 0}
+    netns = {**side, "p99": 0.5, "switch": totals, "switch_cpu_s": 1.0, "switch_scheduling": "fifo"}
+    rows = [{"procs": 2, "size": 10000, "load": "1-1", "loopback": side, "netns": netns}]
+    table = bench_network.compare_table(rows, 0.1, 4.0)
+    assert "| 0.300 | 3.0 | yes |" in table and "| 1 / 16 | 2, 9.0 (fifo) | 1.0 |" in table

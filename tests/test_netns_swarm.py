@@ -9,9 +9,11 @@ Assertions read rounds.jsonl and the node's /api/status, never logs.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -102,6 +104,13 @@ def test_the_switch_delays_partitions_confines_and_cleans_up() -> None:
         stats = network.stats()
         assert stats[0]["unknown_dst"] >= 1 and stats[0]["dropped_partition"] >= 1, stats
         assert stats[0]["forwarded"] > 0 and stats[1]["forwarded"] > 0, stats
+        # The switch runs ahead of the nodes (netem's place is the kernel): real-time where
+        # this machine allows it, and it says which it got.
+        assert network.switch is not None
+        policy = os.sched_getscheduler(network.switch.pid)
+        expected = "fifo" if subprocess.run(["chrt", "-f", "10", "true"]).returncode == 0 else None
+        assert network.switch_scheduling == (expected or network.switch_scheduling), network.switch_scheduling
+        assert (policy == os.SCHED_FIFO) == (network.switch_scheduling == "fifo"), policy
     # Namespaces (and the server still running in one) and TUN devices are gone.
     assert server.wait(timeout=10) is not None
     listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
@@ -262,3 +271,22 @@ def test_a_partitioned_node_rejoins_and_trains_on_others_again(
     except BaseException:
         print(report(nodes))
         raise
+
+
+def test_the_switch_counts_the_deliveries_it_made_late() -> None:
+    """A packet written out after its due time waited for the switch (a busy machine): counted
+    on its sender's egress, with the latest such delay. No TUN needed: pipes stand in."""
+    from netns_harness import Switch
+
+    switch = Switch.__new__(Switch)
+    read_end, write_end = os.pipe()
+    switch.fds = [write_end, write_end]
+    switch.stats = [Counter(), Counter()]
+    switch.queue = [(10.0, 1, 0, 1, b"on time"), (10.0005, 2, 0, 1, b"half a ms"), (10.5, 3, 1, 0, b"late")]
+    switch.deliver(10.001)  # the first two are due; both within a millisecond
+    assert switch.stats[0]["late_over_1ms"] == 0 and switch.stats[0]["late_max_us"] == 1000
+    switch.deliver(10.52)
+    assert switch.stats[1]["late_over_1ms"] == 1 and 19_000 <= switch.stats[1]["late_max_us"] <= 20_000
+    assert os.read(read_end, 100) == b"on timehalf a mslate"
+    os.close(read_end)
+    os.close(write_end)
