@@ -67,6 +67,7 @@ from swarmp2p.net.priority_inbox import DROPPED, EVICTED, PriorityInbox
 from swarmp2p.net.settings import NetworkSettings
 from swarmp2p.net.signed_records import install as memoize_signed_records
 from swarmp2p.net.streams import read_frame, write_frame
+from swarmp2p.net.tcp_recovery import LossRecoveryTuner
 from swarmp2p.net.tcp_stall import is_stalled
 from swarmp2p.ports import InboundMessage, NetworkError, ProtocolRefused, RequestHandler
 
@@ -1154,6 +1155,10 @@ async def open_libp2p_network(
     else:
         host = new_host(key_pair=key_pair, listen_addrs=listen, connection_config=connection_config(settings))
     _configure_connection_manager(host, settings)
+    if settings.tcp_rto_min_ms:
+        host.get_network().register_notifee(
+            LossRecoveryTuner(counters, settings.tcp_rto_min_ms, settings.tcp_delack_max_ms)
+        )
     memoize_signed_records().count_refusals(host, counters)
     pubsub = build_gossip(host, settings, counters)
     dht, record_validator = build_dht(

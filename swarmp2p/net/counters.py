@@ -56,6 +56,9 @@ class DropCounters:
         "response_oversized",
         "response_garbage",
         "peer_exchange_garbage",
+        # A connection whose TCP socket refused the shorter loss recovery (net/tcp_recovery.py):
+        # a kernel older than 6.15. Not a loss; it recovers at the kernel's pace.
+        "tcp_recovery_unsupported",
         "dht_rejected",  # every refused record; the kinds below say why
         "dht_foreign_namespace",  # a key outside /<our namespace>/ (py-libp2p refused it silently)
         "dht_malformed_key",

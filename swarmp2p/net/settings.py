@@ -91,6 +91,11 @@ class NetworkSettings:
     max_response_bytes: int = attrs.field(default=8 * 1024 * 1024, validator=_positive)
     handler_timeout_s: float = attrs.field(default=20.0, validator=_positive)
     dial_timeout_s: float = attrs.field(default=5.0, validator=_positive)
+    # Each TCP connection's retransmission-timeout floor and delayed-ACK ceiling (Linux 6.15+;
+    # kernel defaults 200 / 200 ms elsewhere): a packet lost at a round's tail is resent after
+    # srtt + 50 ms instead of srtt + 200 (net/tcp_recovery.py). 0 keeps the kernel's.
+    tcp_rto_min_ms: float = attrs.field(default=50.0, validator=attrs.validators.ge(0))
+    tcp_delack_max_ms: float = attrs.field(default=20.0, validator=attrs.validators.ge(0))
 
     # DHT
     dht_namespace: str = "swarmp2p"
