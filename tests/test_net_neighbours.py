@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 
-from swarmp2p.net import PEERS_PROTOCOL, NetworkSettings, open_libp2p_network
+from swarmp2p.net import PEERS_PROTOCOL, LibP2PNetwork, NetworkSettings, open_libp2p_network
 from swarmp2p.net.neighbours import NeighbourMap
 
 TOPIC = "swarmp2p/test/neighbours"
@@ -350,3 +350,40 @@ def test_a_relay_also_skips_the_peers_the_author_said_it_is_connected_to() -> No
     assert sent == {unnamed}
     assert counters["gossip_relay_skipped_origin_neighbour"] == 2
     assert set(router._skipped_ihave) == {named_by_author, named_by_itself}  # still announced by IHAVE
+
+
+def test_a_peer_joining_the_mesh_is_asked_whom_it_is_connected_to_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The router reports each peer that joins its mesh (grafted by us, or its GRAFT accepted),
+    and the adapter asks that peer for its neighbours then, instead of when its paced peer
+    exchange gets to it (60 s here): until it knows, each relay to the joiner may be a copy the
+    joiner already has from the author. An answer younger than 2 s is not asked again."""
+    slow_asker = attrs.evolve(QUICK, peer_exchange_fast_s=60.0, peer_exchange_interval_s=60.0)
+    joined: list[tuple[str, str]] = []
+    on_mesh_join = LibP2PNetwork._on_mesh_join
+
+    def recording(self: LibP2PNetwork, pid: ID) -> None:
+        joined.append((self.local_peer_id, pid.to_base58()))
+        on_mesh_join(self, pid)
+
+    monkeypatch.setattr(LibP2PNetwork, "_on_mesh_join", recording)
+
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            a, _ = await _open(stack, slow_asker)
+            b, _ = await _open(stack, slow_asker, a.listen_addrs()[0])
+            await _wait(lambda: _mesh(a) == {b.local_peer_id} and _mesh(b) == {a.local_peer_id})
+            # Each end saw the other join: one grafted it, the other accepted its GRAFT.
+            await _wait(lambda: len(set(joined)) == 2)
+            assert set(joined) == {(a.local_peer_id, b.local_peer_id), (b.local_peer_id, a.local_peer_id)}
+            # Forget what `a` knows of `b`; a join now asks at once (the loop is 60 s away).
+            b_pid = ID.from_base58(b.local_peer_id)
+            a.neighbours.forget(b_pid.to_bytes())
+            a._on_mesh_join(b_pid)
+            await _wait(lambda: a.neighbours.age(b_pid.to_bytes()) is not None, timeout_s=2.0)
+            # A fresh answer is not asked for again.
+            a._on_mesh_join(b_pid)
+            assert not a._asking_joiners
+
+    trio.run(main)

@@ -182,8 +182,11 @@ class LibP2PNetwork:
         # Whom each peer said (in peer exchange) it is connected to: the gossip router skips
         # relaying to those that hold the author's flood publish already (net/neighbours.py).
         self.neighbours = NeighbourMap(settings.neighbour_ttl_s, max_peers=settings.max_known_peers)
+        # Mesh peers that joined and are being asked whom they are connected to (`_on_mesh_join`).
+        self._asking_joiners: set[str] = set()
         if settings.skip_relay_to_origin_neighbours:
             pubsub.router.origin_neighbours = self.neighbours  # type: ignore[attr-defined]
+            pubsub.router.on_mesh_join = self._on_mesh_join  # type: ignore[attr-defined]
         self.book = PeerBook(
             self._peer_id,
             backoff_initial_s=settings.redial_backoff_initial_s,
@@ -782,6 +785,34 @@ class LibP2PNetwork:
                         nursery.start_soon(self.exchange_peers, peer_id)
         finally:
             self._telling = False
+
+    def _on_mesh_join(self, pid: ID) -> None:
+        """A peer joined our gossip mesh (the router calls this): from now on we relay to it.
+        Unless it told us whom it is connected to within `TELL_MIN_GAP_S`, one peer exchange
+        with it now, which tells it ours and asks its list. Until we know its list, every
+        message we relay goes to it as well, also those it holds from their authors already.
+
+        The mesh forms and re-forms at heartbeats while a swarm joins. The peer exchange loop
+        gets to a new mesh peer only in turn, one exchange each `peer_exchange_fast_s`, and a
+        peer's own tells go to the mesh it had when its connections last changed; so a first
+        round still carried 50-430 duplicate relays at 20 processes in some runs
+        (docs/benchmarks.md)."""
+        peer_id = pid.to_base58()
+        if peer_id in self._asking_joiners:
+            return
+        age = self.neighbours.age(pid.to_bytes())
+        if age is not None and age < TELL_MIN_GAP_S:
+            return
+        if self._exchange_quiet_until.get(peer_id, 0.0) > trio.current_time():
+            return  # it failed an exchange lately (a peer without our protocol)
+        self._asking_joiners.add(peer_id)
+        self._nursery.start_soon(self._ask_joiner, peer_id)
+
+    async def _ask_joiner(self, peer_id: str) -> None:
+        try:
+            await self.exchange_peers(peer_id)
+        finally:
+            self._asking_joiners.discard(peer_id)
 
     def _learn_from_peerstore(self, peer_id: str) -> None:
         # Identify fills the peerstore with the peer's listen addrs: enough to re-dial it later.

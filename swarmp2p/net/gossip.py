@@ -72,6 +72,9 @@ class CountingGossipSub(GossipSub):
         # The relays skipped since the last heartbeat, announced to their peers by IHAVE then:
         # peer -> topic -> message ids (bounded by MAX_SKIPPED_IHAVE_IDS per peer).
         self._skipped_ihave: dict[ID, dict[str, list[bytes]]] = {}
+        # Set by the adapter: called with each peer that joins our mesh on any topic (by our
+        # join or heartbeat, or its GRAFT). From then on we relay to it (`_get_peers_to_send`).
+        self.on_mesh_join: Callable[[ID], None] | None = None
 
     def _get_peers_to_send(
         self,
@@ -189,6 +192,13 @@ class CountingGossipSub(GossipSub):
             for topic in topics:
                 self._add_back_off(peer, topic, False)
         return peers_to_graft, peers_to_prune
+
+    def _notify_mesh_peer_added(self, peer_id: ID, topic: str) -> None:
+        """py-libp2p calls this wherever a peer enters a topic's mesh (join, the subscription
+        fill, the heartbeat, an accepted GRAFT, opportunistic grafting): one place to report it."""
+        super()._notify_mesh_peer_added(peer_id, topic)
+        if self.on_mesh_join is not None:
+            self.on_mesh_join(peer_id)
 
     def _perform_opportunistic_grafting(self, topic: str, peers_to_graft: Any) -> int:
         """py-libp2p's opportunistic grafting, run every `OPPORTUNISTIC_GRAFT_TICKS` heartbeats
