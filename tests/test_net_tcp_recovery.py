@@ -21,7 +21,7 @@ from swarmp2p.net.tcp_recovery import (
     LossRecoveryTuner,
     shorten_loss_recovery,
 )
-from swarmp2p.net.tcp_stall import _tcp_socket
+from swarmp2p.net.tcp_stall import tcp_socket_of
 
 
 def kernel_has_the_options() -> bool:
@@ -31,7 +31,7 @@ def kernel_has_the_options() -> bool:
 
 def sockets_of(net: Any) -> list[Any]:
     conns = [c for peer_conns in net.host.get_network().connections.values() for c in peer_conns]
-    return [s for s in map(_tcp_socket, conns) if s is not None]
+    return [s for s in map(tcp_socket_of, conns) if s is not None]
 
 
 def option_ms(sock: Any, option: int) -> float:
@@ -100,6 +100,9 @@ def test_a_socket_that_refuses_the_options_is_counted_and_left_alone() -> None:
     assert counters["tcp_recovery_unsupported"] == 1
 
 
-def test_the_settings_refuse_a_negative_floor() -> None:
+def test_the_settings_refuse_a_negative_floor_and_a_delayed_ack_past_it() -> None:
     with pytest.raises(ValueError):
         Settings(tcp_rto_min_ms=-1)
+    with pytest.raises(ValueError, match="tcp_delack_max_ms"):
+        Settings(tcp_rto_min_ms=20, tcp_delack_max_ms=20)
+    Settings(tcp_rto_min_ms=0, tcp_delack_max_ms=20)  # off: the kernel's values, no check

@@ -187,6 +187,11 @@ class NetworkSettings:
                 f"target_peers ({self.target_peers}) above conn_low_watermark "
                 f"({self.conn_low_watermark}): libp2p would prune the connections upkeep dials"
             )
+        if self.tcp_rto_min_ms and self.tcp_delack_max_ms >= self.tcp_rto_min_ms:
+            raise ValueError(
+                f"tcp_delack_max_ms ({self.tcp_delack_max_ms}) must stay below tcp_rto_min_ms "
+                f"({self.tcp_rto_min_ms}): a peer's delayed ACK would make us retransmit for nothing"
+            )
         if self.push_max_bytes > MAX_PUSHED_ENVELOPE_BYTES:
             raise ValueError(
                 f"push_max_bytes ({self.push_max_bytes}) exceeds the protocol's "

@@ -25,7 +25,7 @@ from libp2p.abc import INetConn, INetStream, INetwork, INotifee
 from multiaddr import Multiaddr
 
 from swarmp2p.net.counters import DropCounters
-from swarmp2p.net.tcp_stall import _tcp_socket
+from swarmp2p.net.tcp_stall import tcp_socket_of
 
 TCP_RTO_MIN_US = getattr(socket, "TCP_RTO_MIN_US", 45)  # linux/tcp.h, since Linux 6.15
 TCP_DELACK_MAX_US = getattr(socket, "TCP_DELACK_MAX_US", 46)
@@ -52,7 +52,7 @@ class LossRecoveryTuner(INotifee):
         self.delack_max_ms = delack_max_ms
 
     async def connected(self, network: INetwork, conn: INetConn) -> None:
-        sock = _tcp_socket(conn)
+        sock = tcp_socket_of(conn)
         if sock is None:
             return  # not a TCP connection (another transport): nothing to tune
         if not shorten_loss_recovery(sock, self.rto_min_ms, self.delack_max_ms):

@@ -59,7 +59,7 @@ def socket_stalled(sock: Any) -> bool:
     return max(counts["retransmits"], counts["probes"]) >= STALLED_EXPIRATIONS
 
 
-def _tcp_socket(conn: Any) -> Any:
+def tcp_socket_of(conn: Any) -> Any:
     """A py-libp2p connection's TCP socket (SwarmConn → muxer → secure session → raw connection
     → trio socket), or None where there is none (another transport or layering)."""
     try:
@@ -69,5 +69,5 @@ def _tcp_socket(conn: Any) -> Any:
 
 
 def is_stalled(conn: Any) -> bool:
-    sock = _tcp_socket(conn)
+    sock = tcp_socket_of(conn)
     return sock is not None and socket_stalled(sock)
