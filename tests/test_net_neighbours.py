@@ -138,6 +138,18 @@ def _mesh(net: Any) -> set[str]:
     return {pid.to_base58() for pid in net.pubsub.router.mesh.get(TOPIC, ())}
 
 
+async def _settled(*nets: Any) -> None:
+    """Until every mesh peer of each net has answered it and no exchange with a mesh joiner is
+    in flight: a test that plants or forgets an answer must not race the one its mesh's
+    forming asked for (`LibP2PNetwork._on_mesh_join`)."""
+
+    def done(net: Any) -> bool:
+        mesh = net.pubsub.router.mesh.get(TOPIC, ())
+        return bool(mesh) and not net._asking_joiners and all(net.neighbours.age(p.to_bytes()) for p in mesh)
+
+    await _wait(lambda: all(done(net) for net in nets))
+
+
 def _count(net: Any, kind: str) -> int:
     return net.counters.snapshot()[kind]
 
@@ -199,6 +211,7 @@ def test_a_peer_told_wrongly_still_gets_the_message_by_ihave() -> None:
             await _wait(
                 lambda: _mesh(far) == {relay.local_peer_id} and _mesh(author) == {relay.local_peer_id}
             )
+            await _settled(relay, author, far)
             author_id = ID.from_base58(author.local_peer_id).to_bytes()
             far_id = ID.from_base58(far.local_peer_id).to_bytes()
             relay.neighbours.learn(far_id, [author_id])  # wrong: far never connected to the author
@@ -252,6 +265,8 @@ def test_an_exchange_tells_the_asked_peer_whom_the_asker_is_connected_to() -> No
             asker, _ = await _open(stack, QUICK, addr)
             old, _ = await _open(stack, QUICK, addr)
             await _wait(lambda: all(len(n.connected_peers()) == 2 for n in (hub, asker, old)))
+            await _wait(lambda: all(len(_mesh(n)) == 2 for n in (hub, asker, old)))
+            await _settled(hub, asker, old)
             ids = {n: ID.from_base58(n.local_peer_id).to_bytes() for n in (hub, asker, old)}
             hub.neighbours.forget(ids[asker])
             assert await asker.exchange_peers(hub.local_peer_id) >= 0
