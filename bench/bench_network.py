@@ -764,8 +764,8 @@ def main() -> None:
     parser.add_argument(
         "--per-round",
         action="store_true",
-        help="also print each exchange: its time until all hold all, the duplicates received and "
-        "the CPU spent by all processes, and their connections",
+        help="also print each exchange: when half and 90%% of its deliveries had arrived and the "
+        "last one did, the duplicates received and the CPU spent by all processes, and their connections",
     )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
