@@ -5,8 +5,8 @@ moment, so the round ends only when the last of some hundreds of messages has ar
 path one of them nearly always lost a packet, and that message waited for the kernel's loss
 recovery: a tail-loss probe after about two RTTs, or the retransmission timeout, which Linux
 floors at srtt + 200 ms (`TCP_RTO_MIN`). At 100 ms RTT and 1% loss that was the round's slowest
-delivery, 0.2-0.35 s after 90% of the round had arrived (docs/benchmarks.md, `bench_network.py
---netns --per-round`).
+delivery, up to 0.3-0.5 s after 90% of the round had arrived (docs/benchmarks.md,
+`bench_network.py --netns --per-round`).
 
 Linux 6.15 lets a socket choose its own floor (`TCP_RTO_MIN_US`) and its longest delayed ACK
 (`TCP_DELACK_MAX_US`). We lower both on every connection the host makes or accepts: the
