@@ -5,9 +5,12 @@ spent in py-libp2p's relay decision (`GossipSub.publish`, run for every message 
 bench_network.py measures the same exchange across N processes on the machine's cores, where
 the processes' work overlaps and a round's latency is its total CPU over the cores; this one
 shows what a delivery costs. A/B a change by running it from two checkouts in turn
-(`PYTHONPATH=<other checkout>`), interleaved.
+(`PYTHONPATH=<other checkout>`), interleaved. `--compare-read-ahead` A/Bs the gossip streams'
+read-ahead (swarmp2p/net/gossip.py `READ_AHEAD_BYTES`) in one run: its rounds alternate with it
+on and off in the same swarm, and the summary gives the median of each and their ratio.
 
     python bench/bench_gossip_round.py --nodes 20 --rounds 4
+    python bench/bench_gossip_round.py --nodes 20 --rounds 12 --compare-read-ahead   # read-ahead on/off
     python bench/bench_gossip_round.py --nodes 15 --settle 150 --idle-s 30 --rounds 0   # idle only
 """
 
@@ -39,6 +42,11 @@ def main() -> None:
     parser.add_argument(
         "--idle-s", type=float, default=0.0, help="also measure the silent swarm's CPU over this many seconds"
     )
+    parser.add_argument(
+        "--compare-read-ahead",
+        action="store_true",
+        help="alternate rounds with the gossip streams' read-ahead on and off (baseline: off)",
+    )
     args = parser.parse_args()
     idle: list[float] = []
     rows = trio.run(_rounds, args, idle)
@@ -47,17 +55,31 @@ def main() -> None:
     if not rows:
         return
     table = Table(title=f"{args.nodes} nodes in one process, {args.size // 1000} KB batches")
-    for column in ("round", "CPU ms", "us / delivery", "relay decision ms", "relay share"):
+    columns = ["round", "CPU ms", "us / delivery", "relay decision ms", "relay share"]
+    if args.compare_read_ahead:
+        columns.insert(1, "read-ahead")
+    for column in columns:
         table.add_column(column, justify="right")
     for row in rows:
         table.add_row(
             str(row["round"]),
+            *(["on" if row["read_ahead"] else "off"] if args.compare_read_ahead else []),
             f"{1000 * row['cpu_s']:.0f}",
             f"{1e6 * row['cpu_s'] / row['deliveries']:.0f}",
             f"{1000 * row['relay_s']:.0f}",
             f"{row['relay_s'] / row['cpu_s']:.0%}",
         )
     Console().print(table)
+    if args.compare_read_ahead:
+        on, off = (
+            statistics.median(r["cpu_s"] / r["deliveries"] for r in rows if r["read_ahead"] is flag)
+            for flag in (True, False)
+        )
+        print(
+            f"median us of CPU per delivery: read-ahead {1e6 * on:.0f}, without {1e6 * off:.0f}"
+            f" (baseline), ratio {on / off:.2f}x"
+        )
+        return
     median = statistics.median(r["cpu_s"] / r["deliveries"] for r in rows)
     print(f"median: {1e6 * median:.0f} us of CPU per delivery")
 
@@ -66,8 +88,9 @@ async def _rounds(args: argparse.Namespace, idle: list[float]) -> list[dict[str,
     from libp2p.crypto.ed25519 import create_new_key_pair
     from libp2p.pubsub.gossipsub import GossipSub
 
-    from swarmp2p.net import NetworkSettings, open_libp2p_network
+    from swarmp2p.net import NetworkSettings, gossip, open_libp2p_network
 
+    read_ahead_bytes = gossip.READ_AHEAD_BYTES
     relay_s = [0.0]
     original_publish = GossipSub.publish
 
@@ -116,6 +139,9 @@ async def _rounds(args: argparse.Namespace, idle: list[float]) -> list[dict[str,
                 nursery.start_soon(listen, index)
             for round_number in range(args.rounds):
                 await trio.sleep(3.0)  # the last round's IHAVEs and window updates settle
+                # --compare-read-ahead: odd rounds without (`max(n, 0)` reads exactly n bytes).
+                read_ahead = not (args.compare_read_ahead and round_number % 2)
+                gossip.READ_AHEAD_BYTES = read_ahead_bytes if read_ahead else 0
                 relay_s[0] = 0.0
                 pending[0] = n * (n - 1)
                 all_here = trio.Event()
@@ -127,10 +153,17 @@ async def _rounds(args: argparse.Namespace, idle: list[float]) -> list[dict[str,
                     await all_here.wait()
                 cpu_s = time.process_time() - started
                 rows.append(
-                    {"round": round_number, "cpu_s": cpu_s, "deliveries": n * (n - 1), "relay_s": relay_s[0]}
+                    {
+                        "round": round_number,
+                        "cpu_s": cpu_s,
+                        "deliveries": n * (n - 1),
+                        "relay_s": relay_s[0],
+                        "read_ahead": read_ahead,
+                    }
                 )
             nursery.cancel_scope.cancel()
     GossipSub.publish = original_publish  # type: ignore[method-assign]
+    gossip.READ_AHEAD_BYTES = read_ahead_bytes
     gc.unfreeze()
     return rows
 
