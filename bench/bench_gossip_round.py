@@ -8,9 +8,12 @@ shows what a delivery costs. A/B a change by running it from two checkouts in tu
 (`PYTHONPATH=<other checkout>`), interleaved. `--compare-read-ahead` A/Bs the gossip streams'
 read-ahead (swarmp2p/net/gossip.py `READ_AHEAD_BYTES`) in one run: its rounds alternate with it
 on and off in the same swarm, and the summary gives the median of each and their ratio.
+`--stream M` measures the other case: two nodes, one publishing M batches to the other in bursts
+of 5, in blocks of 250 alternating read-ahead on and off; CPU per message of both nodes.
 
     python bench/bench_gossip_round.py --nodes 20 --rounds 4
     python bench/bench_gossip_round.py --nodes 20 --rounds 12 --compare-read-ahead   # read-ahead on/off
+    python bench/bench_gossip_round.py --stream 3000      # one node streaming to another, read-ahead on/off
     python bench/bench_gossip_round.py --nodes 15 --settle 150 --idle-s 30 --rounds 0   # idle only
 """
 
@@ -47,7 +50,13 @@ def main() -> None:
         action="store_true",
         help="alternate rounds with the gossip streams' read-ahead on and off (baseline: off)",
     )
+    parser.add_argument(
+        "--stream", type=int, default=0, metavar="M", help="two nodes, M batches one way (read-ahead on/off)"
+    )
     args = parser.parse_args()
+    if args.stream:
+        _print_stream(trio.run(_stream, args))
+        return
     idle: list[float] = []
     rows = trio.run(_rounds, args, idle)
     if idle:
@@ -82,6 +91,95 @@ def main() -> None:
         return
     median = statistics.median(r["cpu_s"] / r["deliveries"] for r in rows)
     print(f"median: {1e6 * median:.0f} us of CPU per delivery")
+
+
+STREAM_BLOCK = 250
+STREAM_BURST = 5
+
+
+def _print_stream(rows: list[dict[str, Any]]) -> None:
+    table = Table(title="one node streaming to another (both in this process)")
+    for column in ("block", "read-ahead", "messages", "us / message"):
+        table.add_column(column, justify="right")
+    for index, row in enumerate(rows):
+        on = "on" if row["read_ahead"] else "off"
+        table.add_row(str(index), on, str(row["messages"]), f"{1e6 * row['cpu_s'] / row['messages']:.0f}")
+    Console().print(table)
+    on, off = (
+        statistics.median(r["cpu_s"] / r["messages"] for r in rows if r["read_ahead"] is flag)
+        for flag in (True, False)
+    )
+    print(
+        f"median us of CPU per message: read-ahead {1e6 * on:.0f}, without {1e6 * off:.0f}"
+        f" (baseline), ratio {on / off:.2f}x"
+    )
+
+
+async def _stream(args: argparse.Namespace) -> list[dict[str, Any]]:
+    from libp2p.crypto.ed25519 import create_new_key_pair
+
+    from swarmp2p.net import NetworkSettings, gossip, open_libp2p_network
+
+    read_ahead_bytes = gossip.READ_AHEAD_BYTES
+    # The receiver takes this one origin's whole stream: its per-origin limit would drop most of it.
+    unlimited = {"origin_rate_per_s": 1e9, "origin_burst": 1e9}
+    rows: list[dict[str, Any]] = []
+    async with AsyncExitStack() as stack:
+        sender = await stack.enter_async_context(
+            open_libp2p_network(create_new_key_pair(), NetworkSettings(**unlimited))  # type: ignore[arg-type]
+        )
+        receiver_settings = NetworkSettings(bootstrap=(sender.listen_addrs()[0],), **unlimited)  # type: ignore[arg-type]
+        receiver = await stack.enter_async_context(
+            open_libp2p_network(create_new_key_pair(), receiver_settings)
+        )
+        await sender.subscribe(TOPIC)
+        channel = await receiver.subscribe(TOPIC)
+        with trio.fail_after(60):
+            while not receiver.connected_peers() or not sender.connected_peers():
+                await trio.sleep(0.2)
+        await trio.sleep(args.settle)
+        gc.collect()
+        gc.freeze()
+        received = [0]
+        wanted = [0]
+        arrived = [trio.Event()]
+
+        async def listen() -> None:
+            async for _message in channel:
+                received[0] += 1
+                if received[0] >= wanted[0]:
+                    arrived[0].set()
+
+        payload = os.urandom(args.size)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(listen)
+            sent = 0
+            block = 0
+            while sent < 2 * args.stream:
+                read_ahead = block % 2 == 0
+                gossip.READ_AHEAD_BYTES = read_ahead_bytes if read_ahead else 0
+                started = time.process_time()
+                for _ in range(STREAM_BLOCK // STREAM_BURST):
+                    for _ in range(STREAM_BURST):
+                        await sender.publish(TOPIC, msgpack.packb({"id": sent, "data": payload}))
+                        sent += 1
+                    wanted[0] = sent
+                    with trio.fail_after(30):
+                        if received[0] < sent:
+                            await arrived[0].wait()
+                    arrived[0] = trio.Event()
+                rows.append(
+                    {
+                        "read_ahead": read_ahead,
+                        "messages": STREAM_BLOCK,
+                        "cpu_s": time.process_time() - started,
+                    }
+                )
+                block += 1
+            nursery.cancel_scope.cancel()
+    gossip.READ_AHEAD_BYTES = read_ahead_bytes
+    gc.unfreeze()
+    return rows
 
 
 async def _rounds(args: argparse.Namespace, idle: list[float]) -> list[dict[str, Any]]:
