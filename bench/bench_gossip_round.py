@@ -8,8 +8,9 @@ shows what a delivery costs. A/B a change by running it from two checkouts in tu
 (`PYTHONPATH=<other checkout>`), interleaved. `--compare-read-ahead` A/Bs the gossip streams'
 read-ahead (swarmp2p/net/gossip.py `READ_AHEAD_BYTES`) in one run: its rounds alternate with it
 on and off in the same swarm, and the summary gives the median of each and their ratio.
-`--stream M` measures the other case: two nodes, one publishing M batches to the other in bursts
-of 5, in blocks of 250 alternating read-ahead on and off; CPU per message of both nodes.
+`--stream M` measures the other case: two nodes, one publishing to the other in bursts of 5, in
+blocks of 250 alternating read-ahead on and off (M batches each way of reading, 2 x M in all);
+CPU per message of both nodes.
 
     python bench/bench_gossip_round.py --nodes 20 --rounds 4
     python bench/bench_gossip_round.py --nodes 20 --rounds 12 --compare-read-ahead   # read-ahead on/off
@@ -51,7 +52,11 @@ def main() -> None:
         help="alternate rounds with the gossip streams' read-ahead on and off (baseline: off)",
     )
     parser.add_argument(
-        "--stream", type=int, default=0, metavar="M", help="two nodes, M batches one way (read-ahead on/off)"
+        "--stream",
+        type=int,
+        default=0,
+        metavar="M",
+        help="two nodes, one streaming to the other: M batches with read-ahead and M without",
     )
     args = parser.parse_args()
     if args.stream:
