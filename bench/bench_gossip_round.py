@@ -85,14 +85,7 @@ def main() -> None:
         )
     Console().print(table)
     if args.compare_read_ahead:
-        on, off = (
-            statistics.median(r["cpu_s"] / r["deliveries"] for r in rows if r["read_ahead"] is flag)
-            for flag in (True, False)
-        )
-        print(
-            f"median us of CPU per delivery: read-ahead {1e6 * on:.0f}, without {1e6 * off:.0f}"
-            f" (baseline), ratio {on / off:.2f}x"
-        )
+        _print_read_ahead_ratio(rows, "deliveries", "delivery")
         return
     median = statistics.median(r["cpu_s"] / r["deliveries"] for r in rows)
     print(f"median: {1e6 * median:.0f} us of CPU per delivery")
@@ -110,12 +103,17 @@ def _print_stream(rows: list[dict[str, Any]]) -> None:
         on = "on" if row["read_ahead"] else "off"
         table.add_row(str(index), on, str(row["messages"]), f"{1e6 * row['cpu_s'] / row['messages']:.0f}")
     Console().print(table)
+    _print_read_ahead_ratio(rows, "messages", "message")
+
+
+def _print_read_ahead_ratio(rows: list[dict[str, Any]], count_key: str, unit: str) -> None:
+    """The median CPU per `unit` of the rows with read-ahead on and off, and their ratio."""
     on, off = (
-        statistics.median(r["cpu_s"] / r["messages"] for r in rows if r["read_ahead"] is flag)
+        statistics.median(r["cpu_s"] / r[count_key] for r in rows if r["read_ahead"] is flag)
         for flag in (True, False)
     )
     print(
-        f"median us of CPU per message: read-ahead {1e6 * on:.0f}, without {1e6 * off:.0f}"
+        f"median us of CPU per {unit}: read-ahead {1e6 * on:.0f}, without {1e6 * off:.0f}"
         f" (baseline), ratio {on / off:.2f}x"
     )
 
