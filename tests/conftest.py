@@ -28,7 +28,7 @@ settings.register_profile("deep", max_examples=5000, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-def pytest_configure(config: object) -> None:
+def pytest_configure(config: pytest.Config) -> None:
     """Commands under test (`swarmp2p node`, `train`, their subprocesses) cache built models per user
     (`trainer.config.user_model_cache`); point that cache at one folder per test session so tests
     never write to the user's own cache, and still build each model once per session."""
@@ -38,6 +38,12 @@ def pytest_configure(config: object) -> None:
         import tempfile
 
         os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="swarmp2p-test-cache-")
+    # pytest-xdist's `--dist loadscope` hands modules out by how many tests each has, most first
+    # (its `--loadscope-reorder`, on by default). The order below is the one that counts, so the
+    # controller must keep the collection's order; there is no other way to say so from here.
+    option = getattr(config, "option", None)
+    if option is not None and hasattr(option, "loadscopereorder"):
+        option.loadscopereorder = False
 
 
 # ---- tests that must run alone under pytest-xdist ------------------------------------------------
@@ -101,6 +107,37 @@ def _alone_lock(alone: bool, config: pytest.Config) -> Iterator[None]:
             fcntl.flock(main, fcntl.LOCK_UN)
             if alone:
                 fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+def _module_of(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run order, by module: modules with `alone` tests first, then modules marked `slow`, then the
+    rest; within each, modules with more tests first (xdist's own heuristic), then as collected.
+    A module's tests keep their order.
+
+    Why: an `alone` test waits for the test the other worker is running. Queued behind the
+    60-round chain swarm (tests/test_chain_long_swarm.py, ~250 s), one worker idled for ~230 s in
+    every CI run; first, the alone modules wait only for each other. The slow modules come next
+    so that the short ones fill the end of the run and both workers finish together."""
+    rank: dict[str, int] = {}
+    count: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        module = _module_of(item)
+        first.setdefault(module, index)
+        count[module] = count.get(module, 0) + 1
+        fixtures = getattr(item, "fixturenames", ())
+        if item.get_closest_marker("alone") is not None or "alone_module" in fixtures:
+            kind = 0
+        elif item.get_closest_marker("slow") is not None:
+            kind = 1
+        else:
+            kind = 2
+        rank[module] = min(rank.get(module, 2), kind)
+    items.sort(key=lambda item: (rank[_module_of(item)], -count[_module_of(item)], first[_module_of(item)]))
 
 
 @pytest.fixture(autouse=True)

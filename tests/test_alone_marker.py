@@ -43,10 +43,9 @@ def test_ordinary(index):
 """
 
 
-def overlaps_in_generated_suite(folder: Path, files: dict[str, str], lone: str, *args: str) -> list[str]:
+def run_generated_suite(folder: Path, files: dict[str, str], *args: str) -> dict[str, tuple[float, float]]:
     """Run the generated test `files` in `folder` on two workers, with a copy of our conftest;
-    every test or fixture logs `name start end` to intervals.txt. Returns the names whose
-    interval overlaps the one of `lone`."""
+    every test or fixture logs `name start end` to intervals.txt. Returns those intervals."""
     folder.mkdir()
     shutil.copy(HERE / "conftest.py", folder / "conftest.py")
     (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    alone: runs alone\n")
@@ -60,10 +59,15 @@ def overlaps_in_generated_suite(folder: Path, files: dict[str, str], lone: str, 
         timeout=120,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    intervals = {
+    return {
         name: (float(start), float(end))
         for name, start, end in (line.split() for line in (folder / "intervals.txt").read_text().splitlines())
     }
+
+
+def overlaps_in_generated_suite(folder: Path, files: dict[str, str], lone: str, *args: str) -> list[str]:
+    """The names whose interval overlaps the one of `lone` in a generated suite's run."""
+    intervals = run_generated_suite(folder, files, *args)
     assert len(intervals) == 7, intervals
     start, end = intervals.pop(lone)
     return [name for name, (s, e) in intervals.items() if s < end and start < e]
@@ -137,6 +141,41 @@ def test_a_module_fixture_requesting_alone_module_has_no_other_test_beside_it(tm
     pytest.importorskip("xdist")
     assert module_overlaps(tmp_path, lock=True) == []
     assert module_overlaps(tmp_path, lock=False) != []  # without it the other worker runs beside it
+
+
+LONG_SUITE = """
+import time
+from pathlib import Path
+
+LOG = Path(__file__).parent / "intervals.txt"
+
+
+def test_long():
+    started = time.time()
+    time.sleep(3)
+    with LOG.open("a") as log:
+        log.write(f"long {started} {time.time()}\\n")
+"""
+
+ALONE_SUITE = SUITE.replace("MARK", "@pytest.mark.alone").split("@pytest.mark.parametrize")[0]
+
+
+def test_alone_modules_run_first_and_wait_behind_no_long_test(tmp_path: Path) -> None:
+    """An `alone` test waits for the test running on the other worker. Behind a long one (the
+    60-round chain swarm, 250 s) one worker idled for minutes in every CI run: conftest's
+    collection order starts the modules with `alone` tests first (and turns off xdist's own
+    reordering by test count, which would put them back). With `--dist loadscope`, as
+    scripts/test.sh runs the suite, the alone module here would otherwise run after the long
+    one, on its worker."""
+    pytest.importorskip("xdist")
+    files = {
+        "test_a_long.py": LONG_SUITE,
+        "test_b_ordinary.py": ORDINARY_SUITE,
+        "test_z_alone.py": ALONE_SUITE,
+    }
+    intervals = run_generated_suite(tmp_path / "ordered", files, "--dist", "loadscope")
+    assert len(intervals) == 8, intervals
+    assert intervals["alone"][1] <= intervals["long"][0], intervals
 
 
 def test_a_pytest_started_inside_a_worker_takes_no_lock_of_the_outer_run(tmp_path: Path) -> None:
