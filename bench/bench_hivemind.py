@@ -22,6 +22,13 @@ hivemind lives in its own virtual environment (it pins its own torch, protobuf a
     python bench/bench_hivemind.py --hivemind-python ~/hm-venv/bin/python    # or HIVEMIND_PYTHON=...
     python bench/bench_hivemind.py --procs 5 --sizes 10000 --rounds 3        # a quick look
 
+`--network netns` runs both stacks with every process in its own network namespace behind
+tests/netns_harness.py's delaying, lossy switch (root, iproute2, /dev/net/tun; the kernel here has
+no sch_netem), `--network both` on loopback and then in the namespaces for each process count, in
+one table with a network column:
+
+    python bench/bench_hivemind.py --network both --procs 5,10 --sizes 10000 --delay-ms 50 --loss 0.01
+
 `--repeats N` runs every configuration N times (interleaved: ours, hivemind, ours, ...) and
 prints each run's table, then the medians (lost and crashed summed over the runs), on which the
 targets are judged: at 20 processes on 2 cores one run can fall into a backlog that never drains
@@ -48,9 +55,10 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_network import run_config  # noqa: E402
+from bench_network import load_harness, run_config, run_netns_config  # noqa: E402
 
 STACKS = ("ours", "hivemind")
+NETWORKS = {"loopback": ("loopback",), "netns": ("netns",), "both": ("loopback", "netns")}
 
 
 def check_hivemind(python: str) -> str:
@@ -92,26 +100,27 @@ def seconds(value: float) -> str:
 
 
 def markdown_table(results: list[dict[str, Any]]) -> str:
-    """One row per (procs, batch, stack); ratio columns (ours / hivemind) on our rows."""
+    """One row per (network, procs, batch, stack); ratio columns (ours / hivemind) on our rows."""
     header = (
-        "| procs | batch | stack | p50 s | p99 s | p99 ours/hm | lost | crashed | CPU s/proc "
+        "| network | procs | batch | stack | p50 s | p99 s | p99 ours/hm | lost | crashed | CPU s/proc "
         "| CPU ours/hm | peak MiB/proc | MiB ours/hm | start-up s | start-up ours/hm |"
     )
-    lines = [header, "|---" * 14 + "|"]
-    by_key = {(r["procs"], r["size"], r["stack"]): r for r in results}
+    lines = [header, "|---" * 15 + "|"]
+    by_key = {(r["network"], r["procs"], r["size"], r["stack"]): r for r in results}
     for r in results:
-        theirs = by_key.get((r["procs"], r["size"], "hivemind")) if r["stack"] == "ours" else None
+        theirs = (
+            by_key.get((r["network"], r["procs"], r["size"], "hivemind")) if r["stack"] == "ours" else None
+        )
 
         def cmp(field: str, r: dict[str, Any] = r, theirs: dict[str, Any] | None = theirs) -> str:
             return ratio(r[field], theirs[field]) if theirs is not None else ""
 
+        first = f"| {r['network']} | {r['procs']} | {r['size'] / 1000:g} KB | {r['stack']} "
         if r.get("failed"):
-            lines.append(
-                f"| {r['procs']} | {r['size'] / 1000:g} KB | {r['stack']} | {r['failed']} |" + " |" * 10
-            )
+            lines.append(f"{first}| {r['failed']} |" + " |" * 10)
             continue
         lines.append(
-            f"| {r['procs']} | {r['size'] / 1000:g} KB | {r['stack']} | {seconds(r['p50'])} "
+            f"{first}| {seconds(r['p50'])} "
             f"| {seconds(r['p99'])} | {cmp('p99')} | {r['lost']} | {r['crashed']} | {r['cpu_s']:.2f} "
             f"| {cmp('cpu_s')} | {r['peak_mib']:.0f} | {cmp('peak_mib')} | {r['startup_s']:.1f} "
             f"| {cmp('startup_s')} |"
@@ -136,13 +145,15 @@ def medians(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     CPU and memory figure over the runs that started, lost and crashed summed over those runs,
     `runs` how many started; `failed` (the first reason) when none did. A never-completed round
     (inf) sorts last, so it is the median only when most runs had one."""
-    groups: dict[tuple[int, int, str], list[dict[str, Any]]] = {}
+    groups: dict[tuple[str, int, int, str], list[dict[str, Any]]] = {}
     for row in results:
-        groups.setdefault((row["procs"], row["size"], row["stack"]), []).append(row)
+        groups.setdefault((row["network"], row["procs"], row["size"], row["stack"]), []).append(row)
     summary = []
-    for (procs, size, stack), rows in groups.items():
+    for (network, procs, size, stack), rows in groups.items():
         ran = [r for r in rows if not r.get("failed")]
-        row: dict[str, Any] = {"procs": procs, "size": size, "stack": stack, "runs": len(ran)}
+        row: dict[str, Any] = {
+            "network": network, "procs": procs, "size": size, "stack": stack, "runs": len(ran)
+        }  # fmt: skip
         if not ran:
             row["failed"] = rows[0]["failed"]
         else:
@@ -153,8 +164,13 @@ def medians(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def targets(results: list[dict[str, Any]]) -> list[str]:
-    """Issue 14's targets, each `met` / `not met` / `not measured`, with the figures."""
-    by_key = {(r["procs"], r["size"], r["stack"]): r for r in results if not r.get("failed")}
+    """Issue 14's targets, each `met` / `not met` / `not measured`, with the figures. They are
+    set on loopback; the namespaces' rows get a line each for 20 processes x 10 KB, no target."""
+    by_key = {
+        (r["procs"], r["size"], r["stack"]): r
+        for r in results
+        if not r.get("failed") and r["network"] == "loopback"
+    }
     ours, theirs = by_key.get((20, 10000, "ours")), by_key.get((20, 10000, "hivemind"))
     lines = []
     if ours and theirs:
@@ -176,6 +192,18 @@ def targets(results: list[dict[str, Any]]) -> list[str]:
         lines.append(f"1 MB batches, ours: {lost} lost or crashed: " + ("met" if lost == 0 else "not met"))
     else:
         lines.append("1 MB batches: not measured")
+    netns = {
+        r["stack"]: r
+        for r in results
+        if r["network"] == "netns" and r["procs"] == 20 and r["size"] == 10000 and not r.get("failed")
+    }
+    if "ours" in netns and "hivemind" in netns:
+        ours, theirs = netns["ours"], netns["hivemind"]
+        lines.append(
+            f"namespaces, 20 procs, 10 KB (no target): p99 ours {seconds(ours['p99'])} s, hivemind "
+            f"{seconds(theirs['p99'])} s ({ratio(ours['p99'], theirs['p99'])}); CPU "
+            f"{ratio(ours['cpu_s'], theirs['cpu_s'])}"
+        )
     return lines
 
 
@@ -195,6 +223,15 @@ def main() -> None:
     )
     parser.add_argument("--stacks", default="ours,hivemind", help="ours, hivemind or both (comma-separated)")
     parser.add_argument("--hivemind-python", default=os.environ.get("HIVEMIND_PYTHON", ""))
+    parser.add_argument(
+        "--network",
+        choices=sorted(NETWORKS),
+        default="loopback",
+        help="loopback, netns (every process in its own namespace behind a delaying, lossy switch), or both",
+    )
+    parser.add_argument("--delay-ms", type=float, default=50.0, help="netns: one-way delay per node")
+    parser.add_argument("--jitter-ms", type=float, default=0.0, help="netns: ± uniform jitter per packet")
+    parser.add_argument("--loss", type=float, default=0.01, help="netns: packet loss on every node's egress")
     parser.add_argument("--json", default="", help="also write the rows here")
     parser.add_argument(
         "--repeats", type=int, default=1, help="run every configuration N times; the targets use the medians"
@@ -203,6 +240,11 @@ def main() -> None:
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
 
+    networks = NETWORKS[args.network]
+    if "netns" in networks:
+        missing = load_harness().missing_requirements()
+        if missing:
+            raise SystemExit(f"--network {args.network} cannot run here: {missing}")
     stacks = [s for s in args.stacks.split(",") if s]
     if "hivemind" in stacks:
         missing = check_hivemind(args.hivemind_python)
@@ -213,8 +255,13 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     notes: list[str] = []
     process_counts = [int(p) for p in args.procs.split(",")]
-    runs = [(procs, run) for procs in process_counts for run in range(1, args.repeats + 1)]
-    for procs, run in runs:
+    runs = [
+        (procs, run, network)
+        for procs in process_counts
+        for run in range(1, args.repeats + 1)
+        for network in networks
+    ]
+    for procs, run, network in runs:
         for stack in stacks:
             if stack == "ours":
                 command = None
@@ -226,32 +273,34 @@ def main() -> None:
                 grace = 30.0 + len(sizes) * args.rounds * args.round_timeout
             load = os.getloadavg()[0]
             began = time.time()
+            label = f"{procs} procs {stack} on {network} (run {run})"
+            key = {"network": network, "procs": procs, "stack": stack, "run": run}
             try:
-                rows = run_config(
-                    procs, sizes, args.rounds, args.interval, "swarm", 0.0,
-                    all_to_all=True, command=command, grace_s=grace,
-                )  # fmt: skip
+                if network == "netns":
+                    rows = run_netns_config(
+                        procs, sizes, args.rounds, args.interval, "swarm", 0.0,
+                        delay_ms=args.delay_ms, jitter_ms=args.jitter_ms, loss=args.loss,
+                        all_to_all=True, command=command, grace_s=grace,
+                    )  # fmt: skip
+                else:
+                    rows = run_config(
+                        procs, sizes, args.rounds, args.interval, "swarm", 0.0,
+                        all_to_all=True, command=command, grace_s=grace,
+                    )  # fmt: skip
             except SystemExit as error:  # the swarm never got ready: a measured failure
                 for size in sizes:
-                    results.append(
-                        {"procs": procs, "size": size, "stack": stack, "run": run, "failed": str(error)}
-                    )
-                print(f"{procs} procs {stack} (run {run}): {error}", flush=True)
+                    results.append({**key, "size": size, "failed": str(error)})
+                print(f"{label}: {error}", flush=True)
                 continue
             for size, row in rows.items():
                 keep = ("p50", "p99", "lost", "crashed", "cpu_s", "peak_mib", "startup_s", "fetch_errors")
-                results.append(
-                    {"procs": procs, "size": size, "stack": stack, "run": run, **{k: row[k] for k in keep}}
-                )
+                results.append({**key, "size": size, **{k: row[k] for k in keep}})
             first = next(iter(rows.values()))
-            for label, key in (("errors", "error_reasons"), ("crashes", "crash_reasons")):
-                if first[key]:
-                    notes.append(f"{procs} procs {stack} (run {run}) {label}: {first[key]}")
+            for what, field in (("errors", "error_reasons"), ("crashes", "crash_reasons")):
+                if first[field]:
+                    notes.append(f"{label} {what}: {first[field]}")
             took = time.time() - began
-            print(
-                f"{procs} procs {stack} (run {run}): {took:.0f} s, load {load:.1f}-{os.getloadavg()[0]:.1f}",
-                flush=True,
-            )
+            print(f"{label}: {took:.0f} s, load {load:.1f}-{os.getloadavg()[0]:.1f}", flush=True)
     summary = results
     if args.repeats > 1:
         for run in range(1, args.repeats + 1):

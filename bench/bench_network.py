@@ -617,6 +617,7 @@ def run_netns_config(
     jitter_ms: float,
     loss: float,
     all_to_all: bool = False,
+    command: list[str] | None = None,
     grace_s: float = 30.0,
 ) -> dict[int, dict[str, Any]]:
     """run_config with every worker in its own namespace and `delay_ms` ± `jitter_ms`, `loss` on
@@ -631,7 +632,7 @@ def run_netns_config(
         switch_cpu = procfs.cpu_seconds(network.switch.pid) or 0.0
         rows = run_config(
             procs, sizes, messages, interval, conn_manager, idle_s,
-            all_to_all=all_to_all, grace_s=grace_s, netns=network,
+            all_to_all=all_to_all, command=command, grace_s=grace_s, netns=network,
         )  # fmt: skip
         switch_cpu = (procfs.cpu_seconds(network.switch.pid) or 0.0) - switch_cpu
         totals = switch_totals(network.stats())

@@ -61,6 +61,9 @@ def main() -> None:
     parser.add_argument("--all-to-all", action="store_true")
     parser.add_argument("--index", type=int, default=0)
     parser.add_argument("--bootstrap", default="")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="the address to listen on (a namespace's own, with --netns)"
+    )
     parser.add_argument("--round-timeout", type=float, default=30.0)
     parser.add_argument("--poll", type=float, default=0.1, help="seconds between reads of the round key")
     args = parser.parse_args()
@@ -74,7 +77,7 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     dht = hivemind.DHT(
         initial_peers=[args.bootstrap] if args.bootstrap else None,
-        host_maddrs=["/ip4/127.0.0.1/tcp/0"],
+        host_maddrs=[f"/ip4/{args.host}/tcp/0"],
         start=True,
     )
     if args.index == 0:

@@ -51,6 +51,7 @@ class DHT:
         self.peer_id = f"fake-{os.getpid()}"
         self.root = Path(os.environ["FAKE_DHT_DIR"])
         self.alive = True
+        (self.root / f"listen-{os.getpid()}").write_text(" ".join(host_maddrs or []))
 
     def get_visible_maddrs(self):
         return [f"/fake/{self.peer_id}"]
@@ -122,6 +123,26 @@ def test_a_dht_that_dies_on_large_values_is_reported_as_crashed(
     assert any("EOFError" in reason for reason in large["crash_reasons"]), large["crash_reasons"]
 
 
+def test_in_the_namespaces_each_worker_listens_on_its_own_address(
+    fake_hivemind: list[str], tmp_path: Path
+) -> None:
+    """`--network netns`: every hivemind worker runs in its own namespace and must listen on that
+    namespace's address. On 127.0.0.1 (the namespace's own loopback) the others could never
+    reach it; before `--host` the worker refused the argument and no swarm started at all."""
+    from netns_harness import address, missing_requirements
+
+    missing = missing_requirements()
+    if missing is not None:
+        pytest.skip(str(missing))
+    rows = bench_network.run_netns_config(
+        3, [1000], 2, 0.5, "swarm", 0.0,
+        delay_ms=10.0, jitter_ms=0.0, loss=0.0, all_to_all=True, command=fake_hivemind, grace_s=10,
+    )  # fmt: skip
+    assert rows[1000]["lost"] == 0 and rows[1000]["crashed"] == 0, rows[1000]
+    listened = sorted(path.read_text() for path in (tmp_path / "dht").glob("listen-*"))
+    assert listened == sorted(f"/ip4/{address(i)}/tcp/0" for i in range(3))
+
+
 def result(received: dict[int, float], published: dict[int, float], finished: bool = True) -> dict:
     return {
         "finished": finished,
@@ -175,26 +196,51 @@ def test_per_round_gives_each_exchange_its_time_duplicates_cpu_and_connections()
     assert rounds[0]["connections"] == (1, 1)
 
 
+def table_row(network: str, size: int, stack: str, p99: float, cpu: float, lost: int = 0) -> dict:
+    return {
+        "network": network, "procs": 20, "size": size, "stack": stack, "p50": p99 / 2, "p99": p99,
+        "lost": lost, "crashed": 20 if lost else 0, "cpu_s": cpu, "peak_mib": 80.0, "startup_s": 10.0,
+    }  # fmt: skip
+
+
 def test_table_ratios_and_targets() -> None:
     rows = [
-        {"procs": 20, "size": 10000, "stack": "ours", "p50": 0.2, "p99": 0.4, "lost": 0, "crashed": 0,
-         "cpu_s": 1.0, "peak_mib": 80.0, "startup_s": 10.0},
-        {"procs": 20, "size": 10000, "stack": "hivemind", "p50": 2.0, "p99": 4.0, "lost": 0, "crashed": 0,
-         "cpu_s": 1.5, "peak_mib": 500.0, "startup_s": 20.0},
-        {"procs": 20, "size": 1000000, "stack": "ours", "p50": 2.0, "p99": 3.0, "lost": 0, "crashed": 0,
-         "cpu_s": 5.0, "peak_mib": 90.0, "startup_s": 10.0},
-        {"procs": 20, "size": 1000000, "stack": "hivemind", "p50": math.inf, "p99": math.inf, "lost": 380,
-         "crashed": 20, "cpu_s": 0.1, "peak_mib": 500.0, "startup_s": 20.0},
-    ]  # fmt: skip
+        table_row("loopback", 10000, "ours", 0.4, 1.0),
+        table_row("loopback", 10000, "hivemind", 4.0, 1.5),
+        table_row("loopback", 1000000, "ours", 3.0, 5.0),
+        table_row("loopback", 1000000, "hivemind", math.inf, 0.1, lost=380),
+    ]
     table = bench_hivemind.markdown_table(rows)
-    assert "| 20 | 10 KB | ours | 0.20 | 0.40 | 0.10x |" in table
-    assert "| 20 | 1000 KB | hivemind | never | never |" in table
+    assert "| loopback | 20 | 10 KB | ours | 0.20 | 0.40 | 0.10x |" in table
+    assert "| loopback | 20 | 1000 KB | hivemind | never | never |" in table
     assert table.count("\n") == len(rows) + 1
     assert bench_hivemind.targets(rows) == [
         "20 procs, 10 KB: p99 ours 0.40 s <= hivemind 4.00 s / 8: met",
         "20 procs, 10 KB: CPU ours 1.00 s <= hivemind 1.50 s / 2: not met",
         "1 MB batches, ours: 0 lost or crashed: met",
     ]
+
+
+def test_namespace_rows_get_their_own_ratios_and_do_not_judge_the_loopback_targets() -> None:
+    """--network both: each network's rows compare with hivemind's on the same network, and the
+    targets (set on loopback) read loopback's rows only; the namespaces get a line of their own."""
+    rows = [
+        table_row("loopback", 10000, "ours", 0.4, 1.0),
+        table_row("loopback", 10000, "hivemind", 4.0, 1.5),
+        table_row("netns", 10000, "ours", 1.0, 1.2),
+        table_row("netns", 10000, "hivemind", 5.0, 1.6),
+    ]
+    table = bench_hivemind.markdown_table(rows)
+    assert "| loopback | 20 | 10 KB | ours | 0.20 | 0.40 | 0.10x |" in table
+    assert "| netns | 20 | 10 KB | ours | 0.50 | 1.00 | 0.20x |" in table
+    assert bench_hivemind.targets(rows) == [
+        "20 procs, 10 KB: p99 ours 0.40 s <= hivemind 4.00 s / 8: met",
+        "20 procs, 10 KB: CPU ours 1.00 s <= hivemind 1.50 s / 2: not met",
+        "1 MB batches: not measured",
+        "namespaces, 20 procs, 10 KB (no target): p99 ours 1.00 s, hivemind 5.00 s (0.20x); CPU 0.75x",
+    ]
+    netns_only = bench_hivemind.targets(rows[2:])
+    assert netns_only[0] == "20 procs, 10 KB against hivemind: not measured"
 
 
 def test_ratio_of_rounds_that_never_completed() -> None:
@@ -212,7 +258,8 @@ def test_a_missing_hivemind_python_is_one_line() -> None:
 def test_repeated_runs_are_judged_on_their_medians() -> None:
     def row(stack: str, run: int, p99: float, cpu: float, lost: int = 0, procs: int = 20) -> dict:
         return {
-            "procs": procs, "size": 10000, "stack": stack, "run": run, "p50": p99 / 2, "p99": p99,
+            "network": "loopback", "procs": procs, "size": 10000, "stack": stack, "run": run,
+            "p50": p99 / 2, "p99": p99,
             "lost": lost, "crashed": 0, "cpu_s": cpu, "peak_mib": 80.0 + run, "startup_s": 10.0,
         }  # fmt: skip
 
@@ -224,8 +271,8 @@ def test_repeated_runs_are_judged_on_their_medians() -> None:
         row("ours", 3, 0.45, 0.7), row("hivemind", 3, 4.0, 1.5),
         row("ours", 1, math.inf, 1.0, procs=10), row("ours", 2, 1.0, 1.0, procs=10),
         row("ours", 3, math.inf, 1.0, procs=10),
-        {"procs": 5, "size": 10000, "stack": "ours", "run": 1, "failed": "never ready"},
-        {"procs": 5, "size": 10000, "stack": "ours", "run": 2, "failed": "never ready again"},
+        {"network": "loopback", "procs": 5, "size": 10000, "stack": "ours", "run": 1, "failed": "unready"},
+        {"network": "loopback", "procs": 5, "size": 10000, "stack": "ours", "run": 2, "failed": "again"},
     ]  # fmt: skip
     summary = bench_hivemind.medians(results)
     by_key = {(r["procs"], r["stack"]): r for r in summary}
@@ -235,12 +282,14 @@ def test_repeated_runs_are_judged_on_their_medians() -> None:
     assert (ours["lost"], ours["runs"], ours["peak_mib"]) == (2, 3, 82.0)
     assert math.isinf(by_key[(10, "ours")]["p99"])  # never completing in most runs is the median
     failed = by_key[(5, "ours")]
-    assert failed == {"procs": 5, "size": 10000, "stack": "ours", "runs": 0, "failed": "never ready"}
+    assert failed == {
+        "network": "loopback", "procs": 5, "size": 10000, "stack": "ours", "runs": 0, "failed": "unready"
+    }  # fmt: skip
     assert bench_hivemind.targets(summary)[:2] == [
         "20 procs, 10 KB: p99 ours 0.45 s <= hivemind 4.00 s / 8: met",
         "20 procs, 10 KB: CPU ours 0.90 s <= hivemind 1.50 s / 2: not met",
     ]
-    assert "| 5 | 10 KB | ours | never ready |" in bench_hivemind.markdown_table(summary)
+    assert "| loopback | 5 | 10 KB | ours | unready |" in bench_hivemind.markdown_table(summary)
 
 
 def test_bench_network_mesh_degree_flag_refuses_anything_but_three_whole_numbers() -> None:
@@ -261,7 +310,8 @@ def test_a_run_whose_peers_all_crashed_does_not_make_the_median_nan() -> None:
 
     def row(run: int, cpu: float) -> dict:
         return {
-            "procs": 20, "size": 10000, "stack": "hivemind", "run": run, "p50": 2.0, "p99": 3.5,
+            "network": "loopback", "procs": 20, "size": 10000, "stack": "hivemind", "run": run,
+            "p50": 2.0, "p99": 3.5,
             "lost": 0, "crashed": 0, "cpu_s": cpu, "peak_mib": 500.0, "startup_s": 40.0,
         }  # fmt: skip
 
