@@ -252,6 +252,12 @@ def main() -> None:
             print(f"hivemind: not run: {missing}", flush=True)
             stacks.remove("hivemind")
     sizes = [int(s) for s in args.sizes.split(",")]
+    if "netns" in networks:
+        print(
+            f"netns: every process in its own namespace, {args.delay_ms:g} ± {args.jitter_ms:g} ms "
+            f"one-way ({2 * args.delay_ms:g} ms RTT), {args.loss:g} loss on every node's egress",
+            flush=True,
+        )
     results: list[dict[str, Any]] = []
     notes: list[str] = []
     process_counts = [int(p) for p in args.procs.split(",")]
