@@ -55,7 +55,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_network import load_harness, run_config, run_netns_config  # noqa: E402
+from bench_network import impairment_of, load_harness, run_on_network  # noqa: E402
 
 STACKS = ("ours", "hivemind")
 NETWORKS = {"loopback": ("loopback",), "netns": ("netns",), "both": ("loopback", "netns")}
@@ -282,17 +282,10 @@ def main() -> None:
             label = f"{procs} procs {stack} on {network} (run {run})"
             key = {"network": network, "procs": procs, "stack": stack, "run": run}
             try:
-                if network == "netns":
-                    rows = run_netns_config(
-                        procs, sizes, args.rounds, args.interval, "swarm", 0.0,
-                        delay_ms=args.delay_ms, jitter_ms=args.jitter_ms, loss=args.loss,
-                        all_to_all=True, command=command, grace_s=grace,
-                    )  # fmt: skip
-                else:
-                    rows = run_config(
-                        procs, sizes, args.rounds, args.interval, "swarm", 0.0,
-                        all_to_all=True, command=command, grace_s=grace,
-                    )  # fmt: skip
+                rows = run_on_network(
+                    network, procs, sizes, args.rounds, args.interval, "swarm", 0.0,
+                    impairment=impairment_of(args), all_to_all=True, command=command, grace_s=grace,
+                )  # fmt: skip
             except SystemExit as error:  # the swarm never got ready: a measured failure
                 for size in sizes:
                     results.append({**key, "size": size, "failed": str(error)})

@@ -644,6 +644,32 @@ def run_netns_config(
     return rows
 
 
+def run_on_network(
+    network: str,
+    procs: int,
+    sizes: list[int],
+    messages: int,
+    interval: float,
+    conn_manager: str,
+    idle_s: float,
+    *,
+    impairment: dict[str, float],
+    **options: Any,
+) -> dict[int, dict[str, Any]]:
+    """run_config on "loopback", run_netns_config on "netns" with `impairment` (its delay_ms,
+    jitter_ms and loss); `options` go to either (all_to_all, command, grace_s)."""
+    if network == "netns":
+        return run_netns_config(
+            procs, sizes, messages, interval, conn_manager, idle_s, **impairment, **options
+        )  # fmt: skip
+    return run_config(procs, sizes, messages, interval, conn_manager, idle_s, **options)
+
+
+def impairment_of(args: argparse.Namespace) -> dict[str, float]:
+    """The namespaces' impairment from the command line's --delay-ms, --jitter-ms and --loss."""
+    return {"delay_ms": args.delay_ms, "jitter_ms": args.jitter_ms, "loss": args.loss}
+
+
 def switch_totals(per_node: list[dict[str, int]]) -> dict[str, int]:
     """The switch's counters over all nodes: counts summed, `*_max_us` the largest."""
     totals: dict[str, int] = {}
@@ -843,17 +869,13 @@ def main() -> None:
         task = progress.add_task("configurations", total=len(configs))
         for procs, manager in configs:
             load_before = os.getloadavg()[0]
+            rows = run_on_network(
+                "netns" if args.netns else "loopback",
+                procs, sizes, args.messages, args.interval, manager, args.idle,
+                impairment=impairment_of(args), all_to_all=args.all_to_all,
+            )  # fmt: skip
             if args.netns:
-                rows = run_netns_config(
-                    procs, sizes, args.messages, args.interval, manager, args.idle,
-                    delay_ms=args.delay_ms, jitter_ms=args.jitter_ms, loss=args.loss,
-                    all_to_all=args.all_to_all,
-                )  # fmt: skip
                 notes.append(f"{procs} procs {manager} switch: {next(iter(rows.values()))['switch']}")
-            else:
-                rows = run_config(
-                    procs, sizes, args.messages, args.interval, manager, args.idle, all_to_all=args.all_to_all
-                )
             load = f"{load_before:.1f}-{os.getloadavg()[0]:.1f}"
             if args.per_round:
                 per_round_tables.append(round_table(procs, manager, rows))
@@ -942,17 +964,10 @@ def compare(args: argparse.Namespace) -> None:
         for network in ("loopback", "netns"):
             began = time.time()
             try:
-                if network == "netns":
-                    by_network[network] = run_netns_config(
-                        procs, sizes, args.messages, args.interval, args.conn_manager, args.idle,
-                        delay_ms=args.delay_ms, jitter_ms=args.jitter_ms, loss=args.loss,
-                        all_to_all=args.all_to_all,
-                    )  # fmt: skip
-                else:
-                    by_network[network] = run_config(
-                        procs, sizes, args.messages, args.interval, args.conn_manager, args.idle,
-                        all_to_all=args.all_to_all,
-                    )  # fmt: skip
+                by_network[network] = run_on_network(
+                    network, procs, sizes, args.messages, args.interval, args.conn_manager, args.idle,
+                    impairment=impairment_of(args), all_to_all=args.all_to_all,
+                )  # fmt: skip
             except SystemExit as error:  # the swarm never got ready: a measured failure
                 notes.append(f"{procs} procs {network}: {error}")
                 print(f"{procs} procs {network}: {error}", file=sys.stderr, flush=True)
