@@ -80,6 +80,9 @@ def test_a_peer_counts_as_connected_only_to_what_it_said_last_and_recently(scrip
                 assert neighbours.linked(peer, other) == (
                     neighbours.connected(peer, other) or neighbours.connected(other, peer)
                 )
+            # The relay's bulk question: `linked` for each peer, in the peers' order.
+            listed = [p for p in reversed(PEERS) if p != peer]
+            assert neighbours.linked_to(peer, listed) == [p for p in listed if neighbours.linked(p, peer)]
         assert len(neighbours) <= 3
 
 
