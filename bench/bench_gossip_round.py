@@ -59,6 +59,11 @@ def main() -> None:
         help="two nodes, one streaming to the other: M batches with read-ahead and M without",
     )
     args = parser.parse_args()
+    # As the node does: py-libp2p's routine churn (a dial that lands while 20 nodes shut down)
+    # logs warnings with tracebacks that Python would print bare on stderr.
+    from swarmp2p.node_logging import configure_logging
+
+    configure_logging("warning")
     if args.stream:
         _print_stream(trio.run(_stream, args))
         return
