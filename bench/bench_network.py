@@ -116,10 +116,16 @@ def worker(args: argparse.Namespace) -> None:
             channel = await net.subscribe(TOPIC)
             if args.index == 0:
                 write_atomically(out / "addr", net.listen_addrs()[0])
-            # Ready once connected to most of the swarm (peer exchange builds the mesh).
+            # Ready once connected to most of the swarm (peer exchange builds the mesh) and, where
+            # relays skip the author's neighbours, once they can: every mesh peer's list known
+            # and ours told (LibP2PNetwork.relay_view). Before that, each relay goes to mesh
+            # peers that hold the author's copy already: a first round 2 s after connecting
+            # carried ~2,300 duplicates at 20 processes in the namespaces (docs/benchmarks.md).
+            # Both waits count in the swarm's start-up.
             want = min(args.procs - 1, settings.target_peers)
             while len(net.connected_peers()) < want:
                 await trio.sleep(0.2)
+            relays_settled = await wait_for_relays(net, settings, want)
             (out / f"ready-{args.index}").write_text("1")
             start_file = out / "start"
             while not start_file.exists():
@@ -229,10 +235,40 @@ def worker(args: argparse.Namespace) -> None:
                 "round_marks": round_marks,
                 "idle_s": idle_s,
                 "drops": net.counters.snapshot(),
+                "relays_settled": relays_settled,
             }
             (out / f"result-{args.index}.json").write_text(json.dumps(result))
 
     trio.run(main)
+
+
+RELAYS_SETTLE_MAX_S = 30.0
+"""How long a worker waits for its relays to settle before it says ready anyway (counted as
+unsettled in the table's notes): a mesh that never fills must not hang the bench."""
+
+
+async def wait_for_relays(net: Any, settings: Any, want: int) -> bool:
+    """Until the mesh holds at least min(`want`, mesh_degree_low) peers, all of whom have told
+    us their connections, no exchange with a mesh joiner is in flight, and our mesh has been
+    told our current connections; True if that came within RELAYS_SETTLE_MAX_S. Without the
+    relay skip (`--relay-all`) there is nothing to wait for."""
+    import trio
+
+    if not settings.skip_relay_to_origin_neighbours:
+        return True
+    enough = min(want, settings.mesh_degree_low)
+    with trio.move_on_after(RELAYS_SETTLE_MAX_S):
+        while True:
+            view = net.relay_view()
+            if (
+                view["mesh_peers"] >= enough
+                and view["mesh_lists_known"] == view["mesh_peers"]
+                and not view["asking"]
+                and view["told_current"]
+            ):
+                return True
+            await trio.sleep(0.1)
+    return False
 
 
 def write_atomically(path: Path, text: str) -> None:
@@ -314,7 +350,8 @@ def run_config(
                 workers.append(launch(i, ["--bootstrap", addr]))
             ready = lambda: all((out / f"ready-{i}").exists() for i in range(procs))  # noqa: E731
             wait(ready, 60 + 10 * procs, "the swarm to be ready", workers, memory)
-            # Start-up: from launching the first process until every one is connected and ready.
+            # Start-up: from launching the first process until every one is connected, with its
+            # relays settled (wait_for_relays), and ready.
             startup_s = time.time() - launched
             start = time.time() + 2.0 + idle_s
             write_atomically(out / "start", str(start))
@@ -487,6 +524,9 @@ def summarize(
                 v for r in alive for k, v in r["drops"].items() if k not in DropCounters.NOT_DATA_LOSS
             ),
             "dial_failed": sum(r["drops"].get("dial_failed", 0) for r in alive),
+            # Processes whose relays had not settled when they said ready (wait_for_relays);
+            # hivemind's workers have no such wait and report none.
+            "unsettled": sum(1 for r in alive if not r.get("relays_settled", True)),
         }
     return rows
 
@@ -884,6 +924,8 @@ def main() -> None:
                 notes.append(f"{procs} procs {manager} fetch errors: {first['error_reasons']}")
             if first["drop_kinds"]:
                 notes.append(f"{procs} procs {manager} adapter counters: {first['drop_kinds']}")
+            if first["unsettled"]:
+                notes.append(f"{procs} procs {manager}: {first['unsettled']} relays not settled at ready")
             for size, row in rows.items():
                 # With `--conn-manager both` each (procs, batch) is compared with py-libp2p's
                 # default at the same size; otherwise with the first configuration.
@@ -978,6 +1020,8 @@ def compare(args: argparse.Namespace) -> None:
             for label, key in (("fetch errors", "error_reasons"), ("crashes", "crash_reasons")):
                 if first[key]:
                     notes.append(f"{procs} procs {network} {label}: {first[key]}")
+            if first["unsettled"]:
+                notes.append(f"{procs} procs {network}: {first['unsettled']} relays not settled at ready")
             print(
                 f"{procs} procs {network}: {time.time() - began:.0f} s, start-up {first['startup_s']:.1f} s, "
                 f"load {os.getloadavg()[0]:.1f}",

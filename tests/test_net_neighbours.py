@@ -147,8 +147,9 @@ async def _settled(*nets: Any) -> None:
     forming asked for (`LibP2PNetwork._on_mesh_join`)."""
 
     def done(net: Any) -> bool:
-        mesh = net.pubsub.router.mesh.get(TOPIC, ())
-        return bool(mesh) and not net._asking_joiners and all(net.neighbours.age(p.to_bytes()) for p in mesh)
+        view = net.relay_view()
+        known, mesh = view["mesh_lists_known"], view["mesh_peers"]
+        return mesh > 0 and not view["asking"] and known == mesh
 
     await _wait(lambda: all(done(net) for net in nets))
 
@@ -403,5 +404,47 @@ def test_a_peer_joining_the_mesh_is_asked_whom_it_is_connected_to_at_once(
             # A fresh answer is not asked for again.
             a._on_mesh_join(b_pid)
             assert not a._asking_joiners
+
+    trio.run(main)
+
+
+def test_relay_view_says_when_a_swarm_relays_without_duplicates() -> None:
+    """`relay_view` (what bench_network.py waits for before its rounds, and what `status` shows):
+    once every peer of a fully connected swarm of four has all its mesh peers' lists and has
+    told them its own connections, each of the four publishes reaches every other peer once,
+    with no duplicate. A list forgotten shows at once as one fewer known."""
+
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            first, first_inbox = await _open(stack, QUICK)
+            addr = first.listen_addrs()[0]
+            opened = [(first, first_inbox)] + [await _open(stack, QUICK, addr) for _ in range(3)]
+            nets = [net for net, _ in opened]
+
+            def relays_ready(net: Any) -> bool:
+                view = net.relay_view()
+                return (
+                    view["mesh_peers"] == 3
+                    and view["mesh_lists_known"] == 3
+                    and view["asking"] == 0
+                    and view["told_current"] == 1
+                )
+
+            await _wait(lambda: all(relays_ready(net) for net in nets), timeout_s=20.0)
+            assert all(net.status()["relays"]["mesh_lists_known"] == 3 for net in nets)
+            for author in nets:
+                await author.publish(TOPIC, f"from {author.local_peer_id}".encode())
+            for net, inbox in opened:
+                got = set()
+                with trio.fail_after(10):
+                    while len(got) < 3:
+                        got.add((await inbox.receive()).data)
+                assert f"from {net.local_peer_id}".encode() not in got
+            await trio.sleep(1.0)  # room for any relay to arrive
+            assert [_count(net, "gossip_seen_duplicate") for net in nets] == [0, 0, 0, 0]
+            assert sum(_count(net, "gossip_relay_skipped_origin_neighbour") for net in nets) > 0
+            other = next(iter(first.pubsub.router.mesh[TOPIC]))
+            first.neighbours.forget(other.to_bytes())
+            assert first.relay_view()["mesh_lists_known"] == 2
 
     trio.run(main)
