@@ -232,6 +232,9 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=float, default=50.0, help="netns: one-way delay per node")
     parser.add_argument("--jitter-ms", type=float, default=0.0, help="netns: ± uniform jitter per packet")
     parser.add_argument("--loss", type=float, default=0.01, help="netns: packet loss on every node's egress")
+    parser.add_argument(
+        "--host-tcp", default="", help="netns: the namespaces' host TCP (bench_network.py --host-tcp)"
+    )
     parser.add_argument("--json", default="", help="also write the rows here")
     parser.add_argument(
         "--repeats", type=int, default=1, help="run every configuration N times; the targets use the medians"

@@ -656,18 +656,21 @@ def run_netns_config(
     delay_ms: float,
     jitter_ms: float,
     loss: float,
+    host_tcp: str = "",
     all_to_all: bool = False,
     command: list[str] | None = None,
     grace_s: float = 30.0,
 ) -> dict[int, dict[str, Any]]:
     """run_config with every worker in its own namespace and `delay_ms` ± `jitter_ms`, `loss` on
-    every node's egress. Each row also gets the switch's counters summed over nodes (`switch`)
+    every node's egress, and the namespaces' TCP tuned as `host_tcp` says (host_tcp_options).
+    Each row also gets the switch's counters summed over nodes (`switch`)
     and the switch process's CPU seconds (`switch_cpu_s`: it forwards every packet in Python,
     so on a loaded machine it is part of the latency measured)."""
     harness = load_harness()
     # The context manager deletes the namespaces (and whatever still runs in them) on any exit.
     with harness.NetnsNetwork(procs) as network:
         network.impair(delay_ms=delay_ms, jitter_ms=jitter_ms, loss=loss)
+        network.tune_tcp(**host_tcp_options(host_tcp))
         assert network.switch is not None
         switch_cpu = procfs.cpu_seconds(network.switch.pid) or 0.0
         rows = run_config(
@@ -705,9 +708,30 @@ def run_on_network(
     return run_config(procs, sizes, messages, interval, conn_manager, idle_s, **options)
 
 
-def impairment_of(args: argparse.Namespace) -> dict[str, float]:
-    """The namespaces' impairment from the command line's --delay-ms, --jitter-ms and --loss."""
-    return {"delay_ms": args.delay_ms, "jitter_ms": args.jitter_ms, "loss": args.loss}
+def impairment_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The namespaces' impairment from the command line's --delay-ms, --jitter-ms and --loss,
+    and their hosts' TCP settings (--host-tcp)."""
+    return {
+        "delay_ms": args.delay_ms,
+        "jitter_ms": args.jitter_ms,
+        "loss": args.loss,
+        "host_tcp": args.host_tcp,
+    }
+
+
+def host_tcp_options(spec: str) -> dict[str, Any]:
+    """--host-tcp's comma-separated settings as NetnsNetwork.tune_tcp's arguments:
+    `initcwnd=N` and `no-idle-restart`; "" leaves the namespaces at Linux's defaults."""
+    options: dict[str, Any] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        name, _, value = part.partition("=")
+        if name == "initcwnd" and value.isdigit() and 0 < int(value) <= 1000:
+            options["initcwnd"] = int(value)
+        elif name == "no-idle-restart" and not value:
+            options["restart_after_idle"] = False
+        else:
+            raise SystemExit(f"--host-tcp: {part!r} is not initcwnd=N (1-1000) or no-idle-restart")
+    return options
 
 
 def switch_totals(per_node: list[dict[str, int]]) -> dict[str, int]:
@@ -796,6 +820,13 @@ def main() -> None:
     parser.add_argument("--jitter-ms", type=float, default=0.0, help="--netns: ± uniform jitter per packet")
     parser.add_argument(
         "--loss", type=float, default=0.01, help="--netns: packet loss on every node's egress"
+    )
+    parser.add_argument(
+        "--host-tcp",
+        default="",
+        help="--netns: TCP settings of the namespaces' hosts, comma-separated: initcwnd=N (initial "
+        "congestion and receive window, segments) and no-idle-restart (tcp_slow_start_after_idle=0); "
+        "default: Linux's (10 segments, restart after idle)",
     )
     parser.add_argument(
         "--vs-loopback",
@@ -1044,7 +1075,8 @@ def compare(args: argparse.Namespace) -> None:
     print(
         f"round exchange{' all-to-all' if args.all_to_all else ''}: loopback vs namespaces at "
         f"{args.delay_ms:g} ± {args.jitter_ms:g} ms one-way ({rtt_s * 1000:g} ms RTT), {args.loss:g} loss "
-        f"per egress; {args.messages} exchanges/size {args.interval:g} s apart; {os.cpu_count()} cores"
+        f"per egress; {args.messages} exchanges/size {args.interval:g} s apart; {os.cpu_count()} cores; "
+        f"namespaces' host TCP: {args.host_tcp or 'Linux defaults'}"
     )
     print(compare_table(results, rtt_s, args.within_rtts))
     if per_round_tables:

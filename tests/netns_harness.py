@@ -351,6 +351,24 @@ class NetnsNetwork:
             request["nodes"] = nodes
         self._send(request)
 
+    def tune_tcp(self, *, initcwnd: int = 0, restart_after_idle: bool = True) -> None:
+        """Host TCP settings inside every namespace of this network (never the machine's own):
+        `initcwnd` segments (also the initial receive window) on the route to the other nodes,
+        and `restart_after_idle` False sets `net.ipv4.tcp_slow_start_after_idle=0`, so a
+        connection keeps its congestion window over the idle time between rounds. What an
+        operator of a host that moves big batches over long links can set; the node cannot
+        (bench_network.py `--host-tcp`)."""
+        for index, namespace in enumerate(self.namespaces):
+            if not restart_after_idle:
+                _ip("netns", "exec", namespace, "sysctl", "-qw", "net.ipv4.tcp_slow_start_after_idle=0")
+            if initcwnd:
+                window = str(initcwnd)
+                _ip(
+                    "-n", namespace, "route", "change", f"{SUBNET}.0/24", "dev", f"{self.prefix}-t{index}",
+                    "proto", "kernel", "scope", "link", "src", address(index),
+                    "initcwnd", window, "initrwnd", window,
+                )  # fmt: skip
+
     def partition(self, *groups: list[int]) -> None:
         self._send({"op": "partition", "groups": [list(g) for g in groups]})
 

@@ -10,6 +10,7 @@ one-way delay) or fetched (at least one RTT).
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -48,3 +49,27 @@ def test_round_exchange_crosses_the_delaying_switch(
         assert row["p50"] >= 2 * one_way_s, row
     switch = row["switch"]
     assert switch["forwarded"] > 0 and switch.get("unknown_dst", 0) == 0, switch
+
+
+def test_host_tcp_settings_stay_inside_the_namespaces() -> None:
+    """--host-tcp tunes each namespace's TCP (the route's initial windows, no restart after
+    idle) and leaves the machine's own settings as they were; a wrong setting is one clear line."""
+    from netns_harness import SUBNET, NetnsNetwork
+
+    def idle_restart(*place: str) -> str:
+        command = [*place, "sysctl", "-n", "net.ipv4.tcp_slow_start_after_idle"]
+        return subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip()
+
+    before = idle_restart()
+    with NetnsNetwork(2) as network:
+        network.tune_tcp(**bench_network.host_tcp_options("initcwnd=40,no-idle-restart"))
+        for index in range(2):
+            assert idle_restart(*network.exec_args(index)) == "0"
+            routes = subprocess.run(
+                ["ip", "-n", network.namespaces[index], "route", "show", f"{SUBNET}.0/24"],
+                check=True, capture_output=True, text=True,
+            ).stdout  # fmt: skip
+            assert "initcwnd 40" in routes and "initrwnd 40" in routes, routes
+    assert idle_restart() == before
+    with pytest.raises(SystemExit, match="initcwnd=N"):
+        bench_network.host_tcp_options("initcwnd=lots")
