@@ -22,6 +22,7 @@ EXPECTED = {
     ("network", "gossip_rejections"): ("swarmp2p_gossip_rejections_total", "reason"),
     ("hellos",): ("swarmp2p_hellos_total", "kind"),
     ("network", "tables"): ("swarmp2p_network_table_entries", "table"),
+    ("network", "relays"): ("swarmp2p_network_relays", "key"),
 }
 
 

@@ -105,6 +105,13 @@ _LABELED_GAUGES: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
         "table",
         "Entries in the libp2p adapter's bounded tables (peer book, DHT store, ...).",
     ),
+    (
+        ("network", "relays"),
+        "swarmp2p_network_relays",
+        "key",
+        "Gossip mesh peers, how many told us their connections, exchanges in flight, ours told "
+        "(LibP2PNetwork.relay_view): relays skip peers holding the author's copy once all are known.",
+    ),
 )
 # Numbers shown in /api/status that are not counts of events (hellos' peers_with_other_rules is
 # how many peers differ, now): exported as gauges under these names.
