@@ -55,7 +55,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_network import impairment_of, load_harness, run_on_network  # noqa: E402
+from bench_network import host_tcp_options, impairment_of, load_harness, run_on_network  # noqa: E402
 
 STACKS = ("ours", "hivemind")
 NETWORKS = {"loopback": ("loopback",), "netns": ("netns",), "both": ("loopback", "netns")}
@@ -242,6 +242,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
+    host_tcp_options(args.host_tcp)  # a wrong --host-tcp says so before any namespace is made
 
     networks = NETWORKS[args.network]
     if "netns" in networks:

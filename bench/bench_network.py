@@ -871,6 +871,7 @@ def main() -> None:
     parser.add_argument("--bootstrap", default="", help=argparse.SUPPRESS)
     parser.add_argument("--out", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    host_tcp_options(args.host_tcp)  # a wrong --host-tcp says so before any namespace is made
     if args.push_max_bytes is not None:
         os.environ[PUSH_ENV] = str(args.push_max_bytes)  # every worker inherits it
     if args.fetch_concurrency:
