@@ -88,6 +88,9 @@ _MAX_EXCHANGE_BYTES = 64 * 1024
 # A peer exchange request lists at most _MAX_EXCHANGE_PEERS ids of ~52 base58 characters.
 _MAX_EXCHANGE_REQUEST_BYTES = 8 * 1024
 _MAX_HELLO_BYTES = 64 * 1024
+# Ahead of an answer on a request's stream: multistream-select's two echoes and the frame's
+# length prefix (~60 bytes for our protocol ids); the receive window granted covers them too.
+_NEGOTIATION_SLACK_BYTES = 1024
 
 
 def parse_peer_multiaddr(text: str) -> tuple[str, str]:
@@ -371,8 +374,11 @@ class LibP2PNetwork:
                 # The request goes out with the protocol negotiation, not after it (lazy_select.py).
                 request = encode_frame(data)
                 network = self.host.get_network()
+                # Credit for the whole answer up front (yamux_credit.grant_receive_window): the
+                # multistream echoes and the length prefix come before it.
+                window = max_response + _NEGOTIATION_SLACK_BYTES
                 try:
-                    stream = await open_lazily(network, pid, protocol, request)
+                    stream = await open_lazily(network, pid, protocol, request, receive_window=window)
                 except ProtocolNotSupportedError:
                     raise
                 except Exception:
@@ -381,7 +387,7 @@ class LibP2PNetwork:
                         raise
                     self.counters.add("stream_retried")
                     await self._ensure_connected(pid)
-                    stream = await open_lazily(network, pid, protocol, request)
+                    stream = await open_lazily(network, pid, protocol, request, receive_window=window)
                 return await read_frame(stream, max_response)
             except FrameTooLarge as error:
                 self.counters.add("response_oversized")

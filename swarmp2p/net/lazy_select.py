@@ -22,19 +22,27 @@ from libp2p.protocol_muxer.multiselect import MULTISELECT_PROTOCOL_ID
 from libp2p.protocol_muxer.multiselect_communicator import MultiselectCommunicator
 from libp2p.utils import encode_delim
 
+from swarmp2p.net.yamux_credit import grant_receive_window
+
 
 class NegotiationFailed(Exception):
     """The remote answered something other than multistream-select's header and our protocol."""
 
 
-async def open_lazily(network: Any, peer_id: ID, protocol: TProtocol, first_message: bytes) -> Any:
-    """A stream to `peer_id` on `protocol` with `first_message` already written.
+async def open_lazily(
+    network: Any, peer_id: ID, protocol: TProtocol, first_message: bytes, *, receive_window: int = 0
+) -> Any:
+    """A stream to `peer_id` on `protocol` with `first_message` already written, and its receive
+    window opened to `receive_window` bytes first (yamux_credit.grant_receive_window: the
+    answer, up to that size, then comes without a stop for credit).
 
     Raises ProtocolNotSupportedError when the remote refuses the protocol, NegotiationFailed on
     any other answer; the stream is reset then. Errors of opening or writing pass through."""
     stream = await network.new_stream(peer_id)
     answered = False
     try:
+        if receive_window:
+            await grant_receive_window(stream, receive_window)
         header = encode_delim(MULTISELECT_PROTOCOL_ID.encode()) + encode_delim(protocol.encode())
         await stream.write(header + first_message)
         communicator = MultiselectCommunicator(stream)

@@ -18,7 +18,9 @@ buffer makes the whole window owed. go-yamux's auto-tuning is kept (py-libp2p's 
 
 from __future__ import annotations
 
-from libp2p.stream_muxer.yamux.yamux import YamuxStream
+from typing import Any
+
+from libp2p.stream_muxer.yamux.yamux import MAX_WINDOW_SIZE, YamuxStream
 
 
 async def return_credit_in_half_windows(self: YamuxStream, *, bytes_read: int = 0) -> None:
@@ -33,6 +35,32 @@ async def return_credit_in_half_windows(self: YamuxStream, *, bytes_read: int = 
         increment = owed + self._apply_autotune_epoch(buffered)
     # Outside the lock, as py-libp2p does: inbound WINDOW_UPDATE handling takes it too.
     await self.send_window_update(increment, skip_lock=True)
+
+
+async def grant_receive_window(stream: Any, total: int) -> int:
+    """Open a fresh request stream's receive window to `total` bytes (at most go-yamux's 16 MiB)
+    before the request goes out, so the server can send an answer of up to that size without
+    stopping for credit. Returns the bytes granted (0: the window was that large already, or
+    the stream is not yamux).
+
+    Why: every yamux stream starts with 256 KiB of credit, and a request opens a new stream
+    for each fetch, so auto-tuning never gets to grow it. A 1 MB answer stopped twice for a
+    WINDOW_UPDATE: two round trips on every big fetch (0.39 s instead of ~0.15 s at 100 ms
+    RTT, docs/benchmarks.md). The client reads the whole answer (up to `total`) anyway, so
+    this buffers nothing it would not have read; the grant is returned by the credit rule
+    above only as the window's size, never twice."""
+    muxed = getattr(stream, "muxed_stream", stream)
+    if not isinstance(muxed, YamuxStream):
+        return 0
+    async with muxed.window_lock:
+        extra = min(total, MAX_WINDOW_SIZE) - muxed.target_recv_window
+        if extra <= 0:
+            return 0
+        muxed.target_recv_window += extra
+        muxed.recv_window += extra
+    # Outside the lock, as py-libp2p does: inbound WINDOW_UPDATE handling takes it too.
+    await muxed.send_window_update(extra, skip_lock=True)
+    return extra
 
 
 def install() -> None:
