@@ -32,6 +32,10 @@ by tests/netns_harness.py's userspace switch (the kernel has no sch_netem) with 
 ± `--jitter-ms` one-way and `--loss` on every node's egress: 50 ms each way is 100 ms RTT.
 `--vs-loopback` runs each process count on 127.0.0.1 and then on the namespaces, back to back,
 and prints one markdown table: p99 on the namespaces minus p99 on loopback, in RTTs.
+`--host-tcp initcwnd=N,no-idle-restart` tunes the namespaces' own TCP (never the machine's): the
+initial windows on their routes, and no slow start after idle (docs/benchmarks.md).
+Processes say ready once connected and, where relays skip the author's neighbours, once their
+relays have settled (`wait_for_relays`); both count in the start-up time.
 
     python bench/bench_network.py --all-to-all --netns --vs-loopback --procs 5,10 --sizes 10000,1000000 \
         --messages 5 --interval 6 --idle 0 --delay-ms 50 --loss 0.01
