@@ -75,6 +75,7 @@ PUSH_ENV = "SWARMP2P_BENCH_PUSH_MAX_BYTES"
 FETCH_SLOTS_ENV = "SWARMP2P_BENCH_FETCH_SLOTS"
 MESH_ENV = "SWARMP2P_BENCH_MESH_DEGREE"
 RELAY_ALL_ENV = "SWARMP2P_BENCH_RELAY_ALL"
+RELAY_BACKUP_ENV = "SWARMP2P_BENCH_RELAY_BACKUP"
 
 
 # ---- worker process -------------------------------------------------------------------------
@@ -106,6 +107,8 @@ def worker(args: argparse.Namespace) -> None:
             settings = attrs.evolve(settings, push_max_bytes=int(push_max_bytes))
         if os.environ.get(RELAY_ALL_ENV):  # --relay-all
             settings = attrs.evolve(settings, skip_relay_to_origin_neighbours=False)
+        if os.environ.get(RELAY_BACKUP_ENV):  # --relay-backup
+            settings = attrs.evolve(settings, relay_backup_copy=True)
         mesh = os.environ.get(MESH_ENV)  # --mesh-degree D,LOW,HIGH
         if mesh:
             degree, low, high = (int(part) for part in mesh.split(","))
@@ -864,6 +867,12 @@ def main() -> None:
         "(NetworkSettings.skip_relay_to_origin_neighbours off): second copies, at their CPU",
     )
     parser.add_argument(
+        "--relay-backup",
+        action="store_true",
+        help="relays still skip peers connected to the author, but one picked relay sends each "
+        "such peer one copy (NetworkSettings.relay_backup_copy): a second path on a lossy network",
+    )
+    parser.add_argument(
         "--per-round",
         action="store_true",
         help="also print each exchange: when half and 90%% of its deliveries had arrived and the "
@@ -882,6 +891,8 @@ def main() -> None:
         os.environ[FETCH_SLOTS_ENV] = str(args.fetch_concurrency)
     if args.relay_all:
         os.environ[RELAY_ALL_ENV] = "1"
+    if args.relay_backup:
+        os.environ[RELAY_BACKUP_ENV] = "1"
     if args.mesh_degree:
         parts = args.mesh_degree.split(",")
         if len(parts) != 3 or not all(part.strip().isdigit() for part in parts):

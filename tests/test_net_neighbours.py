@@ -19,7 +19,7 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 
 from swarmp2p.net import PEERS_PROTOCOL, LibP2PNetwork, NetworkSettings, open_libp2p_network
-from swarmp2p.net.neighbours import NeighbourMap
+from swarmp2p.net.neighbours import NeighbourMap, backup_relay
 
 TOPIC = "swarmp2p/test/neighbours"
 QUICK = NetworkSettings(heartbeat_s=0.2, upkeep_interval_s=0.2, handler_timeout_s=2.0)
@@ -446,5 +446,64 @@ def test_relay_view_says_when_a_swarm_relays_without_duplicates() -> None:
             other = next(iter(first.pubsub.router.mesh[TOPIC]))
             first.neighbours.forget(other.to_bytes())
             assert first.relay_view()["mesh_lists_known"] == 2
+
+    trio.run(main)
+
+
+@given(
+    st.binary(min_size=1, max_size=40),
+    st.sets(st.binary(min_size=1, max_size=8), max_size=12),
+    st.randoms(use_true_random=False),
+)
+def test_backup_relay_is_one_of_the_candidates_whatever_their_order(
+    message_id: bytes, candidates: set[bytes], order: Any
+) -> None:
+    """Relays agree on one backup sender per (message, receiver) without talking: the pick is a
+    candidate, none for no candidates, and the same in whatever order a relay lists them."""
+    listed = sorted(candidates)
+    picked = backup_relay(message_id, listed)
+    order.shuffle(listed)
+    assert backup_relay(message_id, listed) == picked
+    assert (picked in candidates) if candidates else picked is None
+
+
+def test_backup_relays_spread_over_messages() -> None:
+    """A different message picks a different relay: over 600 messages, each of 6 candidates is
+    picked for some, none for more than a third (the load spreads)."""
+    candidates = [bytes([i]) * 8 for i in range(6)]
+    picks = [backup_relay(f"message {i}".encode(), candidates) for i in range(600)]
+    assert set(picks) == set(candidates)
+    assert max(picks.count(c) for c in candidates) < 200
+
+
+def test_with_backup_copies_each_peer_gets_exactly_one_second_copy() -> None:
+    """`relay_backup_copy`: four peers, all connected, all in each other's mesh, each publishes
+    once. Of the two other peers that relay a message to a receiver, exactly one sends it (the
+    one `backup_relay` picks from the receiver's list): 12 backup copies and 12 skips, and every
+    receiver holds exactly one duplicate per message it did not author."""
+    settings = attrs.evolve(QUICK, relay_backup_copy=True)
+
+    async def main() -> None:
+        async with AsyncExitStack() as stack:
+            first, first_inbox = await _open(stack, settings)
+            addr = first.listen_addrs()[0]
+            opened = [(first, first_inbox)] + [await _open(stack, settings, addr) for _ in range(3)]
+            nets = [net for net, _ in opened]
+
+            def settled(net: Any) -> bool:
+                view = net.relay_view()
+                return view["mesh_peers"] == 3 == view["mesh_lists_known"] and view["told_current"] == 1
+
+            await _wait(lambda: all(settled(net) for net in nets), timeout_s=20.0)
+            for author in nets:
+                await author.publish(TOPIC, f"from {author.local_peer_id}".encode())
+            for _, inbox in opened:
+                with trio.fail_after(10):
+                    for _ in range(3):
+                        await inbox.receive()
+            await trio.sleep(1.0)  # room for every relay to arrive
+            assert sum(_count(net, "gossip_relay_backup_copy") for net in nets) == 12
+            assert sum(_count(net, "gossip_relay_skipped_origin_neighbour") for net in nets) == 12
+            assert [_count(net, "gossip_seen_duplicate") for net in nets] == [3, 3, 3, 3]
 
     trio.run(main)

@@ -197,6 +197,7 @@ class LibP2PNetwork:
         self._asking_joiners: set[str] = set()
         if settings.skip_relay_to_origin_neighbours:
             pubsub.router.origin_neighbours = self.neighbours  # type: ignore[attr-defined]
+            pubsub.router.relay_backup_copy = settings.relay_backup_copy  # type: ignore[attr-defined]
             pubsub.router.on_mesh_join = self._on_mesh_join  # type: ignore[attr-defined]
         self.book = PeerBook(
             self._peer_id,

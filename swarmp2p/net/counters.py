@@ -38,6 +38,8 @@ class DropCounters:
         # A relay not sent: the mesh peer told us it is connected to the message's author, who
         # flood-published it to that peer already (net/neighbours.py). Not a loss.
         "gossip_relay_skipped_origin_neighbour",
+        # A relay sent to such a peer after all, as its one backup copy (relay_backup_copy).
+        "gossip_relay_backup_copy",
         "gossip_seen_cache_evicted",  # the seen-cache was full: its oldest message id forgotten
         "gossip_rpc_garbage",  # an inbound frame that is not a protobuf RPC: stream and peer dropped
         "gossip_rpc_oversized",  # an inbound RPC over py-libp2p's 1 MiB limit: stream and peer dropped
@@ -99,6 +101,7 @@ class DropCounters:
             "peer_book_evicted",
             "gossip_seen_duplicate",
             "gossip_relay_skipped_origin_neighbour",
+            "gossip_relay_backup_copy",
             "gossip_forwarder_paused",
             "dht_stream_idle_reset",
             "dht_expired",

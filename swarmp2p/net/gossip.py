@@ -30,7 +30,7 @@ from libp2p.pubsub.validators import signature_validator
 from libp2p.tools.timed_cache.last_seen_cache import LastSeenCache
 
 from swarmp2p.net.counters import DropCounters
-from swarmp2p.net.neighbours import NeighbourMap
+from swarmp2p.net.neighbours import NeighbourMap, backup_relay
 from swarmp2p.net.origin_limit import OriginRateLimiter
 from swarmp2p.net.priority_inbox import DROPPED, EVICTED, PriorityInbox
 from swarmp2p.net.relay_path import LeanPublishGossipSub
@@ -79,6 +79,9 @@ class CountingGossipSub(LeanPublishGossipSub):
         # Set by the adapter (settings.skip_relay_to_origin_neighbours): whom our peers said
         # they are connected to, so a relay skips those that hold the author's flood publish.
         self.origin_neighbours: NeighbourMap | None = None
+        # Set by the adapter (settings.relay_backup_copy): send each skipped peer one copy when
+        # we are the relay `backup_relay` picks for it.
+        self.relay_backup_copy = False
         # The relays skipped since the last heartbeat, announced to their peers by IHAVE then:
         # peer -> topic -> message ids (bounded by MAX_SKIPPED_IHAVE_IDS per peer).
         self._skipped_ihave: dict[ID, dict[str, list[bytes]]] = {}
@@ -159,9 +162,13 @@ class CountingGossipSub(LeanPublishGossipSub):
         if neighbours is None or not peers or msg_id is None:
             return peers
         by_bytes = {peer.to_bytes(): peer for peer in peers}
-        skipped = 0
-        for peer_bytes in neighbours.linked_to(origin.to_bytes(), by_bytes):
+        skipped = backups = 0
+        origin_bytes = origin.to_bytes()
+        for peer_bytes in neighbours.linked_to(origin_bytes, by_bytes):
             peer = by_bytes[peer_bytes]
+            if self.relay_backup_copy and self._is_backup_relay(neighbours, peer_bytes, origin_bytes, msg_id):
+                backups += 1  # sent after all: its second path, should the author's copy be late
+                continue
             pending = self._skipped_ihave.get(peer)
             if pending is None:
                 pending = self._skipped_ihave[peer] = {}
@@ -173,7 +180,23 @@ class CountingGossipSub(LeanPublishGossipSub):
             skipped += 1
         if skipped:
             self._drop_counters.add("gossip_relay_skipped_origin_neighbour", skipped)
+        if backups:
+            self._drop_counters.add("gossip_relay_backup_copy", backups)
         return peers
+
+    def _is_backup_relay(
+        self, neighbours: NeighbourMap, receiver: bytes, origin: bytes, msg_id: bytes
+    ) -> bool:
+        """Whether we are the relay that sends `receiver` its backup copy of `msg_id`: the one
+        `backup_relay` picks among the receiver's neighbours other than the author, by the
+        receiver's own list (without it, no relay can agree on one, and none sends)."""
+        pubsub = self.pubsub
+        told = neighbours.neighbours_of(receiver)
+        if pubsub is None or not told:
+            return False
+        # A list may name its own peer (what it told us when it asked): never a candidate.
+        candidates = (p for p in told if p != origin and p != receiver)
+        return backup_relay(msg_id, candidates) == pubsub.my_id.to_bytes()
 
     def gossip_heartbeat(self) -> Any:
         """py-libp2p's heartbeat gossip (IHAVE to peers outside the mesh) less what those peers

@@ -28,8 +28,24 @@ refresh), while a settled peer's answer is the same each time and each ask opens
 from __future__ import annotations
 
 import time
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+
+
+def backup_relay(message_id: bytes, candidates: Iterable[bytes]) -> bytes | None:
+    """The one peer among `candidates` (a receiver's neighbours, less the message's author) that
+    sends the receiver a backup copy of the message (`NetworkSettings.relay_backup_copy`): the
+    lowest CRC-32 of (message id, peer id). Every relay computes it from the same receiver's
+    list, so they agree on who it is without a word between them, and a different message
+    picks a different peer (the load spreads). None when there is no candidate."""
+    best: bytes | None = None
+    best_key = -1
+    for peer in candidates:
+        key = zlib.crc32(peer, zlib.crc32(message_id))
+        if best is None or key < best_key or (key == best_key and peer < best):
+            best, best_key = peer, key
+    return best
 
 
 class NeighbourMap:
@@ -127,6 +143,13 @@ class NeighbourMap:
             elif other in entry[0]:
                 linked.append(peer)
         return linked
+
+    def neighbours_of(self, peer: bytes) -> frozenset[bytes] | None:
+        """What `peer` told us, less than `ttl_s` ago, it is connected to (None: nothing live)."""
+        entry = self._entries.get(peer)
+        if entry is None or self._clock() - entry[1] >= self.ttl_s:
+            return None
+        return entry[0]
 
     def age(self, peer: bytes) -> float | None:
         """Seconds since `peer` last told us its neighbours (None: never, or forgotten)."""

@@ -39,6 +39,13 @@ class NetworkSettings:
     # is trusted for `neighbour_ttl_s`; mesh peers are asked again 5 s after their first answer,
     # then at doubling intervals while their answers change, and at half of it once they repeat.
     skip_relay_to_origin_neighbours: bool = True
+    # With the skip: still send ONE copy of each message to each skipped peer, from the relay a
+    # hash of (message, relay) picks among that peer's neighbours (neighbours.backup_relay). A
+    # second path for a peer whose copy from the author lost a packet: at 5 processes, 100 ms
+    # RTT and 1% loss, relaying to everyone took the p99 from +4.8 to +1.2 RTT over loopback,
+    # but at 20 processes on 2 cores the duplicates' CPU cost more than that (docs/benchmarks.md,
+    # "What the relay skip costs on a lossy path"). Off until measured at 20 processes.
+    relay_backup_copy: bool = False
     neighbour_ttl_s: float = attrs.field(default=120.0, validator=_positive)
     # A node tells its mesh peers whom it is connected to (one peer exchange each) once its
     # connections have stopped changing for an upkeep tick, and at least this often while they
