@@ -194,7 +194,8 @@ class CountingGossipSub(LeanPublishGossipSub):
         told = neighbours.neighbours_of(receiver)
         if pubsub is None or not told:
             return False
-        # A list may name its own peer (what it told us when it asked): never a candidate.
+        # A list may name its own peer (a peer-exchange answer lists the answering peer first):
+        # never a candidate, or relays holding different kinds of list would disagree.
         candidates = (p for p in told if p != origin and p != receiver)
         return backup_relay(msg_id, candidates) == pubsub.my_id.to_bytes()
 

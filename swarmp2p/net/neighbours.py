@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable
 
 
 def backup_relay(message_id: bytes, candidates: Iterable[bytes]) -> bytes | None:
-    """The one peer among `candidates` (a receiver's neighbours, less the message's author) that
+    """The one peer among `candidates` (a receiver's neighbours, less the author and itself) that
     sends the receiver a backup copy of the message (`NetworkSettings.relay_backup_copy`): the
     lowest CRC-32 of (message id, peer id). Every relay computes it from the same receiver's
     list, so they agree on who it is without a word between them, and a different message
