@@ -265,16 +265,9 @@ async def wait_for_relays(net: Any, settings: Any, want: int) -> bool:
         return True
     enough = min(want, settings.mesh_degree_low)
     with trio.move_on_after(RELAYS_SETTLE_MAX_S):
-        while True:
-            view = net.relay_view()
-            if (
-                view["mesh_peers"] >= enough
-                and view["mesh_lists_known"] == view["mesh_peers"]
-                and not view["asking"]
-                and view["told_current"]
-            ):
-                return True
+        while not net.relays_settled(enough):
             await trio.sleep(0.1)
+        return True
     return False
 
 

@@ -142,16 +142,21 @@ def _mesh(net: Any) -> set[str]:
 
 
 async def _settled(*nets: Any) -> None:
-    """Until every mesh peer of each net has answered it and no exchange with a mesh joiner is
-    in flight: a test that plants or forgets an answer must not race the one its mesh's
-    forming asked for (`LibP2PNetwork._on_mesh_join`)."""
+    """Until every mesh peer of each net has answered it, no exchange with a mesh joiner is in
+    flight and its own connections are told (`LibP2PNetwork.relays_settled`): a test that plants
+    or forgets an answer must not race the one its mesh's forming asked for (`_on_mesh_join`)."""
+    await _wait(lambda: all(net.relays_settled(1) for net in nets))
 
-    def done(net: Any) -> bool:
-        view = net.relay_view()
-        known, mesh = view["mesh_lists_known"], view["mesh_peers"]
-        return mesh > 0 and not view["asking"] and known == mesh
 
-    await _wait(lambda: all(done(net) for net in nets))
+async def _four_settled(stack: AsyncExitStack, settings: NetworkSettings) -> list[tuple[Any, Any]]:
+    """Four peers, all connected, each with the other three in its mesh and its relays settled
+    (`LibP2PNetwork.relays_settled`): (network, inbox) each."""
+    first, first_inbox = await _open(stack, settings)
+    addr = first.listen_addrs()[0]
+    opened = [(first, first_inbox)] + [await _open(stack, settings, addr) for _ in range(3)]
+    # A mesh holds at most the other three: at least three is exactly three.
+    await _wait(lambda: all(net.relays_settled(3) for net, _ in opened), timeout_s=20.0)
+    return opened
 
 
 def _count(net: Any, kind: str) -> int:
@@ -416,21 +421,9 @@ def test_relay_view_says_when_a_swarm_relays_without_duplicates() -> None:
 
     async def main() -> None:
         async with AsyncExitStack() as stack:
-            first, first_inbox = await _open(stack, QUICK)
-            addr = first.listen_addrs()[0]
-            opened = [(first, first_inbox)] + [await _open(stack, QUICK, addr) for _ in range(3)]
+            opened = await _four_settled(stack, QUICK)
             nets = [net for net, _ in opened]
-
-            def relays_ready(net: Any) -> bool:
-                view = net.relay_view()
-                return (
-                    view["mesh_peers"] == 3
-                    and view["mesh_lists_known"] == 3
-                    and view["asking"] == 0
-                    and view["told_current"] == 1
-                )
-
-            await _wait(lambda: all(relays_ready(net) for net in nets), timeout_s=20.0)
+            first = nets[0]
             assert all(net.status()["relays"]["mesh_lists_known"] == 3 for net in nets)
             for author in nets:
                 await author.publish(TOPIC, f"from {author.local_peer_id}".encode())
@@ -485,16 +478,8 @@ def test_with_backup_copies_each_peer_gets_exactly_one_second_copy() -> None:
 
     async def main() -> None:
         async with AsyncExitStack() as stack:
-            first, first_inbox = await _open(stack, settings)
-            addr = first.listen_addrs()[0]
-            opened = [(first, first_inbox)] + [await _open(stack, settings, addr) for _ in range(3)]
+            opened = await _four_settled(stack, settings)
             nets = [net for net, _ in opened]
-
-            def settled(net: Any) -> bool:
-                view = net.relay_view()
-                return view["mesh_peers"] == 3 == view["mesh_lists_known"] and view["told_current"] == 1
-
-            await _wait(lambda: all(settled(net) for net in nets), timeout_s=20.0)
             for author in nets:
                 await author.publish(TOPIC, f"from {author.local_peer_id}".encode())
             for _, inbox in opened:

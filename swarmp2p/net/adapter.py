@@ -998,6 +998,17 @@ class LibP2PNetwork:
             "told_current": int(told),
         }
 
+    def relays_settled(self, min_mesh_peers: int) -> bool:
+        """`relay_view` says our relays skip what they should: at least `min_mesh_peers` in the
+        mesh, every one's list known, no joiner's exchange in flight, and ours told."""
+        view = self.relay_view()
+        return (
+            view["mesh_peers"] >= min_mesh_peers
+            and view["mesh_lists_known"] == view["mesh_peers"]
+            and not view["asking"]
+            and bool(view["told_current"])
+        )
+
     def status(self) -> dict[str, Any]:
         return {
             "peer_id": self._peer_id,
