@@ -42,6 +42,12 @@ def simulate(
         "--game",
         help="The swarm's game: single (default) or answer-critique-resolve (three stages a round).",
     ),
+    workers: int = typer.Option(
+        None,
+        "--workers",
+        help="Processes to spread the peers over, one per core (default 1). A report is reproduced by "
+        "its seed and this count; more than 1 needs the simulated learner and the schedule coordinator.",
+    ),
     out: Path = typer.Option(Path("runs/simulate"), "--out", help="Directory for report.json and plots."),
     plots: bool = typer.Option(True, "--plots/--no-plots", help="Write PNG plots."),
     solo: bool = typer.Option(
@@ -64,7 +70,7 @@ def simulate(
         "accuracy when evaluated, per round) and a 'swarm' run (tensorboard --logdir DIR).",
     ),
 ) -> None:
-    """Simulate a swarm in one process (in-memory network, virtual clock) and write a report."""
+    """Simulate a swarm (in-memory network, virtual clock; one process unless --workers); write a report."""
     import logging
 
     from rich.console import Console
@@ -89,6 +95,7 @@ def simulate(
             policy=policy,
             coordinator=coordinator,
             game=game,
+            workers=workers,
         )
     except ScenarioError as error:
         console.print(f"[red]{escape(str(error))}[/red]", soft_wrap=True)  # one line, never wrapped

@@ -33,7 +33,7 @@ import heapq
 import math
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import attrs
 import numpy as np
@@ -88,6 +88,25 @@ class _Node:
     upload_factor: float = 1.0  # < 1 for slow peers
     # gossip messages due to this node at the instant being delivered (SimWorld._deliver_instant)
     pending: list[InboundMessage] = attrs.Factory(list)
+    # Run by another worker process (simulator/shards.py): here only its online state, mirrored,
+    # so that `reachable_from` and requests see it; it never has sinks or a handler here.
+    remote: bool = False
+
+
+REQUEST_OK, REQUEST_UNREACHABLE, REQUEST_LOST = 0, 1, 2
+"""How `SimWorld.serve` ends a request: answered, no such peer online, or lost (timed out)."""
+
+
+class ShardPort(Protocol):
+    """What a world that runs only some of the run's peers tells the worlds of the others
+    (simulator/shards.py carries it between processes)."""
+
+    def broadcast(self, item: tuple[Any, ...]) -> None:
+        """Hand `item` (a publish, an online change, a DHT record) to every other world."""
+
+    async def call(self, target: str, requester: str, data: bytes) -> tuple[int, bytes, float]:
+        """`SimWorld.serve` run by the world that runs `target`."""
+        ...
 
 
 BULK_MIN_RECEIVERS = 32
@@ -108,9 +127,13 @@ class SimWorld:
         now_ms: Callable[[], int],
         round_of: Callable[[int], int],
         inline_gossip: bool = False,
+        shard: ShardPort | None = None,
     ) -> None:
         self.model = model
         self.inline_gossip = inline_gossip
+        # None: every peer of the run lives in this world (one process). Otherwise this world
+        # runs some peers and `shard` carries what they do to the others' worlds (shards.py).
+        self.shard = shard
         # Every random draw of the world, in one stream: the floats random.Random(seed) gives,
         # also in bulk (publish's jitter, a float per delivery).
         self.rng = UniformStream(seed)
@@ -154,6 +177,8 @@ class SimWorld:
         node.sinks = {}
         node.upload_factor = upload_factor
         self._membership_changed()
+        if self.shard is not None:
+            self.shard.broadcast(("o", peer_id, True))
         return SimNetwork(self, peer_id)
 
     def detach(self, peer_id: str) -> None:
@@ -171,6 +196,8 @@ class SimWorld:
         node.subscriptions = {}
         node.sinks = {}
         self._membership_changed()
+        if self.shard is not None:
+            self.shard.broadcast(("o", peer_id, False))
 
     def _came_online(self, peer_id: str) -> None:
         self._online_changes += 1
@@ -195,6 +222,21 @@ class SimWorld:
             online = self._online = (base, [], {})
         self._online_asked_at = self._online_changes
         return online
+
+    def add_remote(self, peer_id: str) -> None:
+        """Know `peer_id` as run by another worker: offline until that worker says otherwise."""
+        self.nodes[peer_id] = _Node(peer_id, online=False, remote=True)
+        self._latencies.number_of(peer_id)
+
+    def set_remote_online(self, peer_id: str, online: bool) -> None:
+        """Another worker's peer came online or went offline (at this same virtual time)."""
+        node = self.nodes[peer_id]
+        if online and not node.online:
+            self._came_online(peer_id)
+        elif node.online and not online:
+            self._online = None
+            self._online_changes += 1
+        node.online = online
 
     def is_online(self, peer_id: str) -> bool:
         node = self.nodes.get(peer_id)
@@ -331,10 +373,24 @@ class SimWorld:
             raise NetworkError("publishing peer is offline")
         now = trio.current_time()
         now_ms = self.now_ms()
-        size = len(data)
         # Gossip is relayed through the mesh: the sender uploads about one copy, not one per peer.
-        sent_at = self._upload_done_at(node, size) - now
+        sent_at = self._upload_done_at(node, len(data)) - now
         start = now + sent_at
+        self._spread(node, topic, data, start, now_ms)
+        if self.shard is not None:  # the other workers' peers get it from their own worlds
+            self.shard.broadcast(("g", topic, sender, data, start, now_ms))
+
+    def receive_remote_gossip(self, topic: str, sender: str, data: bytes, start: float, now_ms: int) -> None:
+        """A message another worker's peer `sender` published at `now_ms` (its upload done by
+        `start`): this world's own subscribers get it as from a local publish, drawn from this
+        world's stream (shards.py). Called at the same virtual time as the publish."""
+        self._spread(self.nodes[sender], topic, data, start, now_ms)
+
+    def _spread(self, node: _Node, topic: str, data: bytes, start: float, now_ms: int) -> None:
+        """Schedule `data` from `node` to this world's online subscribers of `topic` (`node`
+        left out), each on its link's latency, loss and partitions, from `start` on."""
+        sender = node.peer_id
+        size = len(data)
         cuts = [p for p in self.partitions if p.start_ms <= now_ms < p.heal_ms]
         sender_cut = [sender in p.side for p in cuts]
         loss = self.model.loss
@@ -534,20 +590,15 @@ class SimWorld:
         deadline = self._grid(started + timeout_s)
         self._count(requests=1, request_bytes=len(data))
         node = self.nodes.get(target)
-        if node is None or not node.online or node.handler is None:
+        if node is not None and node.remote and self.shard is not None:
+            # Served by the worker that runs `target`, at this same virtual time (shards.py).
+            status, response, arrives = await self.shard.call(target, requester, data)
+        else:
+            status, response, arrives = await self.serve(requester, target, data)
+        if status == REQUEST_UNREACHABLE:
             await self._wait_until(self._grid(started + min(timeout_s, self.model.connect_fail_ms / 1000)))
             raise NetworkError(f"peer {target} is unreachable")
-        if not self.reachable(requester, target) or self._lost():
-            await self._wait_until(deadline)
-            self._count(request_timeouts=1)
-            raise NetworkError(f"request to {target} timed out")
-        # The handler runs when the request is sent rather than one latency later: the serving
-        # peer's state cannot change in a way that matters within one link latency (it published
-        # before it announced), and one wait per request instead of two halves the scheduling work.
-        response = await node.handler(requester, data)
-        arrives = self._upload_done_at(node, len(response)) + self.latency_s(requester, target)
-        arrives = self._grid(arrives + self.latency_s(target, requester))
-        if arrives > deadline:
+        if status == REQUEST_LOST or arrives > deadline:
             await self._wait_until(deadline)
             self._count(request_timeouts=1)
             raise NetworkError(f"request to {target} timed out")
@@ -557,15 +608,35 @@ class SimWorld:
         self._count(responses=1, response_bytes=len(response))
         return response
 
+    async def serve(self, requester: str, target: str, data: bytes) -> tuple[int, bytes, float]:
+        """The serving end of a request to `target`, a peer of this world: (REQUEST_OK, the
+        answer, when it reaches `requester`), or REQUEST_UNREACHABLE / REQUEST_LOST."""
+        node = self.nodes.get(target)
+        if node is None or not node.online or node.handler is None:
+            return REQUEST_UNREACHABLE, b"", 0.0
+        if not self.reachable(requester, target) or self._lost():
+            return REQUEST_LOST, b"", 0.0
+        # The handler runs when the request is sent rather than one latency later: the serving
+        # peer's state cannot change in a way that matters within one link latency (it published
+        # before it announced), and one wait per request instead of two halves the scheduling work.
+        response = await node.handler(requester, data)
+        arrives = self._upload_done_at(node, len(response)) + self.latency_s(requester, target)
+        return REQUEST_OK, response, self._grid(arrives + self.latency_s(target, requester))
+
     # ---- DHT -----------------------------------------------------------------------------
 
     async def dht_put(self, writer: str, key: str, value: bytes) -> None:
         await self._wait_until(self._grid(trio.current_time() + self.latency_s(writer, writer) * 2))
+        self.store_dht_record(writer, key, value)
+        if self.shard is not None:  # every worker holds the whole table
+            self.shard.broadcast(("d", writer, key, value))
+        self._count(dht_puts=1, dht_bytes=len(value))
+
+    def store_dht_record(self, writer: str, key: str, value: bytes) -> None:
         self.dht[key] = (writer, value)
         self.dht.move_to_end(key)
         while len(self.dht) > self.model.dht_max_records:
             self.dht.popitem(last=False)
-        self._count(dht_puts=1, dht_bytes=len(value))
 
     async def dht_get(self, reader: str, key: str) -> bytes | None:
         await self._wait_until(self._grid(trio.current_time() + self.latency_s(reader, reader) * 2))

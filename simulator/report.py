@@ -368,7 +368,11 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     rejections = summary["rejections"]
     top = ", ".join(f"{k}={v}" for k, v in sorted(rejections.items(), key=lambda kv: -kv[1])[:6]) or "none"
     return [
-        ("scenario", f"{scenario['name']} (seed {scenario['seed']})"),
+        (
+            "scenario",
+            f"{scenario['name']} (seed {scenario['seed']}"
+            + (f", {scenario['workers']} workers)" if scenario.get("workers", 1) > 1 else ")"),
+        ),
         (
             "learner",
             "real trainer (tiny model)"

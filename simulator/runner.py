@@ -15,6 +15,7 @@ import hashlib
 import math
 import random
 import tempfile
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -97,6 +98,8 @@ class SimulationResult:
     coordinator_mismatches: int = 0
     chain: Any = None  # simulator.chain.SimChain when coordinator = "chain"
     peer_sizes: dict[str, str] = attrs.Factory(dict)  # peer id -> model size ("base"/"large"), trainer only
+    # workers > 1: per worker, its lockstep meetings, wall seconds waiting there, and CPU seconds
+    lockstep: list[dict[str, float]] = attrs.Factory(list)
 
     @property
     def round_ms(self) -> int:
@@ -322,6 +325,12 @@ def run_simulation(
     `peer_overrides`: extra PeerSettings fields for every peer (sampling rule, verify_rewards,
     evaluation, ...). `wrap_policy(plan, policy)` returns what the Peer calls instead of
     `policy` (a spy, for tests and experiments); virtual compute time is still the policy's."""
+    if scenario.workers > 1:
+        if policy_factory is not None or wrap_policy is not None or work_dir is not None:
+            raise ValueError(
+                "workers > 1 runs the simulated policy only (no policy_factory, wrap_policy or work_dir)"
+            )
+        return _run_in_workers(scenario, on_round, tasks, dict(peer_overrides or {}))
     with contextlib.ExitStack() as stack:
         peer_sizes: dict[int, str] = {}
         if scenario.policy == "trainer" and policy_factory is None:
@@ -367,6 +376,101 @@ def run_simulation(
         return result
 
 
+def run_shard(
+    scenario: Scenario,
+    index: int,
+    connection: Any,
+    *,
+    tasks: tuple[str, ...] | None,
+    peer_overrides: dict[str, Any],
+) -> dict[str, Any]:
+    """Worker `index`'s part of a run over `scenario.workers` processes (simulator/shards.py):
+    its own peers, in lockstep with the other workers through `connection`."""
+    from simulator.shards import ShardLink, exact_jump_clock, owner_of
+
+    schedule = swarm_schedule(scenario, tasks or scenario.tasks or DEFAULT_TASKS, FORMAT_REWARD)
+    registry = SimTaskRegistry.for_schedule(schedule)
+    owners = {plan.peer_id: owner_of(plan.index, scenario.workers) for plan in plan_peers(scenario)}
+    shard = ShardLink(connection, index, owners)
+    _seed_trio_scheduler(scenario.seed)
+    clock = exact_jump_clock()
+    with _collect_between_rounds():
+        result = trio.run(
+            _simulate,
+            scenario,
+            schedule,
+            None,
+            None,
+            registry,
+            clock,
+            peer_overrides,
+            None,
+            shard,
+            clock=clock,
+        )
+    mine = [plan.peer_id for plan in result.plans if shard.owns(plan.peer_id)]
+    return {
+        "records": {peer_id: result.records[peer_id] for peer_id in mine},
+        "stats": result.stats,
+        "agreement": result.agreement,
+        "banned_by": result.banned_by,
+        "rejections": result.rejections,
+        "invalid_trained": result.invalid_trained,
+        "skills": result.skills,
+        "cache_hits": result.cache_hits,
+        "cache_misses": result.cache_misses,
+        "coordinator_log": result.coordinator_log,
+        "coordinator_mismatches": result.coordinator_mismatches,
+        "lockstep": {"barriers": shard.barriers, "waited_s": shard.waited_s, "cpu_s": time.process_time()},
+    }
+
+
+def _run_in_workers(
+    scenario: Scenario,
+    on_round: Callable[[int], None] | None,
+    tasks: tuple[str, ...] | None,
+    peer_overrides: dict[str, Any],
+) -> SimulationResult:
+    """`run_simulation` over `scenario.workers` processes: the workers' parts in one result."""
+    from simulator.shards import merge_counters, run_sharded
+
+    parts = run_sharded(scenario, on_round=on_round, tasks=tasks, peer_overrides=peer_overrides)
+    plans = plan_peers(scenario)
+    records: dict[str, list[RoundRecord]] = {plan.peer_id: [] for plan in plans}
+    coordinator_log: dict[str, Any] = {"rewards": {}, "winners": {}}
+    for part in parts:
+        records.update(part["records"])
+        for key in ("rewards", "winners"):
+            coordinator_log[key].update(part["coordinator_log"][key])
+    agreement = [
+        {
+            "round": round_number,
+            "honest_online": sum(part["agreement"][round_number]["honest_online"] for part in parts),
+            "on_current_round": sum(part["agreement"][round_number]["on_current_round"] for part in parts),
+        }
+        for round_number in range(len(parts[0]["agreement"]))
+    ]
+    return SimulationResult(
+        scenario=scenario,
+        plans=plans,
+        records=records,
+        stats=merge_counters([part["stats"] for part in parts]),
+        agreement=agreement,
+        banned_by=dict(sorted(item for part in parts for item in part["banned_by"].items())),
+        rejections=sum((part["rejections"] for part in parts), Counter()),
+        invalid_trained=sorted(
+            (entry for part in parts for entry in part["invalid_trained"]),
+            key=lambda entry: (entry[1], entry[0]),
+        ),
+        skills=dict(sorted(item for part in parts for item in part["skills"].items())),
+        cache_hits=sum(part["cache_hits"] for part in parts),
+        cache_misses=sum(part["cache_misses"] for part in parts),
+        coordinator_log=coordinator_log,
+        coordinator_mismatches=sum(part["coordinator_mismatches"] for part in parts),
+        lockstep=[part["lockstep"] for part in parts],
+    )
+
+
 async def _simulate(
     scenario: Scenario,
     schedule: SwarmSchedule,
@@ -376,7 +480,9 @@ async def _simulate(
     trio_clock: trio.abc.Clock,
     peer_overrides: dict[str, Any],
     wrap_policy: Callable[[PeerPlan, Any], Any] | None,
+    shard: Any = None,
 ) -> SimulationResult:
+    """The run itself; with `shard` (simulator/shards.py), only this worker's peers."""
     round_ms = schedule.round_ms
     end_ms = scenario.rounds * round_ms
     clock = TrioClock(EPOCH_MS, trio_clock)
@@ -407,11 +513,18 @@ async def _simulate(
             upload_bytes_per_s=net.upload_mbit * 125_000,
             time_grid_ms=net.time_grid_ms,
         ),
-        seed=derive_seed(scenario.seed, "network"),
+        # One stream per world: a worker's draws do not depend on how the others' interleave.
+        seed=derive_seed(scenario.seed, "network", *(() if shard is None else (shard.index,))),
         now_ms=clock.now_ms,
         round_of=lambda now_ms: max(0, (now_ms - EPOCH_MS) // round_ms),
         inline_gossip=True,
+        shard=shard,
     )
+    mine = plans if shard is None else [plan for plan in plans if shard.owns(plan.peer_id)]
+    if shard is not None:
+        for plan in plans:
+            if not shard.owns(plan.peer_id):
+                world.add_remote(plan.peer_id)
     for spec in scenario.faults.partition:
         cut = math.ceil(spec.fraction * len(plans))
         world.partitions.append(
@@ -534,7 +647,7 @@ async def _simulate(
         await adversary.run()
 
     async def watch_rounds() -> None:
-        honest = [plan for plan in plans if plan.honest]
+        honest = [plan for plan in mine if plan.honest]
         for round_number in range(scenario.rounds):
             await trio.sleep_until((round_number * round_ms + round_ms / 2) / 1000)
             running = [live[plan.peer_id] for plan in honest if plan.peer_id in live]
@@ -553,7 +666,9 @@ async def _simulate(
 
     async with trio.open_nursery() as nursery:
         nursery.start_soon(world.run_deliveries)
-        for plan in plans:
+        if shard is not None:
+            nursery.start_soon(shard.run, world, nursery)
+        for plan in mine:
             if plan.honest or plan.role == "forge":
                 nursery.start_soon(supervise, plan)
             else:

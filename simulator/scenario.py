@@ -139,8 +139,18 @@ class Scenario:
     network: NetworkSpec = NetworkSpec()
     faults: FaultSpec = FaultSpec()
     byzantine: ByzantineSpec = ByzantineSpec()
+    workers: int = attrs.field(default=1, validator=attrs.validators.ge(1))
+    """Processes the run is spread over (simulator/shards.py). A report is reproduced by its
+    scenario, this included: 2 workers draw differently from 1, as exactly each time."""
 
     def __attrs_post_init__(self) -> None:
+        if self.workers > 1 and (self.policy != "sim" or self.coordinator != "schedule"):
+            raise ValueError(
+                f"workers: {self.workers} needs policy 'sim' and the schedule coordinator "
+                f"(got policy {self.policy!r}, coordinator {self.coordinator!r})"
+            )
+        if self.workers > self.peers:
+            raise ValueError(f"workers: {self.workers} is more than the {self.peers} peers")
         if self.game != "single" and self.coordinator == "chain":
             # The simulated chain has one stage a round: stages 1 and 2 would never open.
             raise ValueError(f"game: {self.game} needs the schedule coordinator, not the chain")
@@ -154,6 +164,8 @@ class Scenario:
         data = attrs.asdict(self, recurse=True)
         if self.game == "single":
             del data["game"]  # reports of the single-stage game stay byte-identical to before
+        if self.workers == 1:
+            del data["workers"]  # so do reports of one-process runs
         return data
 
 

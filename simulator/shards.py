@@ -1,0 +1,271 @@
+"""One simulation over several worker processes, in lockstep on virtual time (`workers = N`).
+
+Why: a simulated round is flat work spread over every peer (docs/benchmarks.md), so the one
+lever left for 1000 peers x 50 rounds is the machine's other cores. Each worker process runs
+the peers whose plan index is its own modulo N, with the SAME round code as a single process
+(swarmp2p.peer.Peer over simulator.network.SimWorld); the worlds tell each other what their
+peers do, and this module carries it.
+
+The lockstep. Virtual time only moves when every task of a worker waits. Then the worker's
+barrier task (`ShardLink.run`) sends the hub (`run_sharded`, the parent process) everything
+its peers did at this instant (`SimWorld` items: publishes, online changes, DHT records,
+requests to other workers' peers and answers to theirs) and its next deadline, and waits.
+The hub routes the items in a fixed order (by source worker, then as sent). If any worker sent
+something, all of them take what they were sent and meet again at the same instant (an
+answer may need a request served first); once an instant is quiet, all of them jump to the
+earliest next deadline of any worker. Nothing sent at an instant is due at it (every
+latency is at least one grid step), so no worker ever runs past something it was about to be
+sent.
+
+What a report depends on. A run is reproduced exactly by its scenario, `workers` included:
+each world draws from its own stream (`derive_seed(seed, "network", worker)`), and a worker
+sees another's publishes, online changes and DHT records at the end of the instant they
+happened instead of in between its own tasks. With `workers = 1` (the default) none of this
+runs and every report is byte for byte what it was.
+
+The parent and its workers talk over pipes the parent made: msgpack for the lockstep, pickle
+only for each worker's final result (the parent's own children, never the network).
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import pickle
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+import msgpack
+import outcome
+import trio
+import trio.testing
+
+EVERYONE = -1
+"""An outbox item's destination meaning every other worker."""
+
+
+class SimulationWorkerError(RuntimeError):
+    """A worker process failed; the message holds its traceback."""
+
+
+def owner_of(index: int, workers: int) -> int:
+    """The worker that runs the peer with plan index `index`: round robin, so each worker gets
+    a share of every kind of peer (late joiners, slow peers and adversaries are drawn by index)."""
+    return index % workers
+
+
+def exact_jump_clock() -> trio.testing.MockClock:
+    """trio's autojumping mock clock, but a jump lands exactly on the next deadline.
+
+    MockClock jumps by `deadline - now`, which in floating point can land an ulp short of or
+    past it; two workers jumping to the same deadline from different instants could then stand
+    at times an ulp apart, and the hub would see them out of step. MockClock is final and trio's
+    run loop calls `_autojump` only on one, so the instance's own is replaced."""
+    clock = trio.testing.MockClock(autojump_threshold=0)
+
+    def autojump() -> None:
+        deadline = _next_deadline()
+        if clock.current_time() < deadline < math.inf:
+            clock._virtual_base = deadline  # at rate 0, current_time() is exactly this
+
+    clock._autojump = autojump  # type: ignore[method-assign]
+    return clock
+
+
+def _next_deadline() -> float:
+    # trio keeps its timers in the runner; there is no public way to read the earliest one
+    # (current_statistics() gives it relative to now, which rounds).
+    return trio._core._run.GLOBAL_RUN_CONTEXT.runner.deadlines.next_deadline()  # type: ignore[attr-defined]
+
+
+class ShardLink:
+    """A worker's side of the lockstep: SimWorld's `ShardPort`, and the barrier task."""
+
+    def __init__(self, connection: Connection, index: int, owners: dict[str, int]) -> None:
+        self.index = index
+        self.barriers = 0  # lockstep meetings so far
+        self.waited_s = 0.0  # wall seconds spent waiting there for the other workers
+        self._connection = connection
+        self._owners = owners
+        self._outbox: list[tuple[int, tuple[Any, ...]]] = []
+        self._calls: dict[int, trio.lowlevel.Task] = {}
+        self._next_call = 0
+
+    def owns(self, peer_id: str) -> bool:
+        return self._owners[peer_id] == self.index
+
+    # ---- ShardPort ---------------------------------------------------------------------------
+
+    def broadcast(self, item: tuple[Any, ...]) -> None:
+        self._outbox.append((EVERYONE, item))
+
+    async def call(self, target: str, requester: str, data: bytes) -> tuple[int, bytes, float]:
+        call_id = self._next_call
+        self._next_call += 1
+        self._calls[call_id] = trio.lowlevel.current_task()
+        self._outbox.append((self._owners[target], ("q", call_id, self.index, target, requester, data)))
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            self._calls.pop(call_id, None)  # an answer that comes later finds nobody
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        return await trio.lowlevel.wait_task_rescheduled(abort)  # type: ignore[no-any-return]
+
+    # ---- the barrier -------------------------------------------------------------------------
+
+    async def run(self, world: Any, nursery: trio.Nursery) -> None:
+        """Meet the other workers each time this one has nothing left to do at this instant."""
+        while True:
+            await trio.testing.wait_all_tasks_blocked()
+            now = trio.current_time()
+            outbox, self._outbox = self._outbox, []
+            self._connection.send_bytes(msgpack.packb(["b", now, _next_deadline(), outbox]))
+            # Blocking is right here: every other task of this worker is waiting.
+            started = time.perf_counter()
+            reply = self._connection.recv_bytes()
+            self.waited_s += time.perf_counter() - started
+            inbox, next_at = msgpack.unpackb(reply)
+            self.barriers += 1
+            for item in inbox:
+                self._take(item, world, nursery)
+            if next_at > now:
+                await trio.sleep_until(next_at)
+
+    def _take(self, item: list[Any], world: Any, nursery: trio.Nursery) -> None:
+        kind = item[0]
+        if kind == "g":
+            world.receive_remote_gossip(*item[1:])
+        elif kind == "o":
+            world.set_remote_online(item[1], item[2])
+        elif kind == "d":
+            world.store_dht_record(*item[1:])
+        elif kind == "q":
+            nursery.start_soon(self._serve, world, *item[1:])
+        elif kind == "r":
+            task = self._calls.pop(item[1], None)
+            if task is not None:
+                trio.lowlevel.reschedule(task, outcome.Value((item[2], item[3], item[4])))
+        else:
+            raise SimulationWorkerError(f"unknown lockstep item {kind!r}")
+
+    async def _serve(
+        self, world: Any, call_id: int, origin: int, target: str, requester: str, data: bytes
+    ) -> None:
+        status, response, arrives = await world.serve(requester, target, data)
+        self._outbox.append((origin, ("r", call_id, status, response, arrives)))
+
+
+# ---- the parent --------------------------------------------------------------------------------
+
+
+def _worker_main(
+    connection: Connection, scenario: Any, index: int, tasks: Any, peer_overrides: dict[str, Any]
+) -> None:
+    try:
+        from simulator.runner import run_shard
+
+        part = run_shard(scenario, index, connection, tasks=tasks, peer_overrides=peer_overrides)
+        connection.send_bytes(msgpack.packb(["e", pickle.dumps(part)]))
+    except BaseException:  # the parent reports it; nothing else would
+        connection.send_bytes(msgpack.packb(["x", traceback.format_exc()]))
+    finally:
+        connection.close()
+
+
+def run_sharded(
+    scenario: Any,
+    *,
+    on_round: Callable[[int], None] | None = None,
+    tasks: Any = None,
+    peer_overrides: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Run `scenario` over `scenario.workers` processes; each worker's part of the result, in
+    worker order (simulator.runner merges them). `on_round(r)` as round r ends."""
+    # spawn, not fork: the parent may hold threads (torch's, a test runner's) that a fork copies
+    # in whatever state they were.
+    context = multiprocessing.get_context("spawn")
+    connections: list[Connection] = []
+    processes = []
+    try:
+        for index in range(scenario.workers):
+            ours, theirs = context.Pipe()
+            process = context.Process(
+                target=_worker_main,
+                args=(theirs, scenario, index, tasks, dict(peer_overrides or {})),
+                name=f"swarmp2p-sim-worker-{index}",
+                daemon=True,
+            )
+            process.start()
+            theirs.close()
+            connections.append(ours)
+            processes.append(process)
+        parts = _lockstep(connections, scenario.round_s, scenario.rounds, on_round)
+        for process in processes:
+            process.join()
+        return parts
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+                process.join()
+        for connection in connections:
+            connection.close()
+
+
+def _lockstep(
+    connections: list[Connection], round_s: float, rounds: int, on_round: Callable[[int], None] | None
+) -> list[dict[str, Any]]:
+    workers = len(connections)
+    rounds_done = 0
+    while True:
+        messages = []
+        for index, connection in enumerate(connections):
+            try:
+                messages.append(msgpack.unpackb(connection.recv_bytes()))
+            except EOFError:
+                raise SimulationWorkerError(f"simulation worker {index} exited without a result") from None
+        for index, message in enumerate(messages):
+            if message[0] == "x":
+                raise SimulationWorkerError(f"simulation worker {index} failed:\n{message[1]}")
+        kinds = {message[0] for message in messages}
+        if kinds == {"e"}:
+            for round_number in range(rounds_done, rounds):
+                if on_round is not None:
+                    on_round(round_number)
+            return [pickle.loads(message[1]) for message in messages]
+        if kinds != {"b"}:
+            raise SimulationWorkerError(f"simulation workers out of step: {sorted(kinds)}")
+        now = messages[0][1]
+        if any(message[1] != now for message in messages):
+            raise SimulationWorkerError(f"simulation workers out of step: at {[m[1] for m in messages]}")
+        inboxes: list[list[Any]] = [[] for _ in range(workers)]
+        busy = False
+        for source, message in enumerate(messages):
+            for destination, item in message[3]:
+                busy = True
+                if destination == EVERYONE:
+                    for index in range(workers):
+                        if index != source:
+                            inboxes[index].append(item)
+                else:
+                    inboxes[destination].append(item)
+        # A busy instant meets again at once: what was just handed over may answer or wake.
+        next_at = now if busy else min(message[2] for message in messages)
+        for connection, inbox in zip(connections, inboxes, strict=True):
+            connection.send_bytes(msgpack.packb([inbox, next_at]))
+        while rounds_done < rounds and now >= (rounds_done + 1) * round_s:
+            if on_round is not None:
+                on_round(rounds_done)
+            rounds_done += 1
+
+
+def merge_counters(parts: list[dict[int, Counter[str]]]) -> dict[int, Counter[str]]:
+    merged: dict[int, Counter[str]] = {}
+    for part in parts:
+        for key, counter in part.items():
+            merged.setdefault(key, Counter()).update(counter)
+    return dict(sorted(merged.items()))

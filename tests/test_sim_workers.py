@@ -1,0 +1,189 @@
+"""A simulation spread over worker processes (`workers = N`, simulator/shards.py) keeps every
+property of a one-process run: the same checks as tests/test_sim_properties.py, on runs whose
+peers live in two processes and reach each other only through the lockstep."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+from test_sim_properties import (
+    honest_completes_every_present_round,
+    never_trained_on_forgeries,
+    no_honest_rollouts_lost,
+)
+
+from simulator.report import build_report, report_json
+from simulator.runner import run_simulation
+from simulator.scenario import (
+    BYZANTINE_KINDS,
+    ByzantineSpec,
+    FaultSpec,
+    NetworkSpec,
+    PartitionSpec,
+    Scenario,
+    ScenarioError,
+    load_scenario,
+)
+from simulator.shards import SimulationWorkerError, owner_of
+
+
+def _owners(result, workers: int) -> dict[str, int]:
+    return {plan.peer_id: owner_of(plan.index, workers) for plan in result.plans}
+
+
+def test_two_workers_run_the_same_lossless_swarm_as_one() -> None:
+    """No loss, no faults: which process a peer runs in changes no message and no outcome."""
+    scenario = Scenario(peers=12, rounds=4, seed=7, fetch_sample=0)
+    one = run_simulation(scenario)
+    two = run_simulation(attrs.evolve(scenario, workers=2))
+    for result in (one, two):
+        honest_completes_every_present_round(result)
+        no_honest_rollouts_lost(result)
+    for round_number in range(scenario.rounds):
+        for key in ("gossip_messages", "requests", "responses", "dht_puts"):
+            assert two.stats[round_number][key] == one.stats[round_number][key], (round_number, key)
+    assert two.stats[1]["request_timeouts"] == 0
+    # Every peer accepted the batch of every other, half of which live in the other process.
+    owners = _owners(two, 2)
+    for peer_id, records in two.records.items():
+        crossed = {p for record in records for p in record.accepted_peers if owners[p] != owners[peer_id]}
+        assert len(crossed) == 6, peer_id
+    assert [part["barriers"] for part in two.lockstep] == [two.lockstep[0]["barriers"]] * 2
+    assert two.agreement == one.agreement
+
+
+def test_a_run_over_two_workers_is_reproduced_by_its_seed() -> None:
+    scenario = Scenario(
+        peers=10,
+        rounds=4,
+        seed=3,
+        workers=2,
+        faults=FaultSpec(churn_leave=0.2, crash_rate=0.1, slow_fraction=0.2),
+        network=NetworkSpec(loss=0.05),
+        byzantine=ByzantineSpec(fraction=0.2),
+    )
+    first = report_json(build_report(run_simulation(scenario)))
+    assert first == report_json(build_report(run_simulation(scenario)))
+    assert '"workers": 2' in first  # the report says how to reproduce it
+    assert first != report_json(build_report(run_simulation(attrs.evolve(scenario, seed=4))))
+    one = report_json(build_report(run_simulation(attrs.evolve(scenario, workers=1))))
+    assert '"workers"' not in one  # one-process reports are as before
+
+
+def test_byzantine_senders_are_banned_across_workers() -> None:
+    result = run_simulation(
+        Scenario(
+            peers=18, rounds=6, seed=11, fetch_sample=0, workers=2, byzantine=ByzantineSpec(fraction=6 / 18)
+        )
+    )
+    byzantine = [plan for plan in result.plans if not plan.honest]
+    assert sorted(plan.role for plan in byzantine) == sorted(BYZANTINE_KINDS)
+    owners = _owners(result, 2)
+    assert {owners[plan.peer_id] for plan in byzantine} == {0, 1}
+    honest = [plan for plan in result.plans if plan.honest]
+    for plan in honest:
+        banned = set(result.banned_by[plan.peer_id])
+        assert {b.peer_id for b in byzantine} <= banned, plan.index
+        assert not banned & {h.peer_id for h in honest}
+    honest_completes_every_present_round(result)
+    never_trained_on_forgeries(result)
+    no_honest_rollouts_lost(result)
+    for reason in ("forged_reward", "malformed", "oversized", "sender_mismatch", "impersonation", "flood"):
+        assert result.rejections[reason] > 0, reason
+
+
+def test_forgeries_from_another_worker_are_trained_on_only_without_verification() -> None:
+    scenario = Scenario(
+        peers=8,
+        rounds=4,
+        seed=5,
+        fetch_sample=0,
+        workers=2,
+        byzantine=ByzantineSpec(fraction=2 / 8, kinds=("forge",)),
+    )
+    unverified = run_simulation(scenario, peer_overrides={"verify_rewards": False})
+    with pytest.raises(AssertionError):
+        never_trained_on_forgeries(unverified)
+    verified = run_simulation(scenario)
+    never_trained_on_forgeries(verified)
+    assert verified.rejections["forged_reward"] > 0
+
+
+def test_churn_and_loss_across_workers_keep_honest_peers_going() -> None:
+    scenario = Scenario(
+        peers=12,
+        rounds=6,
+        seed=9941,
+        workers=3,
+        fetch_sample=3,
+        network=NetworkSpec(loss=0.05),
+        faults=FaultSpec(
+            churn_leave=0.25, crash_rate=0.125, late_join_fraction=0.2, late_join_round=2, slow_fraction=0.2
+        ),
+        byzantine=ByzantineSpec(fraction=0.15),
+    )
+    result = run_simulation(scenario)
+    assert any(plan.events for plan in result.plans)  # churn happened
+    honest_completes_every_present_round(result)
+    never_trained_on_forgeries(result)
+    assert sum(stats["dropped_loss"] for stats in result.stats.values()) > 0
+
+
+def test_a_partition_across_workers_heals() -> None:
+    scenario = Scenario(
+        peers=12,
+        rounds=8,
+        seed=5,
+        fetch_sample=0,
+        workers=2,
+        faults=FaultSpec(partition=(PartitionSpec(start_round=2, heal_round=5, fraction=0.5),)),
+    )
+    result = run_simulation(scenario)
+    honest_completes_every_present_round(result)
+    side = {p.peer_id for p in result.plans[:6]}
+    everyone = {p.peer_id for p in result.plans}
+    for plan in result.plans:
+        for record in result.records[plan.peer_id]:
+            accepted = set(record.accepted_peers)
+            if 2 <= record.round < 5:
+                assert accepted <= (side if plan.peer_id in side else everyone - side)
+            else:
+                assert len(accepted) == 11
+    for sample in result.agreement:
+        if sample["round"] >= 5:
+            assert sample["on_current_round"] == sample["honest_online"] > 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"workers": 0}, "'workers' must be >= 1"),
+        ({"workers": 3, "peers": 2}, "workers: 3 is more than the 2 peers"),
+        ({"workers": 2, "policy": "trainer", "peers": 4}, "needs policy 'sim'"),
+        ({"workers": 2, "coordinator": "chain"}, "the schedule coordinator"),
+    ],
+)
+def test_wrong_worker_counts_are_refused_in_one_line(overrides: dict, message: str) -> None:
+    with pytest.raises(ScenarioError, match=message) as caught:
+        load_scenario(None, **overrides)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_failing_worker_is_reported_with_its_error() -> None:
+    with pytest.raises(SimulationWorkerError, match="no_such_setting"):
+        run_simulation(Scenario(peers=4, rounds=2, workers=2), peer_overrides={"no_such_setting": 1})
+
+
+def test_the_simulate_command_spreads_a_run_over_workers(tmp_path) -> None:
+    from typer.testing import CliRunner
+
+    from swarmp2p.cli import app
+
+    out = tmp_path / "run"
+    args = ["simulate", "--scenario", "byzantine10", "--peers", "20", "--rounds", "3", "--workers", "2"]
+    done = CliRunner().invoke(app, [*args, "--out", str(out), "--no-plots", "--no-solo"])
+    assert done.exit_code == 0, done.output
+    assert "2 workers" in done.output
+    report = (out / "report.json").read_text()
+    assert '"workers": 2' in report
+    assert load_scenario("byzantine10", peers=20, rounds=3, workers=2).workers == 2
