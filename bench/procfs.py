@@ -27,3 +27,28 @@ def cpu_seconds(pid: int | str = "self") -> float | None:
         return None
     # After the command name: state is field 3, utime 14 and stime 15 (1-based) of proc(5).
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes below `pid` (children, their children, ...), from /proc's parent links."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(entry.name))  # ppid is field 4 of proc(5)
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found.extend(children)
+        todo.extend(children)
+    return found
+
+
+def tree_rss_mib(pid: int) -> float:
+    """Resident memory of `pid` and every process below it, in MiB (a run spread over workers)."""
+    return rss_mib(pid) + sum(rss_mib(child) for child in descendants(pid))

@@ -219,7 +219,6 @@ def run_sharded(
 def _lockstep(
     connections: list[Connection], round_s: float, rounds: int, on_round: Callable[[int], None] | None
 ) -> list[dict[str, Any]]:
-    workers = len(connections)
     rounds_done = 0
     while True:
         messages = []
@@ -240,27 +239,41 @@ def _lockstep(
         if kinds != {"b"}:
             raise SimulationWorkerError(f"simulation workers out of step: {sorted(kinds)}")
         now = messages[0][1]
-        if any(message[1] != now for message in messages):
-            raise SimulationWorkerError(f"simulation workers out of step: at {[m[1] for m in messages]}")
-        inboxes: list[list[Any]] = [[] for _ in range(workers)]
-        busy = False
-        for source, message in enumerate(messages):
-            for destination, item in message[3]:
-                busy = True
-                if destination == EVERYONE:
-                    for index in range(workers):
-                        if index != source:
-                            inboxes[index].append(item)
-                else:
-                    inboxes[destination].append(item)
-        # A busy instant meets again at once: what was just handed over may answer or wake.
-        next_at = now if busy else min(message[2] for message in messages)
+        inboxes, next_at = route([(message[1], message[2], message[3]) for message in messages])
         for connection, inbox in zip(connections, inboxes, strict=True):
             connection.send_bytes(msgpack.packb([inbox, next_at]))
         while rounds_done < rounds and now >= (rounds_done + 1) * round_s:
             if on_round is not None:
                 on_round(rounds_done)
             rounds_done += 1
+
+
+def route(reports: list[tuple[float, float, list[Any]]]) -> tuple[list[list[Any]], float]:
+    """One meeting of the lockstep, decided: each worker's report is (its virtual time, its next
+    deadline, its outbox of (destination, item)); returns each worker's inbox and when they all
+    meet next. Items go in a fixed order (by source worker, then as sent), so that a run does
+    not depend on how the processes were scheduled. Raises SimulationWorkerError when the
+    workers are not at one instant."""
+    now = reports[0][0]
+    if any(at != now for at, _, _ in reports):
+        raise SimulationWorkerError(f"simulation workers out of step: at {[at for at, _, _ in reports]}")
+    workers = len(reports)
+    inboxes: list[list[Any]] = [[] for _ in range(workers)]
+    busy = False
+    for source, (_, _, outbox) in enumerate(reports):
+        for destination, item in outbox:
+            busy = True
+            if destination == EVERYONE:
+                for index in range(workers):
+                    if index != source:
+                        inboxes[index].append(item)
+            elif 0 <= destination < workers and destination != source:
+                inboxes[destination].append(item)
+            else:
+                raise SimulationWorkerError(f"worker {source} sent an item to worker {destination}")
+    # A busy instant meets again at once: what was just handed over may answer or wake a task
+    # now. A quiet one jumps to the earliest deadline of any worker (each is after `now`).
+    return inboxes, now if busy else min(next_at for _, next_at, _ in reports)
 
 
 def merge_counters(parts: list[dict[int, Counter[str]]]) -> dict[int, Counter[str]]:

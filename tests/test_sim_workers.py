@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import attrs
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from test_sim_properties import (
     honest_completes_every_present_round,
     never_trained_on_forgeries,
@@ -24,7 +26,7 @@ from simulator.scenario import (
     ScenarioError,
     load_scenario,
 )
-from simulator.shards import SimulationWorkerError, owner_of
+from simulator.shards import EVERYONE, SimulationWorkerError, owner_of, route
 
 
 def _owners(result, workers: int) -> dict[str, int]:
@@ -187,3 +189,51 @@ def test_the_simulate_command_spreads_a_run_over_workers(tmp_path) -> None:
     report = (out / "report.json").read_text()
     assert '"workers": 2' in report
     assert load_scenario("byzantine10", peers=20, rounds=3, workers=2).workers == 2
+
+
+_ITEM = st.tuples(st.sampled_from("godqr"), st.integers(0, 10**6))
+
+
+@st.composite
+def _meetings(draw: st.DrawFn) -> list[tuple[float, float, list]]:
+    workers = draw(st.integers(2, 5))
+    now = draw(st.floats(0, 1e6, allow_nan=False))
+    destinations = st.sampled_from([EVERYONE, *range(workers)])
+    reports = []
+    for source in range(workers):
+        outbox = draw(
+            st.lists(st.tuples(destinations, _ITEM).filter(lambda pair, s=source: pair[0] != s), max_size=6)
+        )
+        later = draw(st.floats(0.001, 1e3, allow_nan=False))
+        reports.append((now, now + later, outbox))
+    return reports
+
+
+@given(_meetings())
+def test_the_lockstep_hands_each_item_to_exactly_its_workers_in_a_fixed_order(reports: list) -> None:
+    inboxes, next_at = route(reports)
+    now = reports[0][0]
+    for index, inbox in enumerate(inboxes):
+        expected = [
+            item
+            for source, (_, _, outbox) in enumerate(reports)
+            for destination, item in outbox
+            if source != index and destination in (EVERYONE, index)
+        ]
+        assert inbox == expected
+    sent = any(outbox for _, _, outbox in reports)
+    assert next_at == (now if sent else min(deadline for _, deadline, _ in reports))
+    assert next_at == now or next_at > now  # time never goes back
+
+
+@given(_meetings(), st.floats(1e-9, 1.0))
+def test_workers_at_different_instants_are_refused(reports: list, skew: float) -> None:
+    now, deadline, outbox = reports[-1]
+    skewed = [*reports[:-1], (now + skew if now + skew != now else now + 1.0, deadline, outbox)]
+    with pytest.raises(SimulationWorkerError, match="out of step"):
+        route(skewed)
+
+
+def test_an_item_for_no_such_worker_is_refused() -> None:
+    with pytest.raises(SimulationWorkerError, match="worker 0 sent an item to worker 7"):
+        route([(1.0, 2.0, [(7, ("g", 1))]), (1.0, 2.0, [])])
