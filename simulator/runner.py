@@ -560,6 +560,8 @@ async def _simulate(
     # One numbering of every peer for all inboxes: their per-sender maps are lists by number,
     # 8 bytes a (receiver, sender) pair instead of a dict entry's ~30 (issue 13: 10,000 peers).
     # Numbered up front so the lists are full-size from the first round.
+    if shard is not None:
+        shard.share_cache(cache)
     numbers = PeerNumbers(plan.peer_id for plan in plans)
     store = CheckpointStore()
     audit = _GroupAudit(registry)

@@ -44,8 +44,18 @@ import outcome
 import trio
 import trio.testing
 
+from protocol.verification import Verdict
+
 EVERYONE = -1
 """An outbox item's destination meaning every other worker."""
+
+
+WAKING = ("g", "q", "r")
+"""Lockstep items after which the workers meet again at the same instant: a request to serve,
+an answer that wakes its requester, and a publish (its arrival slots are drawn by the receiving
+world, and a world with no minimum latency may put one at this instant). Online changes ("o"),
+DHT records ("d") and verdicts ("v") only update state: a meeting that hands over only those
+is quiet."""
 
 
 class SimulationWorkerError(RuntimeError):
@@ -87,6 +97,7 @@ class ShardLink:
 
     def __init__(self, connection: Connection, index: int, owners: dict[str, int]) -> None:
         self.index = index
+        self._cache: Any = None
         self.barriers = 0  # lockstep meetings so far
         self.waited_s = 0.0  # wall seconds spent waiting there for the other workers
         self._connection = connection
@@ -98,9 +109,27 @@ class ShardLink:
     def owns(self, peer_id: str) -> bool:
         return self._owners[peer_id] == self.index
 
+    def share_cache(self, cache: Any) -> None:
+        """This worker's VerifyCache (swarmp2p/peer_cache.py), shared with the others as one
+        process's peers share theirs: the envelopes its honest peers sealed go out marked with
+        their signer (the receiving worker trusts the seal, as a process trusts its own peers'),
+        and every verdict it computes goes to the others. Without it, each worker checked each
+        signature and re-scored each batch again (issue 13: 4x the cache misses of one process)."""
+        self._cache = cache
+        cache.on_verdict = self._share_verdict
+
+    def _sealer_of(self, data: bytes) -> str | None:
+        return None if self._cache is None else self._cache.sealer_of(data)
+
+    def _share_verdict(self, digest: bytes, verdict: Any) -> None:
+        if isinstance(verdict, Verdict):
+            self.broadcast(("v", digest, verdict.ok, verdict.reason, verdict.groups_checked))
+
     # ---- ShardPort ---------------------------------------------------------------------------
 
     def broadcast(self, item: tuple[Any, ...]) -> None:
+        if item[0] in ("g", "d"):  # a publish or a DHT record: its envelope is item[3]
+            item = (*item, self._sealer_of(item[3]))
         self._outbox.append((EVERYONE, item))
 
     async def call(self, target: str, requester: str, data: bytes) -> tuple[int, bytes, float]:
@@ -138,17 +167,28 @@ class ShardLink:
     def _take(self, item: list[Any], world: Any, nursery: trio.Nursery) -> None:
         kind = item[0]
         if kind == "g":
-            world.receive_remote_gossip(*item[1:])
+            _, topic, sender, data, start, now_ms, sealer = item
+            self._trust(data, sealer)
+            world.receive_remote_gossip(topic, sender, data, start, now_ms)
         elif kind == "o":
             world.set_remote_online(item[1], item[2])
         elif kind == "d":
-            world.store_dht_record(*item[1:])
+            _, writer, key, value, sealer = item
+            self._trust(value, sealer)
+            world.store_dht_record(writer, key, value)
         elif kind == "q":
             nursery.start_soon(self._serve, world, *item[1:])
         elif kind == "r":
-            task = self._calls.pop(item[1], None)
+            _, call_id, status, response, arrives, sealer = item
+            task = self._calls.pop(call_id, None)
             if task is not None:
-                trio.lowlevel.reschedule(task, outcome.Value((item[2], item[3], item[4])))
+                self._trust(response, sealer)
+                trio.lowlevel.reschedule(task, outcome.Value((status, response, arrives)))
+        elif kind == "v":
+            if self._cache is not None:
+                self._cache.known_verdict(
+                    item[1], Verdict(ok=item[2], reason=item[3], groups_checked=item[4])
+                )
         else:
             raise SimulationWorkerError(f"unknown lockstep item {kind!r}")
 
@@ -156,7 +196,11 @@ class ShardLink:
         self, world: Any, call_id: int, origin: int, target: str, requester: str, data: bytes
     ) -> None:
         status, response, arrives = await world.serve(requester, target, data)
-        self._outbox.append((origin, ("r", call_id, status, response, arrives)))
+        self._outbox.append((origin, ("r", call_id, status, response, arrives, self._sealer_of(response))))
+
+    def _trust(self, data: bytes, sealer: str | None) -> None:
+        if sealer is not None and self._cache is not None:
+            self._cache.sealed_elsewhere(data, sealer)
 
 
 # ---- the parent --------------------------------------------------------------------------------
@@ -262,7 +306,7 @@ def route(reports: list[tuple[float, float, list[Any]]]) -> tuple[list[list[Any]
     busy = False
     for source, (_, _, outbox) in enumerate(reports):
         for destination, item in outbox:
-            busy = True
+            busy = busy or item[0] in WAKING
             if destination == EVERYONE:
                 for index in range(workers):
                     if index != source:
@@ -272,7 +316,8 @@ def route(reports: list[tuple[float, float, list[Any]]]) -> tuple[list[list[Any]
             else:
                 raise SimulationWorkerError(f"worker {source} sent an item to worker {destination}")
     # A busy instant meets again at once: what was just handed over may answer or wake a task
-    # now. A quiet one jumps to the earliest deadline of any worker (each is after `now`).
+    # now. A quiet one (nothing, or only notes that wake nobody) jumps to the earliest deadline
+    # of any worker (each is after `now`).
     return inboxes, now if busy else min(next_at for _, next_at, _ in reports)
 
 

@@ -29,6 +29,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+import msgpack
+
 from protocol import codec
 from protocol.envelope import Opened, open_envelope
 from protocol.errors import ProtocolError
@@ -67,6 +69,12 @@ class VerifyCache:
         self._verdicts: OrderedDict[bytes, Any] = OrderedDict()
         self._decoded: OrderedDict[bytes, WireMessage | ProtocolError] = OrderedDict()
         self._opened_by_identity = _IdentityMemo(identity_entries)
+        # The envelopes `sealed` was told of, by identity -> their signer; twice the memo above, so
+        # that a round's announcements and batches are all still there when they are fetched.
+        self._sealed_by_identity = _IdentityMemo(2 * identity_entries)
+        self.on_verdict: Callable[[bytes, Any], None] | None = None
+        """Called with each verdict computed here (simulator/shards.py hands it to its other
+        worker processes, as one process's peers share it through this cache)."""
         self._decoded_by_identity = _IdentityMemo(identity_entries)
         self._digest_by_identity = _IdentityMemo(identity_entries)
         self._identity_entries = identity_entries
@@ -128,11 +136,37 @@ class VerifyCache:
         Ed25519 verification and decode (issue 13: "cheaper signatures where the simulator may
         trust its own signing"); an adversary seals on its own and is opened as usual. A node's
         own envelopes never come back to it to be opened, so there this costs one entry."""
-        if not self._memoizable(data):
-            return
+        if self._memoizable(data):
+            self._known_opened(data, opened)
+            self._sealed_by_identity.put(data, opened.signer)
+
+    def _known_opened(self, data: bytes, opened: Opened) -> None:
         self._remember(self._opened, opened.digest, opened)
         self._digest_by_identity.put(data, opened.digest)
         self._opened_by_identity.put(data, opened)
+
+    def sealer_of(self, data: bytes) -> str | None:
+        """The signer of `data` if it is an envelope this process sealed (told by `sealed`)."""
+        entry = self._sealed_by_identity.get(data)
+        return None if entry is None else entry[1]
+
+    def sealed_elsewhere(self, data: bytes, signer: str) -> None:
+        """`data` is an envelope that `signer` sealed in another process of this simulation
+        (simulator/shards.py: its `sealer_of` said so): remembered as if sealed here, the
+        signature unchecked, as one process trusts its own peers' seals. The inner message is
+        decoded as usual. Never for bytes from a network."""
+        if not self._memoizable(data) or self._opened_by_identity.get(data) is not None:
+            return
+        digest = self.digest(data)
+        opened = self._opened.get(digest)
+        if not isinstance(opened, Opened):
+            try:
+                opened = Opened(signer, self.decode(msgpack.unpackb(data, raw=False)["m"]), digest)
+            except (ProtocolError, ValueError, KeyError, TypeError):
+                return  # not what a peer of ours seals: opened (and judged) as usual
+        # Not `sealed`: only this process's own seals are passed on as such (`sealer_of`), and
+        # a remote one would push them out of that memo.
+        self._known_opened(data, opened)
 
     def reopened(self, data: bytes, times: int, *, max_size: int | None = None) -> None:
         """Opener.reopened: `times` more `open(data)` calls right after one. The identity memo
@@ -202,7 +236,14 @@ class VerifyCache:
         self.misses += 1
         verdict = compute()
         self._remember(self._verdicts, digest, verdict)
+        if self.on_verdict is not None:
+            self.on_verdict(digest, verdict)
         return verdict
+
+    def known_verdict(self, digest: bytes, verdict: Any) -> None:
+        """A verdict another process of this simulation computed for `digest` (`on_verdict`)."""
+        if digest not in self._verdicts:
+            self._remember(self._verdicts, digest, verdict)
 
     def _remember(self, table: OrderedDict[bytes, Any], key: bytes, value: Any) -> None:
         table[key] = value

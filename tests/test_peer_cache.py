@@ -119,3 +119,40 @@ def test_what_peers_remember_of_their_own_seals_is_what_opening_gives(
     monkeypatch.setattr(VerifyCache, "sealed", checking)
     run_simulation(Scenario(peers=5, rounds=2, seed=3))
     assert checked.count("RolloutAnnouncement") >= 8 and checked.count("RolloutBatch") >= 8
+
+
+def test_only_this_process_seals_are_passed_on_as_sealed() -> None:
+    """simulator/shards.py: a worker marks the envelopes its own peers sealed, and the receiving
+    worker remembers them as opened without checking the signature (as one process does with
+    its peers' seals); what it was told by another never counts as its own seal."""
+    here, there = VerifyCache(), VerifyCache()
+    data = seal(announcement(1), SEED)
+    here.sealed(data, Opened(PEER, announcement(1), hashlib.sha256(data).digest()))
+    assert here.sealer_of(data) == PEER
+    assert here.sealer_of(bytes(bytearray(data))) is None  # by identity: not a copy from elsewhere
+    copy = bytes(bytearray(data))  # what the other worker receives through its pipe
+    there.sealed_elsewhere(copy, PEER)
+    assert there.sealer_of(copy) is None
+    misses = there.misses
+    assert there.open(copy) == open_envelope(data)
+    assert there.misses == misses  # no signature checked, nothing decoded again
+
+
+def test_bytes_said_to_be_sealed_elsewhere_that_are_not_an_envelope_are_judged_as_usual() -> None:
+    cache = VerifyCache()
+    for garbage in (b"\x93\x01\x02\x03", b"not msgpack \xc1", codec.encode(announcement(1))):
+        cache.sealed_elsewhere(garbage, PEER)
+        assert outcome(cache.open, garbage) == outcome(open_envelope, garbage)
+
+
+def test_verdicts_go_to_the_other_workers_and_are_taken_from_them() -> None:
+    told: list[tuple[bytes, object]] = []
+    here, there = VerifyCache(), VerifyCache()
+    here.on_verdict = lambda digest, verdict: told.append((digest, verdict))
+    assert here.verdict(b"d" * 32, lambda: "ok") == "ok"
+    assert here.verdict(b"d" * 32, lambda: "recomputed") == "ok"  # once: a hit is not told again
+    assert told == [(b"d" * 32, "ok")]
+    there.known_verdict(*told[0])
+    assert there.verdict(b"d" * 32, lambda: pytest.fail("recomputed")) == "ok"
+    there.known_verdict(b"d" * 32, "other")  # the first one stands
+    assert there.verdict(b"d" * 32, lambda: "x") == "ok"
