@@ -99,10 +99,11 @@ REQUEST_OK, REQUEST_UNREACHABLE, REQUEST_LOST = 0, 1, 2
 
 class ShardPort(Protocol):
     """What a world that runs only some of the run's peers tells the worlds of the others
-    (simulator/shards.py carries it between processes)."""
+    (simulator/shards.py carries it between processes). When the others' peers come online and
+    go offline is known from their plans, not told."""
 
     def broadcast(self, item: tuple[Any, ...]) -> None:
-        """Hand `item` (a publish, an online change, a DHT record) to every other world."""
+        """Hand `item` (a publish, a DHT record) to every other world."""
 
     async def call(self, target: str, requester: str, data: bytes) -> tuple[int, bytes, float]:
         """`SimWorld.serve` run by the world that runs `target`."""
@@ -177,8 +178,6 @@ class SimWorld:
         node.sinks = {}
         node.upload_factor = upload_factor
         self._membership_changed()
-        if self.shard is not None:
-            self.shard.broadcast(("o", peer_id, True))
         return SimNetwork(self, peer_id)
 
     def detach(self, peer_id: str) -> None:
@@ -196,8 +195,6 @@ class SimWorld:
         node.subscriptions = {}
         node.sinks = {}
         self._membership_changed()
-        if self.shard is not None:
-            self.shard.broadcast(("o", peer_id, False))
 
     def _came_online(self, peer_id: str) -> None:
         self._online_changes += 1
@@ -229,7 +226,8 @@ class SimWorld:
         self._latencies.number_of(peer_id)
 
     def set_remote_online(self, peer_id: str, online: bool) -> None:
-        """Another worker's peer came online or went offline (at this same virtual time)."""
+        """Another worker's peer comes online or goes offline (simulator/shards.py: as its plan
+        says, at the start of the instant it does)."""
         node = self.nodes[peer_id]
         if online and not node.online:
             self._came_online(peer_id)

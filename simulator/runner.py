@@ -233,7 +233,7 @@ class _AuditedPolicy:
         return getattr(self.inner, name)
 
 
-def _seed_trio_scheduler(seed: int) -> None:
+def _seed_trio_scheduler(seed: int, *worker: int) -> None:
     # trio shuffles the order of runnable tasks with a module-level Random (to shake out
     # ordering bugs). Seeding it makes a simulated run reproducible; this is the same hook
     # pytest-trio and hypothesis-trio use for deterministic scheduling.
@@ -245,7 +245,11 @@ def _seed_trio_scheduler(seed: int) -> None:
     import trio._core._run as trio_run
 
     trio_run._ALLOW_DETERMINISTIC_SCHEDULING = True  # type: ignore[misc]
-    trio_run._r.seed(derive_seed(seed, "trio-scheduler"))
+    # A worker of a run over several processes (`worker`: its index) gets a stream of its own: with
+    # one seed, every worker shuffled its batches alike, and the peers at one position in each
+    # worker's share met the same fate (9 peers with late fetches in round 0 at 1000 peers in one
+    # process; 18, in pairs 2k and 2k + 1, in two).
+    trio_run._r.seed(derive_seed(seed, "trio-scheduler", *worker))
 
 
 GC_EVERY_ROUNDS = 20
@@ -392,7 +396,7 @@ def run_shard(
     registry = SimTaskRegistry.for_schedule(schedule)
     owners = {plan.peer_id: owner_of(plan.index, scenario.workers) for plan in plan_peers(scenario)}
     shard = ShardLink(connection, index, owners)
-    _seed_trio_scheduler(scenario.seed)
+    _seed_trio_scheduler(scenario.seed, index)
     clock = exact_jump_clock()
     with _collect_between_rounds():
         result = trio.run(
@@ -522,9 +526,18 @@ async def _simulate(
     )
     mine = plans if shard is None else [plan for plan in plans if shard.owns(plan.peer_id)]
     if shard is not None:
+        changes = []
         for plan in plans:
             if not shard.owns(plan.peer_id):
                 world.add_remote(plan.peer_id)
+                # as `supervise` and `run_adversary` below attach and detach it
+                online = plan.online if plan.honest or plan.role == "forge" else ((0, end_ms),)
+                for start_ms, stop_ms in online:
+                    changes.append((start_ms / 1000, plan.index, plan.peer_id, True))
+                    if stop_ms < end_ms:
+                        changes.append((stop_ms / 1000, plan.index, plan.peer_id, False))
+        shard.expect_online(changes)
+        shard.apply_online_changes(world, 0.0)
     for spec in scenario.faults.partition:
         cut = math.ceil(spec.fraction * len(plans))
         world.partitions.append(

@@ -53,9 +53,8 @@ EVERYONE = -1
 WAKING = ("g", "q", "r")
 """Lockstep items after which the workers meet again at the same instant: a request to serve,
 an answer that wakes its requester, and a publish (its arrival slots are drawn by the receiving
-world, and a world with no minimum latency may put one at this instant). Online changes ("o"),
-DHT records ("d") and verdicts ("v") only update state: a meeting that hands over only those
-is quiet."""
+world, and a world with no minimum latency may put one at this instant). DHT records ("d") and
+verdicts ("v") only update state: a meeting that hands over only those is quiet."""
 
 
 class SimulationWorkerError(RuntimeError):
@@ -105,9 +104,32 @@ class ShardLink:
         self._outbox: list[tuple[int, tuple[Any, ...]]] = []
         self._calls: dict[int, trio.lowlevel.Task] = {}
         self._next_call = 0
+        # (virtual s, peer, online) for the other workers' peers, from their plans, in order
+        self._online_changes: list[tuple[float, int, str, bool]] = []
+        self._online_done = 0
 
     def owns(self, peer_id: str) -> bool:
         return self._owners[peer_id] == self.index
+
+    def expect_online(self, changes: list[tuple[float, int, str, bool]]) -> None:
+        """When the other workers' peers come online and go offline: (virtual seconds, plan
+        index, peer, online). Their worker attaches and detaches them at exactly these times (a
+        plan is decided up front), so no message needs to say so, and this world sees the change
+        at the start of that instant: in one process, a peer coming online at an instant is seen
+        by the tasks that run after it there; told at the meeting after the instant, the other
+        workers' peers saw none of the peers that joined with them, and the first joiners of
+        round 0 fetched every batch (82,610 requests in round 0 at 1000 peers against 46,788)."""
+        self._online_changes = sorted(changes)
+        self._online_done = 0
+
+    def apply_online_changes(self, world: Any, until: float) -> None:
+        """Those of `expect_online`'s changes due at or before virtual time `until`."""
+        changes, done = self._online_changes, self._online_done
+        while done < len(changes) and changes[done][0] <= until:
+            _, _, peer_id, online = changes[done]
+            world.set_remote_online(peer_id, online)
+            done += 1
+        self._online_done = done
 
     def share_cache(self, cache: Any) -> None:
         """This worker's VerifyCache (swarmp2p/peer_cache.py), shared with the others as one
@@ -162,6 +184,8 @@ class ShardLink:
             for item in inbox:
                 self._take(item, world, nursery)
             if next_at > now:
+                # Nothing runs here before next_at (it is the earliest deadline of any worker).
+                self.apply_online_changes(world, next_at)
                 await trio.sleep_until(next_at)
 
     def _take(self, item: list[Any], world: Any, nursery: trio.Nursery) -> None:
@@ -170,8 +194,6 @@ class ShardLink:
             _, topic, sender, data, start, now_ms, sealer = item
             self._trust(data, sealer)
             world.receive_remote_gossip(topic, sender, data, start, now_ms)
-        elif kind == "o":
-            world.set_remote_online(item[1], item[2])
         elif kind == "d":
             _, writer, key, value, sealer = item
             self._trust(value, sealer)
