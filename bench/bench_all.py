@@ -48,6 +48,9 @@ def main() -> None:
     parser.add_argument("--generation-args", default="", help="extra bench_generation.py arguments")
     parser.add_argument("--cache", default="", help="XDG_CACHE_HOME holding a built tiny model (start-up)")
     parser.add_argument("--sim-sizes", default="100x100,1000x50,10000x20")
+    parser.add_argument(
+        "--sim-workers", default="1,2", help="worker process counts to run each simulator size with"
+    )
     parser.add_argument("--sim-cap-s", type=float, default=600.0)
     parser.add_argument("--sim-max-rss-mib", type=float, default=8192.0)
     args = parser.parse_args()
@@ -71,6 +74,8 @@ def main() -> None:
                 str(args.sim_cap_s),
                 "--max-rss-mib",
                 str(args.sim_max_rss_mib),
+                "--workers",
+                args.sim_workers,
             ],
             tmp / "simulator.json",
         )
@@ -100,9 +105,13 @@ def main() -> None:
             )
     if simulator:
         print("\nsimulator (fetch_sample 8, seed 1; targets: 1000x50 <= 120 s, 10000x20 within 8 GiB)")
-        print(f"{'size':<10} {'status':<20} {'wall s':>14} {'CPU s':>14} {'CPU s/round':>12} {'peak MiB':>9}")
+        print(
+            f"{'size':<10} {'workers':>7} {'status':<20} {'wall s':>14} {'CPU s':>14} {'CPU s/round':>12} "
+            f"{'peak MiB':>9}"
+        )
         for row in simulator:
             size = f"{row['peers']}x{row['rounds']}"
+            workers = row.get("workers", 1)
             if row["capped"]:
                 why = "over memory" if row.get("over_memory") else "capped"
                 status = f"{why} {row['rounds_done']}/{row['rounds']}"
@@ -111,10 +120,13 @@ def main() -> None:
             else:
                 status, wall, cpu = "done", f"{row['wall_s']:.1f}", f"{row['cpu_s']:.1f}"
             print(
-                f"{size:<10} {status:<20} {wall:>14} {cpu:>14} "
+                f"{size:<10} {workers:>7} {status:<20} {wall:>14} {cpu:>14} "
                 f"{fmt(row.get('cpu_per_round_s'), '.2f'):>12} {row['peak_mib']:>9.0f}"
             )
-        print("(~N: extrapolated from the per-round cost measured before the cap)")
+        print(
+            "(~N: extrapolated from the per-round cost measured before the cap; CPU and memory of all "
+            "of a run's processes)"
+        )
 
 
 if __name__ == "__main__":

@@ -72,3 +72,14 @@ def test_bench_sim_rounds_times_the_deliveries_of_each_round() -> None:
     assert [row[0] for row in body] == ["0", "1"]
     assert [int(row[4]) for row in body] == [12 * 11, 12 * 11]
     assert all(float(row[5]) >= 0 and float(row[6]) > 0 for row in body)
+
+
+def test_a_size_over_two_workers_counts_all_of_its_processes() -> None:
+    """`--workers 2`: the run's CPU and memory are its three processes' (the parent and two
+    workers), not the parent's alone."""
+    alone = bench_simulator.run_size(30, 3, 0, cap_s=300)
+    spread = bench_simulator.run_size(30, 3, 0, cap_s=300, workers=2)
+    assert (alone["workers"], spread["workers"]) == (1, 2)
+    assert not spread["capped"] and spread["rounds_done"] == 3
+    assert spread["peak_mib"] > 2 * alone["peak_mib"]  # three interpreters, each about one's size
+    assert spread["cpu_s"] > alone["cpu_s"]  # the workers' CPU counted too
