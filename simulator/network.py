@@ -88,8 +88,8 @@ class _Node:
     upload_factor: float = 1.0  # < 1 for slow peers
     # gossip messages due to this node at the instant being delivered (SimWorld._deliver_instant)
     pending: list[InboundMessage] = attrs.Factory(list)
-    # Run by another worker process (simulator/shards.py): here only its online state, mirrored,
-    # so that `reachable_from` and requests see it; it never has sinks or a handler here.
+    # Run by another worker process (simulator/shards.py): here only its online state, from its
+    # plan, so that `reachable_from` and requests see it; it never has sinks or a handler here.
     remote: bool = False
 
 
@@ -221,7 +221,7 @@ class SimWorld:
         return online
 
     def add_remote(self, peer_id: str) -> None:
-        """Know `peer_id` as run by another worker: offline until that worker says otherwise."""
+        """Know `peer_id` as run by another worker: offline until its plan brings it online."""
         self.nodes[peer_id] = _Node(peer_id, online=False, remote=True)
         self._latencies.number_of(peer_id)
 

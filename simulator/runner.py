@@ -570,11 +570,11 @@ async def _simulate(
         max_entries=max(SIM_CACHE_FLOOR, 4 * scenario.peers),
         identity_entries=max(SIM_IDENTITY_FLOOR, 2 * scenario.peers),
     )
+    if shard is not None:
+        shard.share_cache(cache)
     # One numbering of every peer for all inboxes: their per-sender maps are lists by number,
     # 8 bytes a (receiver, sender) pair instead of a dict entry's ~30 (issue 13: 10,000 peers).
     # Numbered up front so the lists are full-size from the first round.
-    if shard is not None:
-        shard.share_cache(cache)
     numbers = PeerNumbers(plan.peer_id for plan in plans)
     store = CheckpointStore()
     audit = _GroupAudit(registry)

@@ -8,20 +8,21 @@ peers do, and this module carries it.
 
 The lockstep. Virtual time only moves when every task of a worker waits. Then the worker's
 barrier task (`ShardLink.run`) sends the hub (`run_sharded`, the parent process) everything
-its peers did at this instant (`SimWorld` items: publishes, online changes, DHT records,
-requests to other workers' peers and answers to theirs) and its next deadline, and waits.
-The hub routes the items in a fixed order (by source worker, then as sent). If any worker sent
-something, all of them take what they were sent and meet again at the same instant (an
-answer may need a request served first); once an instant is quiet, all of them jump to the
-earliest next deadline of any worker. Nothing sent at an instant is due at it (every
-latency is at least one grid step), so no worker ever runs past something it was about to be
-sent.
+its peers did at this instant (publishes, DHT records, requests to other workers' peers and
+answers to theirs, verdicts) and its next deadline, and waits. The hub routes the items in a
+fixed order (`route`: by source worker, then as sent). After a publish, a request or an answer
+all workers take what they were sent and meet again at the same instant (a request is served,
+and its answer wakes its requester, at the instant it was sent, as in one process); once an
+instant is quiet, all of them jump to the earliest next deadline of any worker. Nothing sent at
+an instant is due at it (every link has a latency), so no worker runs past something it was
+about to be sent. When the other workers' peers come online and go offline is known from their
+plans (`expect_online`), not sent.
 
 What a report depends on. A run is reproduced exactly by its scenario, `workers` included:
 each world draws from its own stream (`derive_seed(seed, "network", worker)`), and a worker
-sees another's publishes, online changes and DHT records at the end of the instant they
-happened instead of in between its own tasks. With `workers = 1` (the default) none of this
-runs and every report is byte for byte what it was.
+sees another's publishes and DHT records at the end of the instant they happened instead of in
+between its own tasks. With `workers = 1` (the default) none of this runs and every report is
+byte for byte what it was.
 
 The parent and its workers talk over pipes the parent made: msgpack for the lockstep, pickle
 only for each worker's final result (the parent's own children, never the network).
@@ -292,7 +293,10 @@ def _lockstep(
             try:
                 messages.append(msgpack.unpackb(connection.recv_bytes()))
             except EOFError:
-                raise SimulationWorkerError(f"simulation worker {index} exited without a result") from None
+                raise SimulationWorkerError(
+                    f"simulation worker {index} exited without a result (its error is above; a script "
+                    "that runs a simulation over workers needs `if __name__ == '__main__':`)"
+                ) from None
         for index, message in enumerate(messages):
             if message[0] == "x":
                 raise SimulationWorkerError(f"simulation worker {index} failed:\n{message[1]}")
