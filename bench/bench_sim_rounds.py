@@ -16,11 +16,10 @@ cost of one; the rest of the round's CPU is everything else.
 from __future__ import annotations
 
 import argparse
-import resource
 import sys
 import time
 
-from procfs import rss_mib
+from procfs import peak_rss_mib, rss_mib
 from rich.console import Console
 from rich.table import Table
 
@@ -68,7 +67,7 @@ def main() -> None:
             delivery.remove()
     console = Console()
     console.print(table)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_rss_mib()  # this process's own (ru_maxrss would carry its launcher's over)
     console.print(f"total CPU {time.process_time() - started:.1f} s, peak RSS {peak:.0f} MiB")
 
 

@@ -36,7 +36,7 @@ CHILD = """
 import json, multiprocessing, resource, sys, time
 t0_wall, t0_cpu = time.perf_counter(), time.process_time()
 sys.path.insert(0, "bench")
-from procfs import cpu_seconds
+from procfs import cpu_seconds, peak_rss_mib
 from simulator.runner import run_simulation
 from simulator.scenario import Scenario
 peers, rounds, sample, workers = (int(arg) for arg in sys.argv[1:5])
@@ -48,7 +48,9 @@ def cpu_now():
     return time.process_time() + children.ru_utime + children.ru_stime + live
 
 def emit(**fields):
-    fields["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across fork and exec, so a child of a big
+    # process (a test runner's worker) would report its launcher's peak as its own
+    fields["rss_mib"] = peak_rss_mib()
     print(json.dumps(fields), flush=True)
 
 if __name__ == "__main__":

@@ -19,6 +19,18 @@ def rss_mib(pid: int | str = "self") -> float:
     return 0.0
 
 
+def peak_rss_mib(pid: int | str = "self") -> float:
+    """Peak resident memory (VmHWM) of `pid` in MiB, its own since it started: unlike
+    getrusage's ru_maxrss, which Linux carries over fork and exec from the parent."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def cpu_seconds(pid: int | str = "self") -> float | None:
     """User + system CPU seconds `pid` has used so far; None once it is gone."""
     try:
