@@ -11,6 +11,7 @@ does nothing):
     dht_sweep = true
     policy = "sim" | "trainer"   coordinator = "schedule" | "chain"   tasks = ["..."]
     game = "single" | "answer-critique-resolve"
+    workers = 1           (processes to spread the peers over: simulator/shards.py)
 
     [network]   latency_min_ms, latency_max_ms, jitter_ms, loss, gossip_loss, upload_mbit, time_grid_ms
     [faults]    churn_leave, churn_join, crash_rate, crash_restart_s, late_join_fraction,
