@@ -429,6 +429,20 @@ def run_shard(
     }
 
 
+def online_changes(plans: Sequence[PeerPlan], end_ms: int) -> list[tuple[float, int, str, bool]]:
+    """When `plans`' peers come online and go offline, as `_simulate`'s `supervise` and
+    `run_adversary` attach and detach them: (virtual seconds, plan index, peer, online). An
+    adversary is online for the whole run; nothing goes offline at the run's end."""
+    changes = []
+    for plan in plans:
+        online = plan.online if plan.honest or plan.role == "forge" else ((0, end_ms),)
+        for start_ms, stop_ms in online:
+            changes.append((start_ms / 1000, plan.index, plan.peer_id, True))
+            if stop_ms < end_ms:
+                changes.append((stop_ms / 1000, plan.index, plan.peer_id, False))
+    return changes
+
+
 def _run_in_workers(
     scenario: Scenario,
     on_round: Callable[[int], None] | None,
@@ -526,17 +540,10 @@ async def _simulate(
     )
     mine = plans if shard is None else [plan for plan in plans if shard.owns(plan.peer_id)]
     if shard is not None:
-        changes = []
-        for plan in plans:
-            if not shard.owns(plan.peer_id):
-                world.add_remote(plan.peer_id)
-                # as `supervise` and `run_adversary` below attach and detach it
-                online = plan.online if plan.honest or plan.role == "forge" else ((0, end_ms),)
-                for start_ms, stop_ms in online:
-                    changes.append((start_ms / 1000, plan.index, plan.peer_id, True))
-                    if stop_ms < end_ms:
-                        changes.append((stop_ms / 1000, plan.index, plan.peer_id, False))
-        shard.expect_online(changes)
+        others = [plan for plan in plans if not shard.owns(plan.peer_id)]
+        for plan in others:
+            world.add_remote(plan.peer_id)
+        shard.expect_online(online_changes(others, end_ms))
         shard.apply_online_changes(world, 0.0)
     for spec in scenario.faults.partition:
         cut = math.ceil(spec.fraction * len(plans))

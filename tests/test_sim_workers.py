@@ -14,8 +14,9 @@ from test_sim_properties import (
     no_honest_rollouts_lost,
 )
 
+from simulator.network import LinkModel, SimWorld
 from simulator.report import build_report, report_json
-from simulator.runner import run_simulation
+from simulator.runner import online_changes, plan_peers, run_simulation
 from simulator.scenario import (
     BYZANTINE_KINDS,
     ByzantineSpec,
@@ -26,7 +27,7 @@ from simulator.scenario import (
     ScenarioError,
     load_scenario,
 )
-from simulator.shards import EVERYONE, WAKING, SimulationWorkerError, owner_of, route
+from simulator.shards import EVERYONE, WAKING, ShardLink, SimulationWorkerError, owner_of, route
 
 
 def _owners(result, workers: int) -> dict[str, int]:
@@ -241,3 +242,39 @@ def test_workers_at_different_instants_are_refused(reports: list, skew: float) -
 def test_an_item_for_no_such_worker_is_refused() -> None:
     with pytest.raises(SimulationWorkerError, match="worker 0 sent an item to worker 7"):
         route([(1.0, 2.0, [(7, ("g", 1))]), (1.0, 2.0, [])])
+
+
+@given(
+    seed=st.integers(0, 10**6),
+    churn=st.floats(0.0, 0.5),
+    crash=st.floats(0.0, 0.3),
+    late=st.floats(0.0, 0.5),
+    times=st.lists(st.integers(0, 6 * 30_000 - 1), min_size=1, max_size=20),  # the run ends at 180 s
+)
+def test_a_world_sees_the_other_workers_peers_online_exactly_as_planned(
+    seed: int, churn: float, crash: float, late: float, times: list[int]
+) -> None:
+    """What worker 0 believes of worker 1's peers at any instant is what their plans say:
+    online from each interval's start, offline from its end (a crash and its restart at one
+    instant leave the peer online)."""
+    scenario = Scenario(
+        peers=12,
+        rounds=6,
+        seed=seed,
+        faults=FaultSpec(churn_leave=churn, crash_rate=crash, late_join_fraction=late, late_join_round=2),
+        byzantine=ByzantineSpec(fraction=0.2),
+    )
+    plans = plan_peers(scenario)
+    end_ms = scenario.rounds * int(scenario.round_s * 1000)
+    others = [plan for plan in plans if owner_of(plan.index, 2) == 1]
+    world = SimWorld(LinkModel(), seed=1, now_ms=lambda: 0, round_of=lambda _: 0)
+    link = ShardLink(None, 0, {plan.peer_id: owner_of(plan.index, 2) for plan in plans})  # type: ignore[arg-type]
+    for plan in others:
+        world.add_remote(plan.peer_id)
+    link.expect_online(online_changes(others, end_ms))
+    for at_ms in sorted(times):
+        link.apply_online_changes(world, at_ms / 1000)
+        for plan in others:
+            intervals = plan.online if plan.honest or plan.role == "forge" else ((0, end_ms),)
+            planned = any(start <= at_ms < stop for start, stop in intervals)
+            assert world.is_online(plan.peer_id) == planned, (plan.index, at_ms, intervals)
