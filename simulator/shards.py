@@ -139,6 +139,7 @@ class ShardLink:
         and every verdict it computes goes to the others. Without it, each worker checked each
         signature and re-scored each batch again (issue 13: 4x the cache misses of one process)."""
         self._cache = cache
+        cache.track_seals()
         cache.on_verdict = self._share_verdict
 
     def _sealer_of(self, data: bytes) -> str | None:

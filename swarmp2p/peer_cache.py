@@ -69,9 +69,9 @@ class VerifyCache:
         self._verdicts: OrderedDict[bytes, Any] = OrderedDict()
         self._decoded: OrderedDict[bytes, WireMessage | ProtocolError] = OrderedDict()
         self._opened_by_identity = _IdentityMemo(identity_entries)
-        # The envelopes `sealed` was told of, by identity -> their signer; twice the memo above, so
-        # that a round's announcements and batches are all still there when they are fetched.
-        self._sealed_by_identity = _IdentityMemo(2 * identity_entries)
+        # The envelopes `sealed` was told of, by identity -> their signer, once `track_seals` is
+        # called (a simulator worker's cache): a node does not keep its own past batches.
+        self._sealed_by_identity: _IdentityMemo | None = None
         self.on_verdict: Callable[[bytes, Any], None] | None = None
         """Called with each verdict computed here (simulator/shards.py hands it to its other
         worker processes, as one process's peers share it through this cache)."""
@@ -138,15 +138,25 @@ class VerifyCache:
         own envelopes never come back to it to be opened, so there this costs one entry."""
         if self._memoizable(data):
             self._known_opened(data, opened)
-            self._sealed_by_identity.put(data, opened.signer)
+            if self._sealed_by_identity is not None:
+                self._sealed_by_identity.put(data, opened.signer)
 
     def _known_opened(self, data: bytes, opened: Opened) -> None:
         self._remember(self._opened, opened.digest, opened)
         self._digest_by_identity.put(data, opened.digest)
         self._opened_by_identity.put(data, opened)
 
+    def track_seals(self) -> None:
+        """From now on remember the envelopes `sealed` is told of, for `sealer_of`: twice the
+        identity memo's entries, so that a round's announcements and batches are all still
+        there when they are fetched (simulator/shards.py)."""
+        if self._sealed_by_identity is None:
+            self._sealed_by_identity = _IdentityMemo(2 * self._identity_entries)
+
     def sealer_of(self, data: bytes) -> str | None:
-        """The signer of `data` if it is an envelope this process sealed (told by `sealed`)."""
+        """The signer of `data` if it is an envelope this process sealed since `track_seals`."""
+        if self._sealed_by_identity is None:
+            return None
         entry = self._sealed_by_identity.get(data)
         return None if entry is None else entry[1]
 

@@ -127,10 +127,15 @@ def test_only_this_process_seals_are_passed_on_as_sealed() -> None:
     its peers' seals); what it was told by another never counts as its own seal."""
     here, there = VerifyCache(), VerifyCache()
     data = seal(announcement(1), SEED)
-    here.sealed(data, Opened(PEER, announcement(1), hashlib.sha256(data).digest()))
+    opened = Opened(PEER, announcement(1), hashlib.sha256(data).digest())
+    here.sealed(data, opened)
+    assert here.sealer_of(data) is None  # a node's cache keeps none of its own past envelopes
+    here.track_seals()
+    here.sealed(data, opened)
     assert here.sealer_of(data) == PEER
     assert here.sealer_of(bytes(bytearray(data))) is None  # by identity: not a copy from elsewhere
     copy = bytes(bytearray(data))  # what the other worker receives through its pipe
+    there.track_seals()
     there.sealed_elsewhere(copy, PEER)
     assert there.sealer_of(copy) is None
     misses = there.misses
