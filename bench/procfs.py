@@ -10,21 +10,20 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 def rss_mib(pid: int | str = "self") -> float:
     """Current resident memory (VmRSS) of `pid` in MiB; 0 where it cannot be read."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
+    return _status_mib(pid, "VmRSS:")
 
 
 def peak_rss_mib(pid: int | str = "self") -> float:
     """Peak resident memory (VmHWM) of `pid` in MiB, its own since it started: unlike
     getrusage's ru_maxrss, which Linux carries over fork and exec from the parent."""
+    return _status_mib(pid, "VmHWM:")
+
+
+def _status_mib(pid: int | str, field: str) -> float:
+    """A kB field of /proc/PID/status in MiB; 0 where it cannot be read."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(field):
                 return int(line.split()[1]) / 1024
     except OSError:
         pass

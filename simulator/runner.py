@@ -390,12 +390,11 @@ def run_shard(
 ) -> dict[str, Any]:
     """Worker `index`'s part of a run over `scenario.workers` processes (simulator/shards.py):
     its own peers, in lockstep with the other workers through `connection`."""
-    from simulator.shards import ShardLink, exact_jump_clock, owner_of
+    from simulator.shards import ShardLink, exact_jump_clock
 
     schedule = swarm_schedule(scenario, tasks or scenario.tasks or DEFAULT_TASKS, FORMAT_REWARD)
     registry = SimTaskRegistry.for_schedule(schedule)
-    owners = {plan.peer_id: owner_of(plan.index, scenario.workers) for plan in plan_peers(scenario)}
-    shard = ShardLink(connection, index, owners)
+    shard = ShardLink(connection, index, scenario.workers)  # placed by _simulate, which plans
     _seed_trio_scheduler(scenario.seed, index)
     clock = exact_jump_clock()
     with _collect_between_rounds():
@@ -538,6 +537,8 @@ async def _simulate(
         inline_gossip=True,
         shard=shard,
     )
+    if shard is not None:
+        shard.place(plans)
     mine = plans if shard is None else [plan for plan in plans if shard.owns(plan.peer_id)]
     if shard is not None:
         others = [plan for plan in plans if not shard.owns(plan.peer_id)]

@@ -95,19 +95,24 @@ def _next_deadline() -> float:
 class ShardLink:
     """A worker's side of the lockstep: SimWorld's `ShardPort`, and the barrier task."""
 
-    def __init__(self, connection: Connection, index: int, owners: dict[str, int]) -> None:
+    def __init__(self, connection: Connection, index: int, workers: int) -> None:
         self.index = index
+        self.workers = workers
         self._cache: Any = None
         self.barriers = 0  # lockstep meetings so far
         self.waited_s = 0.0  # wall seconds spent waiting there for the other workers
         self._connection = connection
-        self._owners = owners
+        self._owners: dict[str, int] = {}  # every peer of the run -> its worker (`place`)
         self._outbox: list[tuple[int, tuple[Any, ...]]] = []
         self._calls: dict[int, trio.lowlevel.Task] = {}
         self._next_call = 0
         # (virtual s, peer, online) for the other workers' peers, from their plans, in order
         self._online_changes: list[tuple[float, int, str, bool]] = []
         self._online_done = 0
+
+    def place(self, plans: Any) -> None:
+        """Learn which worker runs each of the run's peers (`owner_of` their plan index)."""
+        self._owners = {plan.peer_id: owner_of(plan.index, self.workers) for plan in plans}
 
     def owns(self, peer_id: str) -> bool:
         return self._owners[peer_id] == self.index

@@ -101,6 +101,36 @@ def test_faulty_swarms_keep_honest_peers_going(
     never_trained_on_forgeries(result)
 
 
+def byzantine_banned_by_every_honest_peer(result: SimulationResult) -> None:
+    """Every honest peer banned every byzantine sender, and no honest one."""
+    byzantine = {plan.peer_id for plan in result.plans if not plan.honest}
+    honest = [plan for plan in result.plans if plan.honest]
+    for plan in honest:
+        banned = set(result.banned_by[plan.peer_id])
+        # Replayers only relay other peers' messages and are caught as sender mismatches.
+        assert byzantine <= banned, plan.index
+        assert not banned & {h.peer_id for h in honest}
+
+
+def halves_apart_then_agreed(result: SimulationResult, *, start_round: int, heal_round: int) -> None:
+    """A swarm cut in two halves (the first half of the plans on one side) for [start_round,
+    heal_round), every batch fetched: while cut, each peer accepts only its own side's batches,
+    otherwise every other peer's. Stated bound: from the first round after the heal, at every
+    mid-round sample all honest online peers are in the schedule's current round."""
+    everyone = {p.peer_id for p in result.plans}
+    side = {p.peer_id for p in result.plans[: len(result.plans) // 2]}
+    for plan in result.plans:
+        for record in result.records[plan.peer_id]:
+            accepted = set(record.accepted_peers)
+            if start_round <= record.round < heal_round:  # cut off: only its own side
+                assert accepted <= (side if plan.peer_id in side else everyone - side)
+            else:
+                assert len(accepted) == len(everyone) - 1
+    for sample in result.agreement:
+        if sample["round"] >= heal_round:
+            assert sample["on_current_round"] == sample["honest_online"] > 0
+
+
 @cache
 def byzantine_run() -> SimulationResult:
     return run_simulation(
@@ -112,12 +142,7 @@ def test_byzantine_senders_are_banned_by_every_honest_peer() -> None:
     result = byzantine_run()
     byzantine = [plan for plan in result.plans if not plan.honest]
     assert sorted(plan.role for plan in byzantine) == sorted(BYZANTINE_KINDS)
-    honest = [plan for plan in result.plans if plan.honest]
-    for plan in honest:
-        banned = set(result.banned_by[plan.peer_id])
-        # Replayers only relay other peers' messages and are caught as sender mismatches.
-        assert {b.peer_id for b in byzantine} <= banned, plan.index
-        assert not banned & {h.peer_id for h in honest}
+    byzantine_banned_by_every_honest_peer(result)
     honest_completes_every_present_round(result)
     never_trained_on_forgeries(result)
     no_honest_rollouts_lost(result)
@@ -192,21 +217,7 @@ def test_partition_heals_and_honest_peers_agree_on_the_round() -> None:
     )
     result = run_simulation(scenario)
     honest_completes_every_present_round(result)
-    side = set(p.peer_id for p in result.plans[:6])
-    for plan in result.plans:
-        for record in result.records[plan.peer_id]:
-            accepted = set(record.accepted_peers)
-            if 2 <= record.round < 5:  # cut off: only its own side
-                assert accepted <= (
-                    side if plan.peer_id in side else set(p.peer_id for p in result.plans) - side
-                )
-            else:
-                assert len(accepted) == 11
-    # Stated bound: from the first round after the heal, at every mid-round sample all honest
-    # online peers are in the schedule's current round.
-    for sample in result.agreement:
-        if sample["round"] >= 5:
-            assert sample["on_current_round"] == sample["honest_online"] > 0
+    halves_apart_then_agreed(result, start_round=2, heal_round=5)
 
 
 def test_same_seed_gives_a_byte_identical_report() -> None:

@@ -9,6 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from test_sim_properties import (
+    byzantine_banned_by_every_honest_peer,
+    halves_apart_then_agreed,
     honest_completes_every_present_round,
     never_trained_on_forgeries,
     no_honest_rollouts_lost,
@@ -87,11 +89,7 @@ def test_byzantine_senders_are_banned_across_workers() -> None:
     assert sorted(plan.role for plan in byzantine) == sorted(BYZANTINE_KINDS)
     owners = _owners(result, 2)
     assert {owners[plan.peer_id] for plan in byzantine} == {0, 1}
-    honest = [plan for plan in result.plans if plan.honest]
-    for plan in honest:
-        banned = set(result.banned_by[plan.peer_id])
-        assert {b.peer_id for b in byzantine} <= banned, plan.index
-        assert not banned & {h.peer_id for h in honest}
+    byzantine_banned_by_every_honest_peer(result)
     honest_completes_every_present_round(result)
     never_trained_on_forgeries(result)
     no_honest_rollouts_lost(result)
@@ -147,18 +145,7 @@ def test_a_partition_across_workers_heals() -> None:
     )
     result = run_simulation(scenario)
     honest_completes_every_present_round(result)
-    side = {p.peer_id for p in result.plans[:6]}
-    everyone = {p.peer_id for p in result.plans}
-    for plan in result.plans:
-        for record in result.records[plan.peer_id]:
-            accepted = set(record.accepted_peers)
-            if 2 <= record.round < 5:
-                assert accepted <= (side if plan.peer_id in side else everyone - side)
-            else:
-                assert len(accepted) == 11
-    for sample in result.agreement:
-        if sample["round"] >= 5:
-            assert sample["on_current_round"] == sample["honest_online"] > 0
+    halves_apart_then_agreed(result, start_round=2, heal_round=5)
 
 
 @pytest.mark.parametrize(
@@ -268,7 +255,7 @@ def test_a_world_sees_the_other_workers_peers_online_exactly_as_planned(
     end_ms = scenario.rounds * int(scenario.round_s * 1000)
     others = [plan for plan in plans if owner_of(plan.index, 2) == 1]
     world = SimWorld(LinkModel(), seed=1, now_ms=lambda: 0, round_of=lambda _: 0)
-    link = ShardLink(None, 0, {plan.peer_id: owner_of(plan.index, 2) for plan in plans})  # type: ignore[arg-type]
+    link = ShardLink(None, 0, 2)  # type: ignore[arg-type]
     for plan in others:
         world.add_remote(plan.peer_id)
     link.expect_online(online_changes(others, end_ms))
