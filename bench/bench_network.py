@@ -760,6 +760,11 @@ def compare_table(results: list[dict[str, Any]], rtt_s: float, within_rtts: floa
         "| switch CPU s | load avg |",
         "|---" * 16 + "|",
     ]
+    if any("floor" in r for r in results):
+        # The bare TCP exchange on the same two networks (bench/tcp_floor.py): what TCP alone costs.
+        lines[0] += " TCP floor p99 loopback / netns s | TCP floor netns − loopback, RTTs"
+        lines[0] += " | ours − floor (netns p99), RTTs |"
+        lines[1] += "---|---|---|"
     for r in results:
         lo, ns = r["loopback"], r["netns"]
         diff = ns["p99"] - lo["p99"]
@@ -787,6 +792,13 @@ def compare_table(results: list[dict[str, Any]], rtt_s: float, within_rtts: floa
             f"{ns['switch_cpu_s']:.1f}",
             r["load"],
         ]
+        if "floor" in r:
+            floor_lo, floor_ns = r["floor"]["loopback"]["p99"], r["floor"]["netns"]["p99"]
+            cells += [
+                f"{fmt_s(floor_lo)} / {fmt_s(floor_ns)}",
+                f"{(floor_ns - floor_lo) / rtt_s:.1f}",
+                f"{(ns['p99'] - floor_ns) / rtt_s:+.1f}",
+            ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -834,6 +846,12 @@ def main() -> None:
         help="with --netns: run each process count on loopback, then on the namespaces; one table",
     )
     parser.add_argument("--within-rtts", type=float, default=4.0, help="--vs-loopback: the target, in RTTs")
+    parser.add_argument(
+        "--tcp-floor",
+        action="store_true",
+        help="--vs-loopback: also run the same exchange as a bare TCP push (bench/tcp_floor.py) on both "
+        "networks: the floor under any stack over TCP, as columns",
+    )
     parser.add_argument("--json", default="", help="--vs-loopback: also write the rows here")
     parser.add_argument(
         "--push-max-bytes",
@@ -1030,6 +1048,23 @@ def ratio(value: float, baseline: float) -> str:
     return f"{value / baseline:.2f}x" if baseline else "-"
 
 
+def run_tcp_floor(
+    procs: int, sizes: list[int], args: argparse.Namespace
+) -> dict[str, dict[int, dict[str, Any]]]:
+    """--tcp-floor: bench/tcp_floor.py's bare TCP exchange, same rounds and interval, on loopback
+    and then on fresh namespaces with the same impairment and host TCP."""
+    import tcp_floor
+
+    rounds, interval = args.messages, args.interval
+    floor = {"loopback": tcp_floor.run_floor(procs, sizes, rounds, interval)}
+    harness = load_harness()
+    with harness.NetnsNetwork(procs) as network:
+        network.impair(delay_ms=args.delay_ms, jitter_ms=args.jitter_ms, loss=args.loss)
+        network.tune_tcp(**host_tcp_options(args.host_tcp))
+        floor["netns"] = tcp_floor.run_floor(procs, sizes, rounds, interval, network=network)
+    return floor
+
+
 def compare(args: argparse.Namespace) -> None:
     """--vs-loopback: per process count, loopback then the namespaces back to back (so both see
     about the same load from other work on a shared machine), then one markdown table."""
@@ -1070,6 +1105,7 @@ def compare(args: argparse.Namespace) -> None:
             )
         if len(by_network) < 2:
             continue
+        floor = run_tcp_floor(procs, sizes, args) if args.tcp_floor else {}
         load = f"{load_before:.1f}–{os.getloadavg()[0]:.1f}"
         for size in sizes:
             results.append(
@@ -1079,6 +1115,7 @@ def compare(args: argparse.Namespace) -> None:
                     "load": load,
                     "loopback": by_network["loopback"][size],
                     "netns": by_network["netns"][size],
+                    **({"floor": {network: rows[size] for network, rows in floor.items()}} if floor else {}),
                 }
             )
     print(
@@ -1088,6 +1125,15 @@ def compare(args: argparse.Namespace) -> None:
         f"namespaces' host TCP: {args.host_tcp or 'Linux defaults'}"
     )
     print(compare_table(results, rtt_s, args.within_rtts))
+    for r in results:
+        if "floor" in r:  # the bare TCP exchange's every round, as --per-round shows ours
+            rounds = {
+                network: ", ".join(f"{t:.3f}" for t in row["rounds"]) for network, row in r["floor"].items()
+            }
+            print(
+                f"TCP floor, {r['procs']} procs x {r['size'] / 1000:g} KB, every round s: "
+                f"loopback {rounds['loopback']}; netns {rounds['netns']}"
+            )
     if per_round_tables:
         from rich.console import Console
 

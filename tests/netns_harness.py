@@ -52,8 +52,15 @@ from typing import Any
 SUBNET = "10.77.0"
 PREFIX_RE = re.compile(r"^s2p([0-9a-f]+)x(\d+)-")
 TUNSETIFF = 0x400454CA
+TUNSETOFFLOAD = 0x400454D0
 IFF_TUN = 0x0001
 IFF_NO_PI = 0x1000
+IFF_VNET_HDR = 0x4000
+TUN_F_CSUM = 0x01
+TUN_F_TSO4 = 0x02
+VNET = struct.Struct("<BBHHHH")  # virtio_net_hdr: flags, gso_type, hdr_len, gso_size, csum_start, csum_offset
+GSO_NONE = 0
+TCP_FIN, TCP_PSH, TCP_CWR = 0x01, 0x08, 0x80
 
 
 def address(index: int) -> str:
@@ -159,8 +166,86 @@ def take_wire_priority() -> str:
         return "normal"
 
 
+READ_BYTES = 1 << 17  # more than a 64 KB offloaded packet and its virtio-net header
+
+
+def _tcp_header_end(ip: bytes | memoryview) -> int:
+    ihl = (ip[0] & 0x0F) * 4
+    return ihl + (ip[ihl + 12] >> 4) * 4
+
+
+def gso_segments(packet: bytes) -> int:
+    """How many MTU-sized segments an offloaded packet (virtio-net header + IPv4) stands for."""
+    _, gso_type, _, gso_size, _, _ = VNET.unpack_from(packet)
+    if gso_type == GSO_NONE or not gso_size:
+        return 1
+    payload = len(packet) - VNET.size - _tcp_header_end(memoryview(packet)[VNET.size :])
+    return max(1, -(-payload // gso_size))
+
+
+def _ipv4_checksum(header: bytes | bytearray) -> int:
+    total = sum(int.from_bytes(header[i : i + 2], "big") for i in range(0, len(header), 2))
+    while total >> 16:
+        total = (total & 0xFFFF) + (total >> 16)
+    return ~total & 0xFFFF
+
+
+def _tcp_piece(packet: bytes, first: int, end: int, count: int) -> bytes:
+    """Segments [first, end) of an offloaded TCP packet of `count` segments, as one packet: what
+    the far side's segmentation would have made of them. Its checksum stays partial (the
+    virtio-net header says so), which the receiving kernel accepts as a NIC's."""
+    flags, gso_type, hdr_len, gso_size, csum_start, csum_offset = VNET.unpack_from(packet)
+    ip = memoryview(packet)[VNET.size :]
+    ihl = (ip[0] & 0x0F) * 4
+    headers = _tcp_header_end(ip)
+    header = bytearray(ip[:headers])
+    size = gso_size or len(ip) - headers  # a packet that is not offloaded is one segment
+    payload = ip[headers + first * size : headers + end * size]
+    header[2:4] = (headers + len(payload)).to_bytes(2, "big")
+    header[4:6] = ((int.from_bytes(header[4:6], "big") + first) & 0xFFFF).to_bytes(2, "big")
+    header[10:12] = b"\0\0"
+    header[10:12] = _ipv4_checksum(header[:ihl]).to_bytes(2, "big")
+    sequence = int.from_bytes(header[ihl + 4 : ihl + 8], "big")
+    header[ihl + 4 : ihl + 8] = ((sequence + first * size) & 0xFFFFFFFF).to_bytes(4, "big")
+    if end < count:  # FIN and PSH belong to the last segment, CWR to the first (tcp_gso_segment)
+        header[ihl + 13] &= ~(TCP_FIN | TCP_PSH) & 0xFF
+    if first > 0:
+        header[ihl + 13] &= ~TCP_CWR & 0xFF
+    several = end - first > 1
+    vnet = VNET.pack(
+        flags, gso_type if several else GSO_NONE, hdr_len if several else 0, gso_size if several else 0,
+        csum_start, csum_offset,
+    )  # fmt: skip
+    return vnet + bytes(header) + bytes(payload)
+
+
+def surviving_runs(packet: bytes, lost: list[bool]) -> list[bytes]:
+    """An offloaded TCP packet less its lost segments (`lost`, one flag per segment): one packet
+    per run of consecutive surviving segments, in order."""
+    count = len(lost)
+    runs: list[bytes] = []
+    first = 0
+    for index in range(count + 1):
+        if index == count or lost[index]:
+            if index > first:
+                runs.append(_tcp_piece(packet, first, index, count))
+            first = index + 1
+    return runs
+
+
 class Switch:
-    def __init__(self, prefix: str, count: int, seed: int) -> None:
+    """Reads every node's packets from its TUN and writes them to the destination's after the
+    sender's impairment.
+
+    With `offload` (the default) the TUN devices take TCP segmentation offload, as a NIC does:
+    a node's kernel sends up to 64 KB of one TCP connection as one packet (a virtio-net header
+    says the segment size) and the destination's kernel takes it whole (as GRO would). The wire
+    is still 1500 bytes: TCP's windows count MTU-sized segments, loss is drawn per segment,
+    and a packet that loses segments is cut into the runs that survive (`surviving_runs`).
+    Per 1500-byte packet, this Python switch moved ~70 MB/s on 2 cores and delivered a round of
+    1 MB batches late; offloaded, it reads ~4-40 segments per packet."""
+
+    def __init__(self, prefix: str, count: int, seed: int, offload: bool = True) -> None:
         self.count = count
         self.random = random.Random(seed)
         self.fds: list[int] = []
@@ -171,10 +256,16 @@ class Switch:
         self.sequence = 0
         self.link_last: dict[tuple[int, int], float] = {}
         self.tx_free = [0.0] * count
+        self.offload = offload
         for index in range(count):
             fd = os.open("/dev/net/tun", os.O_RDWR | os.O_NONBLOCK)
             name = f"{prefix}-t{index}"
-            fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), IFF_TUN | IFF_NO_PI))
+            flags = IFF_TUN | IFF_NO_PI | (IFF_VNET_HDR if offload else 0)
+            fcntl.ioctl(fd, TUNSETIFF, struct.pack("16sH", name.encode(), flags))
+            if offload:
+                # The node's kernel hands us TCP as it would hand a NIC with TSO: up to 64 KB a
+                # packet, cut into MTU-sized segments only on the far side. See `Switch`.
+                fcntl.ioctl(fd, TUNSETOFFLOAD, TUN_F_CSUM | TUN_F_TSO4)
             self.fds.append(fd)
             namespace = f"{prefix}-n{index}"
             _ip("link", "set", name, "netns", namespace)
@@ -207,14 +298,15 @@ class Switch:
     def receive(self, source: int, now: float) -> None:
         while True:
             try:
-                packet = os.read(self.fds[source], 65536)
+                packet = os.read(self.fds[source], READ_BYTES)
             except BlockingIOError:
                 return
             stats = self.stats[source]
-            if not packet or packet[0] >> 4 != 4:
+            ip = memoryview(packet)[VNET.size :] if self.offload else memoryview(packet)
+            if len(ip) < 20 or ip[0] >> 4 != 4:
                 stats["not_ipv4"] += 1
                 continue
-            dst = packet[16:20]
+            dst = ip[16:20]
             target = dst[3] - 1
             if bytes(dst[:3]) != bytes(int(x) for x in SUBNET.split(".")) or not 0 <= target < self.count:
                 stats["unknown_dst"] += 1  # never forwarded anywhere: nothing leaves the machine
@@ -225,22 +317,33 @@ class Switch:
                 stats["dropped_partition"] += 1
                 continue
             impairment = self.egress[source]
-            if impairment.loss and self.random.random() < impairment.loss:
-                stats["dropped_loss"] += 1
-                continue
-            depart = now
-            if impairment.rate_bps:
-                depart = max(now, self.tx_free[source]) + len(packet) * 8 / impairment.rate_bps
-                self.tx_free[source] = depart
-            jitter = self.random.uniform(-impairment.jitter_s, impairment.jitter_s)
-            due = depart + max(0.0, impairment.delay_s + jitter)
-            link = (source, target)
-            due = max(due, self.link_last.get(link, 0.0))  # in order per link, like one path
-            self.link_last[link] = due
-            stats["forwarded"] += 1
-            stats["bytes"] += len(packet)
-            self.sequence += 1
-            heapq.heappush(self.queue, (due, self.sequence, source, target, packet))
+            segments = gso_segments(packet) if self.offload else 1
+            packets = [packet]
+            if impairment.loss:
+                lost = [self.random.random() < impairment.loss for _ in range(segments)]
+                if any(lost):
+                    stats["dropped_loss"] += sum(lost)
+                    segments -= sum(lost)
+                    packets = surviving_runs(packet, lost)
+            for packet in packets:
+                self._schedule(source, target, packet, now)
+            stats["forwarded"] += segments
+            stats["packets"] += len(packets)
+
+    def _schedule(self, source: int, target: int, packet: bytes, now: float) -> None:
+        impairment = self.egress[source]
+        depart = now
+        if impairment.rate_bps:
+            depart = max(now, self.tx_free[source]) + len(packet) * 8 / impairment.rate_bps
+            self.tx_free[source] = depart
+        jitter = self.random.uniform(-impairment.jitter_s, impairment.jitter_s)
+        due = depart + max(0.0, impairment.delay_s + jitter)
+        link = (source, target)
+        due = max(due, self.link_last.get(link, 0.0))  # in order per link, like one path
+        self.link_last[link] = due
+        self.stats[source]["bytes"] += len(packet)
+        self.sequence += 1
+        heapq.heappush(self.queue, (due, self.sequence, source, target, packet))
 
     def deliver(self, now: float) -> None:
         while self.queue and self.queue[0][0] <= now:
@@ -287,9 +390,10 @@ class Switch:
 class NetnsNetwork:
     """N namespaces joined by the switch. Use as a context manager: everything is removed on exit."""
 
-    def __init__(self, count: int, seed: int = 1) -> None:
+    def __init__(self, count: int, seed: int = 1, offload: bool = True) -> None:
         self.count = count
         self.seed = seed
+        self.offload = offload  # the switch takes TCP segmentation offload (see `Switch`)
         self.prefix = new_prefix()
         self.namespaces = [f"{self.prefix}-n{i}" for i in range(count)]
         self.switch: subprocess.Popen[str] | None = None
@@ -301,7 +405,8 @@ class NetnsNetwork:
             for namespace in self.namespaces:
                 _ip("netns", "add", namespace)
             self.switch = subprocess.Popen(
-                [sys.executable, __file__, "switch", self.prefix, str(self.count), str(self.seed)],
+                [sys.executable, __file__, "switch", self.prefix, str(self.count), str(self.seed)]
+                + ([] if self.offload else ["--no-offload"]),
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -1194,6 +1299,7 @@ def main() -> None:
     switch.add_argument("prefix")
     switch.add_argument("count", type=int)
     switch.add_argument("seed", type=int)
+    switch.add_argument("--no-offload", action="store_true", help="one 1500-byte packet per read")
     run = sub.add_parser("bench", help="run a swarm under the given conditions and print its table")
     run.add_argument("--nodes", type=int, default=3)
     run.add_argument("--rounds", type=int, default=6)
@@ -1227,7 +1333,7 @@ def main() -> None:
     table.add_argument("files", nargs="+", type=Path)
     args = parser.parse_args()
     if args.command == "switch":
-        Switch(args.prefix, args.count, args.seed).run()
+        Switch(args.prefix, args.count, args.seed, offload=not args.no_offload).run()
     elif args.command == "table":
         results = [json.loads(path.read_text()) for path in args.files]
         print(markdown_table(results))

@@ -73,3 +73,32 @@ def test_host_tcp_settings_stay_inside_the_namespaces() -> None:
     assert idle_restart() == before
     with pytest.raises(SystemExit, match="initcwnd=N"):
         bench_network.host_tcp_options("initcwnd=lots")
+
+
+def test_the_tcp_floor_runs_on_loopback_and_across_the_switch() -> None:
+    """bench/tcp_floor.py, the bare TCP exchange `--tcp-floor` puts beside ours: every batch
+    arrives, and in the namespaces no round beats one one-way delay (it crossed the switch)."""
+    import tcp_floor
+    from netns_harness import NetnsNetwork
+
+    loopback = tcp_floor.run_floor(3, [10000, 200000], 2, 1.0)
+    with NetnsNetwork(3) as network:
+        network.impair(delay_ms=DELAY_MS)
+        netns = tcp_floor.run_floor(3, [10000, 200000], 2, 1.0, network=network)
+        forwarded = sum(s["forwarded"] for s in network.stats())
+    for size in (10000, 200000):
+        assert loopback[size]["lost"] == 0 and netns[size]["lost"] == 0
+        assert len(netns[size]["rounds"]) == 2 and min(netns[size]["rounds"]) >= DELAY_MS / 1000, netns
+        assert max(loopback[size]["rounds"]) < DELAY_MS / 1000, loopback
+    assert forwarded >= 2 * 6 * 200000 // 1500, forwarded  # every 200 KB batch went through it
+
+
+def test_the_comparison_table_shows_the_tcp_floor_beside_ours() -> None:
+    side = {"p50": 0.2, "p99": 0.3, "lost": 0, "fetch_errors": 0, "gossip_p99": 0.1}
+    netns = {**side, "p99": 0.9, "switch": {"forwarded": 10}, "switch_cpu_s": 0.5}
+    floor = {"loopback": {"p99": 0.01}, "netns": {"p99": 0.61}}
+    row = {"procs": 5, "size": 1_000_000, "load": "0.1–0.2", "loopback": side, "netns": netns, "floor": floor}
+    header, _, line = bench_network.compare_table([row], 0.1, 4.0).splitlines()
+    assert header.endswith("| ours − floor (netns p99), RTTs |")
+    # Ours is 6 RTT above loopback; bare TCP was 6 above its own; ours is 2.9 above bare TCP's.
+    assert line.endswith("| 0.010 / 0.610 | 6.0 | +2.9 |"), line
