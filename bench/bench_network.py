@@ -34,6 +34,8 @@ by tests/netns_harness.py's userspace switch (the kernel has no sch_netem) with 
 and prints one markdown table: p99 on the namespaces minus p99 on loopback, in RTTs.
 `--host-tcp initcwnd=N,no-idle-restart` tunes the namespaces' own TCP (never the machine's): the
 initial windows on their routes, and no slow start after idle (docs/benchmarks.md).
+`--tcp-floor` adds the same exchange as a bare TCP push (bench/tcp_floor.py) on both networks,
+as columns: what TCP alone costs on the path, under any protocol.
 Processes say ready once connected and, where relays skip the author's neighbours, once their
 relays have settled (`wait_for_relays`); both count in the start-up time.
 

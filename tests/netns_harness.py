@@ -8,9 +8,11 @@ one TUN device (`<prefix>-t<i>`, address 10.77.0.<i+1>/24, no default route) and
 process holds the other end of every TUN: it reads each IPv4 packet a node sends and, like netem
 on that node's egress, drops it (loss, partition) or writes it to the destination's TUN after
 the node's delay ± uniform jitter (in order per link, as on a real path) and serialisation at
-its bandwidth limit. Packets for any address that is not a swarm namespace are dropped and
-counted (`unknown_dst`), so nothing can leave the machine: the namespaces have no other
-interface than their loopback and the TUN, and no route beyond 10.77.0.0/24.
+its bandwidth limit. The TUN devices take TCP segmentation offload as a NIC would (up to 64 KB
+a packet, loss still drawn per 1500-byte segment: `Switch`). Packets for any address that is
+not a swarm namespace are dropped and counted (`unknown_dst`), so nothing can leave the
+machine: the namespaces have no other interface than their loopback and the TUN, and no route
+beyond 10.77.0.0/24.
 
 Names carry the creating process' pid (`s2p<pid hex>x<n>-...`): runs in parallel never collide,
 and a run that died (its pid gone) leaves namespaces the next run removes, processes included.
