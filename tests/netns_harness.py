@@ -185,6 +185,16 @@ def gso_segments(packet: bytes) -> int:
     return max(1, -(-payload // gso_size))
 
 
+def wire_bytes(packet: bytes, offloaded: bool) -> int:
+    """The bytes a packet puts on the 1500-byte wire: an offloaded one repeats its IP and TCP
+    headers on every segment (what a bandwidth limit serialises)."""
+    if not offloaded:
+        return len(packet)
+    segments = gso_segments(packet)
+    headers = _tcp_header_end(memoryview(packet)[VNET.size :]) if segments > 1 else 0
+    return len(packet) - VNET.size + (segments - 1) * headers
+
+
 def _ipv4_checksum(header: bytes | bytearray) -> int:
     total = sum(int.from_bytes(header[i : i + 2], "big") for i in range(0, len(header), 2))
     while total >> 16:
@@ -328,8 +338,8 @@ class Switch:
                     stats["dropped_loss"] += sum(lost)
                     segments -= sum(lost)
                     packets = surviving_runs(packet, lost)
-            for packet in packets:
-                self._schedule(source, target, packet, now)
+            for piece in packets:
+                self._schedule(source, target, piece, now)
             stats["forwarded"] += segments
             stats["packets"] += len(packets)
 
@@ -337,14 +347,15 @@ class Switch:
         impairment = self.egress[source]
         depart = now
         if impairment.rate_bps:
-            depart = max(now, self.tx_free[source]) + len(packet) * 8 / impairment.rate_bps
+            serialise_s = wire_bytes(packet, self.offload) * 8 / impairment.rate_bps
+            depart = max(now, self.tx_free[source]) + serialise_s
             self.tx_free[source] = depart
         jitter = self.random.uniform(-impairment.jitter_s, impairment.jitter_s)
         due = depart + max(0.0, impairment.delay_s + jitter)
         link = (source, target)
         due = max(due, self.link_last.get(link, 0.0))  # in order per link, like one path
         self.link_last[link] = due
-        self.stats[source]["bytes"] += len(packet)
+        self.stats[source]["bytes"] += wire_bytes(packet, self.offload)
         self.sequence += 1
         heapq.heappush(self.queue, (due, self.sequence, source, target, packet))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import subprocess
 import sys
+import time
 
 import pytest
 from hypothesis import given
@@ -23,6 +24,7 @@ from netns_harness import (
     gso_segments,
     missing_requirements,
     surviving_runs,
+    wire_bytes,
 )
 
 GSO_TCPV4 = 1
@@ -82,6 +84,13 @@ def test_a_packet_that_lost_its_second_segment_becomes_two() -> None:
     assert rest["ip_id"] == (0xFFFE + 2) & 0xFFFF and rest["csum"] == (20, 16)
 
 
+def test_a_bandwidth_limit_counts_every_segments_headers() -> None:
+    packet = offloaded_packet(bytes(3584), 1000)  # four segments, 52 bytes of headers each
+    assert wire_bytes(packet, offloaded=True) == 3584 + 4 * 52
+    assert wire_bytes(offloaded_packet(bytes(300), 1000), offloaded=True) == 300 + 52
+    assert wire_bytes(b"x" * 1500, offloaded=False) == 1500
+
+
 def test_a_packet_of_one_segment_is_one_segment() -> None:
     assert gso_segments(offloaded_packet(b"x" * 300, 1000)) == 1
     assert surviving_runs(offloaded_packet(b"x" * 300, 1000), [True]) == []
@@ -129,7 +138,7 @@ print(total, digest.hexdigest(), flush=True)
 """
 SOURCE = """
 import socket, sys, time
-data = bytes(i * 31 % 253 for i in range(4_000_000))
+data = bytes(i * 31 % 253 for i in range(int(sys.argv[1])))
 for _ in range(100):
     try:
         conn = socket.create_connection(("10.77.0.2", 9000), timeout=2)
@@ -148,7 +157,9 @@ def test_four_megabytes_cross_a_lossy_offloaded_link_intact() -> None:
         network.impair(delay_ms=10, loss=0.03)
         sink_args = [*network.exec_args(1), sys.executable, "-c", SINK]
         sink = subprocess.Popen(sink_args, stdout=subprocess.PIPE, text=True)
-        subprocess.run([*network.exec_args(0), sys.executable, "-c", SOURCE], check=True, timeout=120)
+        subprocess.run(
+            [*network.exec_args(0), sys.executable, "-c", SOURCE, "4000000"], check=True, timeout=120
+        )
         out, _ = sink.communicate(timeout=60)
         expected = hashlib.sha256(bytes(i * 31 % 253 for i in range(4_000_000))).hexdigest()
         assert out.split() == ["4000000", expected]
@@ -156,3 +167,24 @@ def test_four_megabytes_cross_a_lossy_offloaded_link_intact() -> None:
         # Offloaded: fewer packets than segments; loss drawn per segment, and some were cut.
         assert sent["dropped_loss"] > 0 and sent["packets"] < sent["forwarded"] / 2, sent
         assert sent["forwarded"] >= 4_000_000 // 1448, sent
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(missing_requirements() is not None, reason=str(missing_requirements()))
+def test_a_bandwidth_limit_holds_for_offloaded_packets() -> None:
+    """At 4 Mbit/s one megabyte (plus a header per 1448-byte segment) needs at least 2.05 s on
+    the wire, however large the packets the switch reads."""
+    with NetnsNetwork(2) as network:
+        network.impair(delay_ms=5, rate_kbit=4000)
+        sink_args = [*network.exec_args(1), sys.executable, "-c", SINK]
+        sink = subprocess.Popen(sink_args, stdout=subprocess.PIPE, text=True)
+        started = time.monotonic()
+        subprocess.run(
+            [*network.exec_args(0), sys.executable, "-c", SOURCE, "1000000"], check=True, timeout=60
+        )
+        out, _ = sink.communicate(timeout=60)
+        took = time.monotonic() - started
+        assert out.split()[0] == "1000000"
+        assert 2.05 <= took < 10, took
+        sent = network.stats()[0]
+        assert sent["packets"] < sent["forwarded"], sent  # offloaded, and still limited
