@@ -174,8 +174,11 @@ def run_floor(
 
 
 def _percentile(values: list[float], q: float) -> float:
-    """bench_network.percentile's rule (nearest rank), without importing the bench."""
-    return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
+    """bench_network.percentile's rule (nearest rank over sorted values), without importing the
+    bench and its libp2p."""
+    if not values:
+        return float("nan")
+    return values[min(len(values) - 1, max(0, round(q * (len(values) - 1))))]
 
 
 def main() -> None:
