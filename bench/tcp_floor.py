@@ -174,8 +174,8 @@ def run_floor(
 
 
 def _percentile(values: list[float], q: float) -> float:
-    """bench_network.percentile's rule (nearest rank over sorted values), without importing the
-    bench and its libp2p."""
+    """bench_network.percentile's rule (nearest rank over sorted values); bench_network imports
+    this module, not the other way round."""
     if not values:
         return float("nan")
     return values[min(len(values) - 1, max(0, round(q * (len(values) - 1))))]
