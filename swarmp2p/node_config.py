@@ -64,6 +64,11 @@ class NodeConfig:
     n_external: int = attrs.field(default=4, validator=attrs.validators.ge(0))
     max_groups_per_peer: int = attrs.field(default=2, validator=attrs.validators.ge(1))
     hello_interval_s: float = attrs.field(default=5.0, validator=_positive)
+    relay_backup_copy: bool = False
+    """Gossip relays send one backup copy of each message to the peers they otherwise skip (those
+    connected to its author): a second path around a lost packet, for small swarms on lossy
+    links (5 peers, 100 ms RTT, 1% loss: p99 +1.5 to +2.1 RTT over loopback instead of +3.3 to
+    +4.8), at the cost of ~one duplicate per message and peer (NetworkSettings.relay_backup_copy)."""
     join_timeout_s: float = attrs.field(default=60.0, validator=_positive)
     fetch_timeout_s: float = attrs.field(default=5.0, validator=_positive)
     join_min_remaining: float = attrs.field(

@@ -176,7 +176,9 @@ def network_settings(config: NodeConfig) -> Any:
     from swarmp2p.net.listen_check import check_listen_addrs_free
 
     try:
-        net_settings = NetworkSettings(listen=config.listen, bootstrap=config.bootstrap)
+        net_settings = NetworkSettings(
+            listen=config.listen, bootstrap=config.bootstrap, relay_backup_copy=config.relay_backup_copy
+        )
         for addr in config.bootstrap:
             parse_peer_multiaddr(addr)
         for addr in config.listen:

@@ -492,3 +492,16 @@ def test_with_backup_copies_each_peer_gets_exactly_one_second_copy() -> None:
             assert [_count(net, "gossip_seen_duplicate") for net in nets] == [3, 3, 3, 3]
 
     trio.run(main)
+
+
+def test_a_node_config_file_turns_the_backup_copy_on(tmp_path: Any) -> None:
+    """`[node] relay_backup_copy = true` reaches the libp2p settings; off by default."""
+    from swarmp2p.config import load_config
+    from swarmp2p.node_config import NodeConfig
+    from swarmp2p.node_setup import network_settings
+
+    path = tmp_path / "swarm.toml"
+    path.write_text("[node]\nrelay_backup_copy = true\n")
+    on = load_config(NodeConfig, section="node", file=path, env={})
+    assert network_settings(on).relay_backup_copy is True
+    assert network_settings(NodeConfig()).relay_backup_copy is False
