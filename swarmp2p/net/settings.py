@@ -44,7 +44,8 @@ class NetworkSettings:
     # second path for a peer whose copy from the author lost a packet: at 5 processes, 100 ms
     # RTT and 1% loss, relaying to everyone took the p99 from +4.8 to +1.2 RTT over loopback,
     # but at 20 processes on 2 cores the duplicates' CPU cost more than that (docs/benchmarks.md,
-    # "What the relay skip costs on a lossy path"). Off until measured at 20 processes.
+    # "What the relay skip costs on a lossy path"). Off until measured at 20 processes on more
+    # cores; a node turns it on with `[node] relay_backup_copy = true`.
     relay_backup_copy: bool = False
     neighbour_ttl_s: float = attrs.field(default=120.0, validator=_positive)
     # A node tells its mesh peers whom it is connected to (one peer exchange each) once its
