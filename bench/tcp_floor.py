@@ -125,6 +125,8 @@ def run_floor(
 ) -> dict[int, dict[str, Any]]:
     """Run the exchange on loopback (127.0.0.i) or in `network`'s namespaces (one process each);
     per size: p50 / p99 over rounds of the time-to-all, every round's figure, and lost batches."""
+    from bench_network import percentile  # the same rule as our rows (only the launcher needs it)
+
     if network is not None:
         from netns_harness import address
 
@@ -166,19 +168,11 @@ def run_floor(
             took.append(max(times) - scheduled if len(times) == procs * (procs - 1) else float("inf"))
         rows[size] = {
             "p50": statistics.median(took),
-            "p99": _percentile(sorted(took), 0.99),
+            "p99": percentile(sorted(took), 0.99),
             "rounds": took,
             "lost": lost,
         }
     return rows
-
-
-def _percentile(values: list[float], q: float) -> float:
-    """bench_network.percentile's rule (nearest rank over sorted values); bench_network imports
-    this module, not the other way round."""
-    if not values:
-        return float("nan")
-    return values[min(len(values) - 1, max(0, round(q * (len(values) - 1))))]
 
 
 def main() -> None:

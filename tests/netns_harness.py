@@ -345,17 +345,17 @@ class Switch:
 
     def _schedule(self, source: int, target: int, packet: bytes, now: float) -> None:
         impairment = self.egress[source]
+        wire = wire_bytes(packet, self.offload)
         depart = now
         if impairment.rate_bps:
-            serialise_s = wire_bytes(packet, self.offload) * 8 / impairment.rate_bps
-            depart = max(now, self.tx_free[source]) + serialise_s
+            depart = max(now, self.tx_free[source]) + wire * 8 / impairment.rate_bps
             self.tx_free[source] = depart
         jitter = self.random.uniform(-impairment.jitter_s, impairment.jitter_s)
         due = depart + max(0.0, impairment.delay_s + jitter)
         link = (source, target)
         due = max(due, self.link_last.get(link, 0.0))  # in order per link, like one path
         self.link_last[link] = due
-        self.stats[source]["bytes"] += wire_bytes(packet, self.offload)
+        self.stats[source]["bytes"] += wire
         self.sequence += 1
         heapq.heappush(self.queue, (due, self.sequence, source, target, packet))
 
