@@ -189,6 +189,11 @@ def main() -> None:
     parser.add_argument("--loss", type=float, default=0.01)
     parser.add_argument("--rto-min-ms", type=float, default=50.0, help="0: Linux's defaults")
     parser.add_argument("--delack-max-ms", type=float, default=20.0)
+    parser.add_argument(
+        "--switch-per-packet",
+        action="store_true",
+        help="--netns: the harness's switch without segmentation offload (one 1500-byte packet a read)",
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--hosts", default="", help=argparse.SUPPRESS)
@@ -202,11 +207,13 @@ def main() -> None:
         sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
         from netns_harness import NetnsNetwork
 
-        with NetnsNetwork(args.procs) as network:
+        with NetnsNetwork(args.procs, offload=not args.switch_per_packet) as network:
             network.impair(delay_ms=args.delay_ms, jitter_ms=args.jitter_ms, loss=args.loss)
             rows = run_floor(args.procs, sizes, args.rounds, args.interval, network=network, **tune)
+            stats = network.stats()
     else:
         rows = run_floor(args.procs, sizes, args.rounds, args.interval, **tune)
+        stats = []
     where = (
         f"namespaces, {args.delay_ms:g} ± {args.jitter_ms:g} ms one-way, {args.loss:g} loss"
         if args.netns
@@ -217,6 +224,17 @@ def main() -> None:
     for size, row in rows.items():
         every = ", ".join(f"{t:.3f}" for t in row["rounds"])
         print(f"| {size / 1000:g} KB | {row['p50']:.3f} | {row['p99']:.3f} | {every} | {row['lost']} |")
+    if stats:
+        # What the switch carried: segments on the 1500-byte wire, and the packets it wrote
+        # (fewer with offload), and how many it delivered more than 1 ms late.
+        total = {
+            key: sum(node.get(key, 0) for node in stats) for key in ("forwarded", "packets", "late_over_1ms")
+        }
+        offload = "per packet" if args.switch_per_packet else "offloaded"
+        print(
+            f"switch ({offload}): {total['forwarded']} segments in {total['packets']} packets, "
+            f"{total['late_over_1ms']} more than 1 ms late"
+        )
 
 
 if __name__ == "__main__":
