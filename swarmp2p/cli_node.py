@@ -64,6 +64,12 @@ def node(
         help="auto, cpu, cuda, cuda:N or mps; bf16 only on a CUDA device that supports it "
         "(default: \\[trainer] device, else auto).",
     ),
+    dtype: str | None = typer.Option(
+        None,
+        "--dtype",
+        help="auto (bf16 autocast on a GPU with bf16 tensor cores, else fp32), fp32 or bf16-autocast; "
+        "weights stay fp32 (default: \\[trainer] dtype, else auto).",
+    ),
     dashboard_port: int | None = typer.Option(
         None, "--dashboard-port", help=_help("Dashboard port; 0 = off.", "dashboard_port")
     ),
@@ -187,6 +193,7 @@ def node(
             "eval_generations_to_log": eval_generations_to_log,
             "threads": threads,
             "device": device,
+            "dtype": dtype,
         },
         defaults=NODE_TRAINER_DEFAULTS,
     )

@@ -53,6 +53,12 @@ def train(
     ),
     config_file: Path = typer.Option(None, "--config", help="TOML file with a \\[trainer] section."),
     device: str = typer.Option(None, "--device", help="auto, cpu, cuda, cuda:N or mps."),
+    dtype: str = typer.Option(
+        None,
+        "--dtype",
+        help="auto (bf16 autocast on a GPU with bf16 tensor cores, else fp32), fp32 or bf16-autocast; "
+        "weights stay fp32.",
+    ),
     tasks: str = typer.Option(None, "--tasks", help="Comma-separated reasoning-gym tasks."),
     format_reward: float = typer.Option(
         None, "--format-reward", help="Weight of the format reward in [0, 1]."
@@ -120,6 +126,7 @@ def train(
         "model": model,
         "data_dir": None if data_dir is None else str(data_dir),
         "device": device,
+        "dtype": dtype,
         "tasks": tasks,
         "format_reward": format_reward,
         "eval_every": eval_every,
@@ -216,7 +223,9 @@ def train(
             console.print(f"[red]{escape(str(error))}[/red]")
             raise typer.Exit(2) from None
     params = sum(p.numel() for p in policy.model.parameters())
-    console.print(f"model {config.model!r}: {params / 1e6:.2f}M params on {policy.device}")
+    console.print(
+        f"model {config.model!r}: {params / 1e6:.2f}M params on {policy.device} ({policy.precision.label})"
+    )
 
     resumed = resume and policy.load()
     if config.lr_decay_steps == 0 and not constant_lr:

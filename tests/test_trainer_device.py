@@ -66,15 +66,17 @@ def test_bf16_only_on_cuda_devices_that_support_it() -> None:
     assert dtype_name("mps", DeviceFacts(mps=True)) == "float32"
 
 
-def test_the_trainer_loads_in_the_chosen_dtype() -> None:
+def test_weights_are_fp32_everywhere_and_bf16_is_autocast_where_supported() -> None:
     import torch
 
-    from trainer.model import dtype_for
+    from trainer.model import resolve_precision
 
-    assert dtype_for("cpu", TWO_GPUS) is torch.float32
-    assert dtype_for("cuda:0", TWO_GPUS) is torch.bfloat16
-    assert dtype_for("cuda:1", TWO_GPUS) is torch.float32
-    assert dtype_for("cpu") is torch.float32  # probed: this machine
+    for device in ("cpu", "cuda:0", "cuda:1"):
+        assert resolve_precision("auto", device, TWO_GPUS).weights_dtype is torch.float32
+    assert resolve_precision("auto", "cuda:0", TWO_GPUS).autocast_bf16  # Hopper
+    assert not resolve_precision("auto", "cuda:1", TWO_GPUS).autocast_bf16  # Turing
+    assert not resolve_precision("auto", "cpu", TWO_GPUS).autocast_bf16
+    assert not resolve_precision("auto", "cpu").autocast_bf16  # probed: this machine
 
 
 def test_accelerator_memory_and_description() -> None:

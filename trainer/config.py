@@ -46,6 +46,13 @@ def _device(instance: object, attribute: attrs.Attribute, value: str) -> None:
         raise ValueError(f"write the device as {parse_device(value)!r}, got {value!r}")
 
 
+def _dtype(instance: object, attribute: attrs.Attribute, value: str) -> None:
+    from trainer.precision import parse_precision
+
+    if parse_precision(value) != value:  # raises PrecisionError (a ValueError) for a non-choice
+        raise ValueError(f"write the dtype as {parse_precision(value)!r}, got {value!r}")
+
+
 def _positive(_instance: Any, attribute: attrs.Attribute, value: float) -> None:
     if value <= 0:
         raise ValueError(f"trainer.{attribute.name} must be > 0, got {value!r}")
@@ -89,6 +96,11 @@ class TrainerConfig:
     device: str = attrs.field(default="auto", converter=str, validator=_device)
     """auto (cuda, else mps, else cpu), cpu, cuda, cuda:N (N as this process numbers them: after
     CUDA_VISIBLE_DEVICES) or mps. bf16 only on a CUDA device that supports it (trainer/device.py)."""
+    dtype: str = attrs.field(default="auto", converter=str, validator=_dtype)
+    """Numeric precision (trainer/precision.py). Weights are always fp32 (AdamW would round small
+    updates of bf16 weights away); "auto" computes under bf16 autocast on a CUDA device with bf16
+    tensor cores and in fp32 elsewhere; "fp32"; "bf16-autocast" (refused on older GPUs and MPS;
+    allowed on CPU, where it is slower: for checking numerics)."""
     threads: int = attrs.field(default=0, validator=[v.instance_of(int), _non_negative])
     """CPU threads for torch; 0 = all cores."""
     tiny_hidden_size: int = attrs.field(default=128, validator=[v.instance_of(int), _positive])

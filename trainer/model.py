@@ -1,4 +1,4 @@
-"""Loading a causal LM and its tokenizer onto the chosen device with memory-conscious defaults."""
+"""Loading a causal LM (fp32 weights) and its tokenizer onto a device; the device and precision rules."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from trainer import device as device_rules
+from trainer import precision as precision_rules
 from trainer.config import TrainerConfig
 from trainer.device import DeviceFacts
+from trainer.precision import Precision
 
 
 class ModelLoadError(Exception):
@@ -24,13 +26,15 @@ def resolve_device(requested: str, facts: DeviceFacts | None = None) -> str:
         raise ModelLoadError(f"trainer.device: {error}") from None
 
 
-def dtype_for(device: str, facts: DeviceFacts | None = None) -> Any:
-    """bf16 on a CUDA device with bf16 tensor cores (half the memory); fp32 elsewhere: bf16
-    matmuls on CPU are many times slower (19x measured), and MPS bf16 support is patchy."""
-    import torch
-
-    facts = facts if facts is not None else device_rules.probe()
-    return getattr(torch, device_rules.dtype_name(device, facts))
+def resolve_precision(setting: str, device: str, facts: DeviceFacts | None = None) -> Precision:
+    """The precision of `setting` (TrainerConfig.dtype) on `device` (trainer/precision.py; `facts`
+    probed from torch when not given). Raises ModelLoadError (one line) where it cannot run."""
+    try:
+        return precision_rules.resolve_precision(
+            setting, device, facts if facts is not None else device_rules.probe()
+        )
+    except precision_rules.PrecisionError as error:
+        raise ModelLoadError(f"trainer.dtype: {error}") from None
 
 
 def available_cores() -> int:
@@ -60,6 +64,7 @@ def model_folder(config: TrainerConfig, progress: Any = None) -> str:
 
 def load_model_and_tokenizer(config: TrainerConfig, device: str, progress: Any = None) -> tuple[Any, Any]:
     """`progress(step, total, loss)` follows the tiny model's pre-training when it is built."""
+    import torch
     import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -71,7 +76,9 @@ def load_model_and_tokenizer(config: TrainerConfig, device: str, progress: Any =
         raise ModelLoadError(f"model folder {source!r} does not exist")
     try:
         tokenizer = AutoTokenizer.from_pretrained(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype_for(device))
+        # fp32 on every device: the master weights AdamW updates; bf16 compute, where chosen, is
+        # autocast around the forward passes (trainer/precision.py), never the stored weights.
+        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
     except (OSError, ValueError) as error:
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ModelLoadError(f"cannot load model {source!r}: {first_line}") from error

@@ -25,7 +25,7 @@ from trainer import checkpoint
 from trainer.config import TrainerConfig
 from trainer.generation import Cancelled, StopAtText, sample
 from trainer.grpo import completion_logps, group_advantages, grpo_loss, pack
-from trainer.model import configure_threads, load_model_and_tokenizer, resolve_device
+from trainer.model import configure_threads, load_model_and_tokenizer, resolve_device, resolve_precision
 from trainer.rewards import ANSWER_CLOSE
 from trainer.stage_items import generate_items
 from trainer.tasks import ReasoningGymRegistry
@@ -55,6 +55,7 @@ class TrainerPolicy:
         )
         configure_threads(config)
         self.device = resolve_device(config.device)
+        self.precision = resolve_precision(config.dtype, self.device)
         random.seed(config.seed)
         torch.manual_seed(config.seed)
         self.model, self.tokenizer = load_model_and_tokenizer(config, self.device, build_progress)
@@ -145,19 +146,20 @@ class TrainerPolicy:
         if prompts is None:
             prompts = [self.prompt_ids(ref) for ref in questions]
         self.model.eval()
-        return sample(
-            self.model,
-            prompts,
-            repeats,
-            self.config.max_new_tokens,
-            temperature,
-            eos_id=self.tokenizer.eos_token_id,
-            pad_id=self.tokenizer.pad_token_id,
-            generator=generator,
-            cancel=self._cancel,
-            top_p=top_p,
-            stop=self._stop,
-        )
+        with self.precision.autocast():
+            return sample(
+                self.model,
+                prompts,
+                repeats,
+                self.config.max_new_tokens,
+                temperature,
+                eos_id=self.tokenizer.eos_token_id,
+                pad_id=self.tokenizer.pad_token_id,
+                generator=generator,
+                cancel=self._cancel,
+                top_p=top_p,
+                stop=self._stop,
+            )
 
     def _generate(
         self, questions: Sequence[QuestionRef], repeats: int, temperature: float
@@ -267,10 +269,13 @@ class TrainerPolicy:
         input_ids = torch.cat([prompt_ids, comp_ids], 1).to(device)
         attention = torch.cat([prompt_mask, comp_mask], 1).to(device)
         comp_mask = comp_mask.to(device)
-        logps = completion_logps(self.model, input_ids, attention, keep_c, self.config.temperature)
+        # Forward passes under the precision's autocast (bf16 on a capable GPU); the backward runs
+        # outside it, in train(), and AdamW steps the fp32 weights (trainer/precision.py).
+        with self.precision.autocast():
+            logps = completion_logps(self.model, input_ids, attention, keep_c, self.config.temperature)
         ref_logps = None
         if self.ref_model is not None:
-            with torch.no_grad():
+            with torch.no_grad(), self.precision.autocast():
                 ref_logps = completion_logps(
                     self.ref_model, input_ids, attention, keep_c, self.config.temperature
                 )
