@@ -31,6 +31,7 @@ Rejection reasons of later stages:
   bad_input        the reference is malformed or names a group the pinned batch lacks: blamed
   self_reference   a peer critiquing (or resolving) its own batch: blamed
   duplicate_question, too_few_groups, too_many_groups, bad_group_size, text_too_long,
+  logprobs_too_long, bad_logprobs,
   forged_reward    as in protocol/verification.py (forged_reward is proof of lying: a ban)
 """
 

@@ -7,6 +7,7 @@ Wire format (version `PROTOCOL_VERSION`):
     nested:     attrs classes (SwarmSchedule, QuestionRef, Completion, QuestionGroup) are maps
                 the same way; tuples are msgpack arrays; str is msgpack str (UTF-8);
                 bytes is msgpack bin; floats are float64; ints are msgpack ints.
+                (A completion's log-probs are one bin of packed float32s: protocol/logprobs.py.)
 
 Maps keep field names (not compact arrays): a few bytes per field buy self-describing
 captures and readable golden vectors, and extra/missing keys are detected by name.
@@ -32,6 +33,7 @@ import msgpack
 
 from protocol import limits
 from protocol.errors import ProtocolError
+from protocol.logprobs import MAX_LOGPROBS_BYTES, logprobs_error
 from protocol.messages import (
     CLASS_OF,
     KIND_OF,
@@ -122,7 +124,24 @@ QUESTION_REF = Record(
     QuestionRef,
     {"task": Str(1, limits.MAX_TASK_NAME_BYTES), "dataset_seed": UINT, "index": UINT},
 )
-COMPLETION = Record(Completion, {"text": Str(0, limits.MAX_COMPLETION_TEXT_BYTES), "reward": REWARD})
+def _check_completion(completion: Completion) -> None:
+    # The log-probs' size is already bounded by their Bytes spec; here their values: a NaN or
+    # positive log-prob would turn a receiver's importance weight into nonsense.
+    error = logprobs_error(completion.logprobs)
+    if error is not None:
+        raise ProtocolError(*error)
+
+
+COMPLETION = Record(
+    Completion,
+    {
+        "text": Str(0, limits.MAX_COMPLETION_TEXT_BYTES),
+        "reward": REWARD,
+        # PROTOCOL_VERSION 3: float32 little-endian per sampled token, empty = none given.
+        "logprobs": Bytes(0, MAX_LOGPROBS_BYTES),
+    },
+    check=_check_completion,
+)
 QUESTION_GROUP = Record(
     QuestionGroup,
     {"question": QUESTION_REF, "completions": Seq(COMPLETION, limits.MAX_COMPLETIONS_PER_GROUP)},

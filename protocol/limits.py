@@ -10,7 +10,9 @@ Why these numbers:
 - A GRPO group rarely exceeds 16 completions and a round rarely exceeds 8 questions per peer;
   64 of each is generous yet bounds a batch's shape.
 - A completion is at most a few hundred tokens for the small models this swarm trains;
-  16 KiB of text is far above that.
+  16 KiB of text is far above that. Its per-token sampling log-probabilities (float32 each,
+  protocol/logprobs.py) are capped at 4096 tokens: 16 KiB, as much again as the text cap; a
+  longer completion travels without them.
 - A swarm's rules name at most 128 tasks (reasoning-gym has ~100 datasets); with 16 listen
   addresses at their cap that still keeps a hello under 16 KiB.
 - A batch (<= 4 MiB) travels over a direct stream, never gossip (gossipsub silently drops
@@ -36,6 +38,8 @@ MAX_LISTEN_ADDR_BYTES = 256
 # ---- tuples ------------------------------------------------------------------------------
 MAX_GROUPS_PER_BATCH = 64
 MAX_COMPLETIONS_PER_GROUP = 64
+MAX_COMPLETION_TOKENS = 4096
+"""Sampled tokens of one completion that may carry a log-prob (`Completion.logprobs`)."""
 MAX_WINNERS = 32
 """Winners one vote may name: the contract's own bound (MAX_WINNERS in
 swarmp2p/chain/contracts/SwarmCoordinator.vy; tests/test_contract_constants.py holds them equal)."""

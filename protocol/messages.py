@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import attrs
 
-PROTOCOL_VERSION = 2
-"""Version 2: `SwarmSchedule` carries the swarm's scoring rules (tasks, weights, questions per
+PROTOCOL_VERSION = 3
+"""Version 3: every `Completion` carries `logprobs`, its author's per-token sampling
+log-probabilities (empty when it has none), which receivers use for importance sampling; a
+version-2 batch lacks the key and would be rejected field by field, so the version says it first.
+Version 2: `SwarmSchedule` carries the swarm's scoring rules (tasks, weights, questions per
 round, format reward, difficulty). A version-1 peer would score rollouts by its own local rules."""
 
 
@@ -29,10 +32,15 @@ class QuestionRef:
 
 @attrs.frozen
 class Completion:
-    """One generated answer text and the reward its author claims for it."""
+    """One generated answer text and the reward its author claims for it.
+
+    `logprobs`: for each token the author sampled, its log-probability under the distribution
+    that sampled it, packed as float32 little-endian (protocol/logprobs.py says why and checks
+    it); empty when the author has none to give. Signed with the rest of the batch."""
 
     text: str
     reward: float
+    logprobs: bytes = b""
 
 
 @attrs.frozen

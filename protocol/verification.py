@@ -4,11 +4,14 @@ A batch claims rewards for completions of named questions. Because every questio
 named by (task, dataset seed, index), the receiver regenerates it and re-scores every
 completion through its own task registry; a claimed reward that differs is a forgery.
 Before the (expensive) re-scoring, cheap shape checks run: group and completion counts,
-text sizes, questions the sender was actually assigned (from `questions_for` with the
+text sizes, per-token log-probs (at most MAX_COMPLETION_TOKENS, each finite and <= 0: the codec
+checks them too, but a batch built in memory never met the codec), questions the sender was
+actually assigned (from `questions_for` with the
 SENDER's peer id), no question twice, tasks the registry knows.
 
 Verdict reasons (counter keys):
-  too_few_groups, too_many_groups, bad_group_size, text_too_long, unknown_task,
+  too_few_groups, too_many_groups, bad_group_size, text_too_long, logprobs_too_long,
+  bad_logprobs (NaN, infinite, positive, or not a whole number of float32s), unknown_task,
   unassigned_question, duplicate_question, forged_reward,
   scoring_error   our own registry raised: NOT the sender's fault, do not penalize.
 """
@@ -20,6 +23,7 @@ from collections.abc import Collection
 import attrs
 
 from protocol import limits as wire_limits
+from protocol.logprobs import LOGPROB_BYTES, MAX_LOGPROBS_BYTES, logprobs_error
 from protocol.messages import QuestionGroup, QuestionRef, RolloutBatch
 from protocol.tasks import TaskRegistry
 
@@ -31,6 +35,7 @@ class VerificationLimits:
     min_completions: int = 2  # fewer cannot carry a GRPO advantage
     max_completions: int = wire_limits.MAX_COMPLETIONS_PER_GROUP
     max_text_bytes: int = wire_limits.MAX_COMPLETION_TEXT_BYTES
+    max_logprobs: int = wire_limits.MAX_COMPLETION_TOKENS
 
 
 @attrs.frozen
@@ -46,13 +51,21 @@ def _reject(reason: str, groups_checked: int = 0) -> Verdict:
 
 
 def group_shape_error(group: QuestionGroup, limits: VerificationLimits) -> str | None:
-    """The rejection reason when a group's completion count or a completion's UTF-8 size is out
-    of bounds, else None. Every game checks a group's shape this way before re-scoring it."""
+    """The rejection reason when a group's completion count, a completion's UTF-8 size or its
+    log-probs are out of bounds, else None. Every game checks a group's shape this way before
+    re-scoring it."""
     if not limits.min_completions <= len(group.completions) <= limits.max_completions:
         return "bad_group_size"
     for completion in group.completions:
         if len(completion.text.encode("utf-8", errors="surrogatepass")) > limits.max_text_bytes:
             return "text_too_long"
+        logprobs = completion.logprobs
+        if not isinstance(logprobs, bytes):
+            return "bad_logprobs"
+        if len(logprobs) > limits.max_logprobs * LOGPROB_BYTES:
+            return "logprobs_too_long"
+        if logprobs and logprobs_error(logprobs) is not None:
+            return "logprobs_too_long" if len(logprobs) > MAX_LOGPROBS_BYTES else "bad_logprobs"
     return None
 
 

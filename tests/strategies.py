@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from protocol import limits
 from protocol.envelope import peer_id_from_seed
+from protocol.logprobs import pack_logprobs
 from protocol.messages import (
     Completion,
     FetchRequest,
@@ -53,7 +54,13 @@ stages = uints(limits.MAX_STAGES - 1)
 rewards = st.floats(min_value=limits.MIN_REWARD, max_value=limits.MAX_REWARD, allow_nan=False)
 
 question_refs = st.builds(QuestionRef, task=task_names, dataset_seed=uints(), index=uints())
-completions = st.builds(Completion, text=bounded_text(256), reward=rewards)
+# Sampled log-probs: empty (a sender without them) or a few finite values <= 0 (float32-exact,
+# so a round trip is equality).
+logprob_bytes = st.one_of(
+    st.just(b""),
+    st.lists(st.floats(min_value=-(2.0**100), max_value=0.0, width=32), max_size=16).map(pack_logprobs),
+)
+completions = st.builds(Completion, text=bounded_text(256), reward=rewards, logprobs=logprob_bytes)
 
 
 def question_groups(max_completions: int = 4) -> st.SearchStrategy[QuestionGroup]:

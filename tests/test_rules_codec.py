@@ -165,8 +165,9 @@ def _old_sealed_hello(envelope_version: int = 1, inner_version: int = 1) -> byte
     )
 
 
-def test_protocol_is_version_2():
-    assert PROTOCOL_VERSION == 2
+def test_protocol_is_version_3():
+    # 3: completions carry their sampling log-probs (protocol/logprobs.py); 2: schedules carry rules.
+    assert PROTOCOL_VERSION == 3
 
 
 def test_old_version_message_is_bad_version_not_a_crash():
@@ -175,15 +176,15 @@ def test_old_version_message_is_bad_version_not_a_crash():
     assert caught.value.reason == "bad_version"
 
 
-@pytest.mark.parametrize(("envelope_version", "inner_version"), [(1, 1), (2, 1), (7, 7)])
+@pytest.mark.parametrize(
+    ("envelope_version", "inner_version"), [(1, 1), (2, 1), (2, 2), (3, 1), (3, 2), (7, 7)]
+)
 def test_old_peer_hello_gives_one_clear_line(envelope_version, inner_version):
     with pytest.raises(VersionMismatch) as caught:
         open_hello(_old_sealed_hello(envelope_version, inner_version), PEER)
     text = str(caught.value)
-    assert (
-        text
-        == f"peer speaks protocol {inner_version if envelope_version == 2 else envelope_version}, we speak 2"
-    )
+    spoken = inner_version if envelope_version == PROTOCOL_VERSION else envelope_version
+    assert text == f"peer speaks protocol {spoken}, we speak {PROTOCOL_VERSION}"
     assert "\n" not in text
 
 

@@ -216,7 +216,7 @@ def test_joining_an_old_version_swarm_fails_at_once_with_one_line():
     with pytest.raises(NodeError) as caught:
         trio.run(join)
     text = str(caught.value)
-    assert "peer speaks protocol 1, we speak 2" in text and "\n" not in text
+    assert f"peer speaks protocol 1, we speak {PROTOCOL_VERSION}" in text and "\n" not in text
     assert network.asked == 1
 
 

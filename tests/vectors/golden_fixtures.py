@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 
 from protocol.envelope import peer_id_from_seed
+from protocol.logprobs import pack_logprobs
 from protocol.messages import (
     Completion,
     FetchRequest,
@@ -50,7 +51,12 @@ BATCH = RolloutBatch(
     groups=(
         QuestionGroup(
             QuestionRef(task="basic_arithmetic", dataset_seed=123_456_789, index=4321),
-            (Completion("<answer>42</answer>", 1.0), Completion("<answer>41</answer>", 0.0)),
+            (
+                # Sampled log-probs (protocol 3): float32 little-endian, one per sampled token,
+                # values a float32 holds exactly so the bytes below are easy to read.
+                Completion("<answer>42</answer>", 1.0, pack_logprobs([-0.5, -0.0, -1.25, -7.0625])),
+                Completion("<answer>41</answer>", 0.0),
+            ),
         ),
         QuestionGroup(
             QuestionRef(task="leg_counting", dataset_seed=2**63 - 1, index=0),
@@ -61,7 +67,7 @@ BATCH = RolloutBatch(
 
 MESSAGES = {
     "hello": Hello(
-        protocol_version=2,
+        protocol_version=3,
         peer_id=PEER,
         schedule=SCHEDULE,
         current_round=-1,
