@@ -124,6 +124,8 @@ QUESTION_REF = Record(
     QuestionRef,
     {"task": Str(1, limits.MAX_TASK_NAME_BYTES), "dataset_seed": UINT, "index": UINT},
 )
+
+
 def _check_completion(completion: Completion) -> None:
     # The log-probs' size is already bounded by their Bytes spec; here their values: a NaN or
     # positive log-prob would turn a receiver's importance weight into nonsense.
