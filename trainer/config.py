@@ -25,6 +25,7 @@ swarm at reward 0.03-0.09 for 31 rounds. Any reasoning-gym task can be configure
 DEFAULT_DIFFICULTY = 0
 
 LOSS_AGGREGATIONS = ("token", "sequence")
+BEHAVIOUR_CORRECTIONS = ("none", "tis")
 
 
 def user_cache_root() -> Path:
@@ -61,6 +62,11 @@ def _positive(_instance: Any, attribute: attrs.Attribute, value: float) -> None:
 def _non_negative(_instance: Any, attribute: attrs.Attribute, value: float) -> None:
     if value < 0:
         raise ValueError(f"trainer.{attribute.name} must be >= 0, got {value!r}")
+
+
+def _at_least_one(_instance: Any, attribute: attrs.Attribute, value: float) -> None:
+    if not value >= 1.0:  # written so that NaN fails too
+        raise ValueError(f"trainer.{attribute.name} must be >= 1, got {value!r}")
 
 
 def _unit_interval(_instance: Any, attribute: attrs.Attribute, value: float) -> None:
@@ -151,6 +157,14 @@ class TrainerConfig:
     loss_aggregation: str = attrs.field(default="token", validator=v.in_(LOSS_AGGREGATIONS))
     """"token": mean over all completion tokens of the batch (TRL "dapo");
     "sequence": mean per sequence, then over sequences (TRL "grpo")."""
+    behaviour_correction: str = attrs.field(default="tis", validator=v.in_(BEHAVIOUR_CORRECTIONS))
+    """"tis": weight each token of a completion that carries its sampling log-probs by the truncated
+    importance weight min(exp(logp_old - logp_sampled), behaviour_cap): another peer's text was
+    sampled by another policy (Yao et al. 2025; TRL's vLLM importance-sampling correction);
+    "none": train on every completion as if this peer had sampled it (ratio one)."""
+    behaviour_cap: float = attrs.field(default=2.0, converter=float, validator=_at_least_one)
+    """The truncation C of `behaviour_correction = "tis"` (TRL's former vllm_importance_sampling_cap
+    default). At least 1, so that a token sampled by this very policy keeps weight exactly 1."""
     max_grad_norm: float = attrs.field(default=1.0, converter=float, validator=_positive)
     micro_batch_size: int = attrs.field(default=0, validator=[v.instance_of(int), _non_negative])
     """Sequences per forward/backward chunk in train(); 0 = the whole batch at once."""

@@ -98,11 +98,19 @@ def sample(
     cancel: threading.Event | None = None,
     top_p: float = 1.0,
     stop: StopAtText | None = None,
+    logprobs: list[list[float]] | None = None,
 ) -> list[list[int]]:
     """`repeats` sampled completions (token ids, EOS included when produced) per prompt, in
     prompt-major order. temperature 0 means greedy; top_p < 1 samples from the smallest set of
     tokens whose probability reaches top_p (nucleus sampling). `stop`: a row also ends at the
-    first token that completes the stop text, followed by EOS when shorter than the limit."""
+    first token that completes the stop text, followed by EOS when shorter than the limit.
+
+    `logprobs`: when a list is given, it receives one list per completion (same order) with the
+    log-probability of each SAMPLED token under the distribution that sampled it: logits /
+    temperature, renormalised to the nucleus when top_p < 1, and 0.0 when greedy (a point mass).
+    An EOS appended after the stop text was not sampled and has no entry, so such a list is one
+    shorter than its ids. With top_p == 1 the value is computed as `completion_logps` computes
+    the trainer's (logit - logsumexp in fp32), so the same logits give the same number."""
     from transformers import DynamicCache
 
     device = next(model.parameters()).device
@@ -132,6 +140,9 @@ def sample(
     rows = logits.size(0)
     next_position = mask.sum(dim=1, keepdim=True)  # (rows, 1): first position after each prompt
     tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long, device=device)
+    picked = None  # (rows, max_new_tokens) sampling log-probs, only when the caller wants them
+    if logprobs is not None:
+        picked = torch.zeros((rows, max_new_tokens), dtype=torch.float32, device=device)
     lengths = torch.full((rows,), max_new_tokens, dtype=torch.long, device=device)
     # The batch shrinks as completions end: `live[i]` is the output row of batch row i, and a
     # row that produced EOS is dropped from the batch (and its KV cache) once enough have
@@ -146,11 +157,16 @@ def sample(
             raise Cancelled("generation cancelled")
         if temperature == 0.0:
             chosen = logits.argmax(dim=-1)
+            if picked is not None:
+                picked[live, step] = 0.0
         else:
-            probs = torch.softmax(logits.float() / temperature, dim=-1)
+            scaled = logits.float() / temperature
+            probs = torch.softmax(scaled, dim=-1)
             if top_p < 1.0:
                 probs = _nucleus(probs, top_p)
             chosen = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(1).to(device)
+            if picked is not None:
+                picked[live, step] = _sampled_logps(scaled, probs, chosen, top_p)
         chosen = torch.where(finished, torch.full_like(chosen, pad_id), chosen)
         tokens[live, step] = chosen
         just_finished = (chosen == eos_id) & ~finished
@@ -189,10 +205,28 @@ def sample(
     lengths_list = lengths.tolist()
     token_rows = tokens.cpu().tolist()
     completions = [row[:length] for row, length in zip(token_rows, lengths_list, strict=True)]
+    if logprobs is not None and picked is not None:
+        picked_rows = picked.cpu().tolist()
+        logprobs.extend(row[:length] for row, length in zip(picked_rows, lengths_list, strict=True))
     for row in stopped:
         if len(completions[row]) < max_new_tokens:
             completions[row].append(eos_id)
     return completions
+
+
+def _sampled_logps(
+    scaled: torch.Tensor, probs: torch.Tensor, chosen: torch.Tensor, top_p: float
+) -> torch.Tensor:
+    """(rows,) log-probability of each chosen token under the distribution it was drawn from.
+    Full distribution: logit - logsumexp, exactly `completion_logps`'s formula. Nucleus: the log
+    of the renormalised probability (the sampler's real distribution; never 0 for a drawn token).
+    Clamped at 0: a renormalised probability may round a hair above 1."""
+    index = chosen.unsqueeze(1)
+    if top_p < 1.0:
+        values = torch.log(probs.gather(1, index).squeeze(1))
+    else:
+        values = scaled.gather(1, index).squeeze(1) - torch.logsumexp(scaled, dim=-1)
+    return values.clamp(max=0.0)
 
 
 def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:

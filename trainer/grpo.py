@@ -4,9 +4,21 @@ Read top to bottom, this is one GRPO step:
   1. group-normalised advantages: A_i = (r_i - mean(r)) / (std(r) + 1e-4) within a question's group;
   2. per-token log-probs of each completion under the policy (and the frozen reference if beta > 0);
   3. ratio = exp(logp - logp_old); surrogate = -min(ratio * A, clip(ratio, 1 - eps_low, 1 + eps_high) * A);
+  3b. when the completions were sampled by another policy (a peer's model, or ours before an
+      update), the surrogate is multiplied per token by the truncated importance weight
+      w = min(exp(logp_old - logp_behaviour), cap), detached (`behaviour_weights`);
   4. plus beta * ratio * KL(policy || reference) per token (k3 estimator, ratio-corrected);
   5. token-level mean over every completion token of the batch (or per-sequence mean, then batch mean).
 The formulas follow TRL's GRPOTrainer so that the loss can be checked against it (tests do).
+
+Step 3b is truncated importance sampling (TIS) as Yao et al. 2025, "Your Efficient RL Framework
+Secretly Brings You Off-Policy RL Training", apply it to the mismatch between a fast sampler and
+the trainer, and as TRL's GRPOTrainer does for vLLM samples (`vllm_importance_sampling_correction`
+with `vllm_importance_sampling_mode="token_truncate"`: the per-token ratio
+exp(old_per_token_logps - sampling_per_token_logps) clamped at `vllm_importance_sampling_clip_max`,
+formerly `vllm_importance_sampling_cap`, default 2.0 in the releases that introduced it, then
+multiplied into the per-token loss before the KL term is added). Here the behaviour policy is
+whoever sampled the text: a peer's model for shared rollouts.
 """
 
 from __future__ import annotations
@@ -104,6 +116,28 @@ class LossParts:
     loss: torch.Tensor
     mean_kl: float
     clip_fraction: float
+    behaviour_weight: torch.Tensor | None = None
+    """(B, C) detached truncated importance weights (1 on padding), when behaviour log-probs were given."""
+    behaviour_truncated: torch.Tensor | None = None
+    """(B, C) bool: tokens whose untruncated weight exceeded the cap (never on padding)."""
+
+
+def behaviour_weights(
+    old_logps: torch.Tensor, behaviour_logps: torch.Tensor, cap: float, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Truncated importance weights min(exp(old - behaviour), cap) per token, and which tokens
+    were truncated. Detached: the weight corrects which distribution the tokens came from, it is
+    not a quantity to optimise (TRL and Yao et al. alike). Padding gets weight 1 and is never
+    counted as truncated, whatever a caller put there.
+
+    Where behaviour equals old, old - behaviour is exactly 0 and exp(0) is exactly 1, so the
+    weighted loss is bit for bit the unweighted one (a cap >= 1 is required for that)."""
+    with torch.no_grad():
+        ratio = torch.exp(old_logps.detach() - behaviour_logps.detach())
+        live = mask > 0
+        truncated = (ratio > cap) & live
+        weight = torch.where(live, torch.clamp(ratio, max=cap), torch.ones_like(ratio))
+    return weight, truncated
 
 
 def grpo_loss(
@@ -118,18 +152,31 @@ def grpo_loss(
     aggregation: str = "token",
     normalizer: float | None = None,
     kl_ratio_correction: bool = True,
+    behaviour_logps: torch.Tensor | None = None,
+    behaviour_cap: float = 2.0,
 ) -> LossParts:
     """The clipped GRPO surrogate with optional KL, aggregated per token or per sequence.
 
     `normalizer` (token aggregation only) is the total completion-token count of the WHOLE batch
     when the loss is computed in micro-batches, so that the chunks' gradients add up to the
     full-batch gradient.
+
+    `behaviour_logps` (B, C): the log-probs each token was SAMPLED with; the surrogate is then
+    weighted per token by min(exp(old_logps - behaviour_logps), behaviour_cap) (truncated
+    importance sampling; the KL term is not weighted, as in TRL). None: no weighting at all.
+    A token the caller has no behaviour log-prob for should get its `old_logps` value: weight 1.
     """
     mask = mask.to(logps.dtype)
     adv = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
     ratio = torch.exp(logps - old_logps)
     clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
     per_token = -torch.min(ratio * adv, clipped * adv)
+    weight, truncated = None, None
+    if behaviour_logps is not None:
+        if not behaviour_cap >= 1.0:
+            raise ValueError(f"behaviour_cap must be >= 1, got {behaviour_cap!r}")
+        weight, truncated = behaviour_weights(old_logps, behaviour_logps, behaviour_cap, mask)
+        per_token = per_token * weight
     mean_kl = 0.0
     if beta != 0.0:
         if ref_logps is None:
@@ -152,4 +199,10 @@ def grpo_loss(
     with torch.no_grad():
         was_clipped = ((ratio < 1 - eps_low) & (adv < 0)) | ((ratio > 1 + eps_high) & (adv > 0))
         clip_fraction = float((was_clipped.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1.0))
-    return LossParts(loss=loss, mean_kl=mean_kl, clip_fraction=clip_fraction)
+    return LossParts(
+        loss=loss,
+        mean_kl=mean_kl,
+        clip_fraction=clip_fraction,
+        behaviour_weight=weight,
+        behaviour_truncated=truncated,
+    )

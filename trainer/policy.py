@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from protocol.limits import MAX_COMPLETION_TOKENS
+from protocol.logprobs import logprobs_error, pack_logprobs, unpack_logprobs
 from protocol.messages import Completion, QuestionGroup, QuestionRef
 from protocol.sampling import has_advantage
 from trainer import checkpoint
@@ -76,6 +78,9 @@ class TrainerPolicy:
         self._cancel = threading.Event()
         self._prompt_cache: OrderedDict[QuestionRef, list[int]] = OrderedDict()
         self._completion_cache: OrderedDict[tuple[QuestionRef, str], list[int]] = OrderedDict()
+        # The sampling log-probs of our own completions, beside their ids: the behaviour policy of
+        # a completion that reaches train() without them (a caller that rebuilt the Completion).
+        self._behaviour_cache: OrderedDict[tuple[QuestionRef, str], list[float]] = OrderedDict()
         self._use_chat_template = config.model != "tiny" and bool(
             getattr(self.tokenizer, "chat_template", None)
         )
@@ -141,7 +146,10 @@ class TrainerPolicy:
         generator: Any,
         top_p: float = 1.0,
         prompts: list[list[int]] | None = None,
+        logprobs: list[list[float]] | None = None,
     ) -> list[list[int]]:
+        """Sampled ids per (question, repeat); `logprobs`, when given, receives each one's
+        per-token sampling log-probs (trainer/generation.py's `sample`)."""
         self._check_cancel()
         if prompts is None:
             prompts = [self.prompt_ids(ref) for ref in questions]
@@ -159,6 +167,7 @@ class TrainerPolicy:
                 cancel=self._cancel,
                 top_p=top_p,
                 stop=self._stop,
+                logprobs=logprobs,
             )
 
     def _generate(
@@ -167,16 +176,46 @@ class TrainerPolicy:
         self._check_cancel()
         if not questions:
             return []
-        rows = self._sample_ids(questions, repeats, temperature, self.sampler)
+        sampled_logps: list[list[float]] = []
+        rows = self._sample_ids(questions, repeats, temperature, self.sampler, logprobs=sampled_logps)
         groups = []
         for q, ref in enumerate(questions):
             completions = []
-            for ids in rows[q * repeats : (q + 1) * repeats]:
+            for row in range(q * repeats, (q + 1) * repeats):
+                ids, logps = rows[row], sampled_logps[row]
                 text = self.tokenizer.decode(ids, skip_special_tokens=True)
                 _remember(self._completion_cache, (ref, text), ids)
-                completions.append(Completion(text=text, reward=self.registry.score(ref, text)))
+                _remember(self._behaviour_cache, (ref, text), logps)
+                # Past the wire's cap a completion goes without them: receivers then weigh it 1.
+                packed = pack_logprobs(logps) if len(logps) <= MAX_COMPLETION_TOKENS else b""
+                completions.append(
+                    Completion(text=text, reward=self.registry.score(ref, text), logprobs=packed)
+                )
             groups.append(QuestionGroup(question=ref, completions=tuple(completions)))
         return groups
+
+    def behaviour_logps(
+        self, ref: QuestionRef, completion: Completion, ids: Sequence[int]
+    ) -> list[float] | None:
+        """The log-probs `completion` was sampled with, aligned with `ids` (its tokens as train()
+        sees them), or None when there are none to trust: none carried and none remembered, a
+        vector that breaks the wire rules, or a length that does not match this tokenization (a
+        peer whose tokenizer split the text otherwise). A vector one short of `ids` ending in EOS
+        is the EOS appended after a stop text, which nobody sampled: that token keeps weight 1."""
+        if completion.logprobs:
+            if logprobs_error(completion.logprobs) is not None:
+                return None
+            values = list(unpack_logprobs(completion.logprobs))
+        else:
+            remembered = self._behaviour_cache.get((ref, completion.text))
+            if remembered is None:
+                return None
+            values = remembered
+        if len(values) == len(ids):
+            return values
+        if len(values) == len(ids) - 1 and ids and ids[-1] == self.tokenizer.eos_token_id:
+            return values
+        return None
 
     def generate_items(self, items: Sequence[Any]) -> list[QuestionGroup]:
         """G completions per item of a later stage of answer -> critique -> resolve, from its
@@ -205,31 +244,47 @@ class TrainerPolicy:
             metrics.update(updated=0.0, step=float(self.step), seconds=time.perf_counter() - started)
             return metrics
 
+        correcting = self.config.behaviour_correction == "tis"
         prompts, completions, advantages = [], [], []
+        behaviours: list[list[float] | None] = []
+        groups_corrected = 0
         for group in used:
             prompt = self.prompt_ids(group.question)
+            corrected = False
             for completion, advantage in zip(
                 group.completions, group_advantages([c.reward for c in group.completions]), strict=True
             ):
+                ids = self.completion_ids(group.question, completion.text)
                 prompts.append(prompt)
-                completions.append(self.completion_ids(group.question, completion.text))
+                completions.append(ids)
                 advantages.append(advantage)
+                behaviour = self.behaviour_logps(group.question, completion, ids) if correcting else None
+                behaviours.append(behaviour)
+                corrected = corrected or behaviour is not None
+            groups_corrected += corrected
         batch = pack(prompts, completions, self.tokenizer.pad_token_id)
         advantage_tensor = torch.tensor(advantages, dtype=torch.float32)
         total_tokens = float(batch.completion_mask.sum())
         rows = len(prompts)
         chunk = self.config.micro_batch_size or rows
+        # (B, C) behaviour log-probs and where they are known; None when no row has any, so an
+        # uncorrected batch takes exactly the loss it always took.
+        behaviour_table = None
+        if groups_corrected:
+            behaviour_table = _behaviour_table(behaviours, batch.completion_ids.shape)
+        weight_stats = _WeightStats()
 
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum, kl_sum, clip_sum = 0.0, 0.0, 0.0
         for start in range(0, rows, chunk):
             self._check_cancel()
+            end = min(rows, start + chunk)
             loss, kl, clip = self._chunk_loss(
-                batch, advantage_tensor, start, min(rows, start + chunk), total_tokens
+                batch, advantage_tensor, start, end, total_tokens, behaviour_table, weight_stats
             )
             loss.backward()
-            share = (min(rows, start + chunk) - start) / rows
+            share = (end - start) / rows
             loss_sum += float(loss.detach())
             kl_sum += kl * share
             clip_sum += clip * share
@@ -248,13 +303,27 @@ class TrainerPolicy:
             grad_norm=float(grad_norm),
             lr=rate,
             completion_tokens=total_tokens,
+            behaviour_groups=float(groups_corrected),
+            behaviour_missing=float(sum(b is None for b in behaviours)) if correcting else 0.0,
+            behaviour_weight_mean=weight_stats.mean(),
+            behaviour_weight_max=weight_stats.largest_weight(),
+            behaviour_truncated=weight_stats.truncated_fraction(),
             updated=1.0,
             step=float(self.step),
             seconds=time.perf_counter() - started,
         )
         return metrics
 
-    def _chunk_loss(self, batch: Any, advantages: Any, start: int, end: int, total_tokens: float) -> tuple:
+    def _chunk_loss(
+        self,
+        batch: Any,
+        advantages: Any,
+        start: int,
+        end: int,
+        total_tokens: float,
+        behaviour_table: tuple[Any, Any] | None = None,
+        weight_stats: _WeightStats | None = None,
+    ) -> tuple:
         import torch
 
         device = self.device
@@ -279,9 +348,17 @@ class TrainerPolicy:
                 ref_logps = completion_logps(
                     self.ref_model, input_ids, attention, keep_c, self.config.temperature
                 )
+        old_logps = logps.detach()
+        behaviour_logps, known = None, None
+        if behaviour_table is not None:
+            known = behaviour_table[1][start:end, :keep_c].to(device)
+            if bool(known.any()):
+                # A token without a behaviour log-prob gets the current one: weight exactly 1.
+                values = behaviour_table[0][start:end, :keep_c].to(device)
+                behaviour_logps = torch.where(known, values, old_logps)
         parts = grpo_loss(
             logps,
-            logps.detach(),
+            old_logps,
             advantages[start:end].to(device),
             comp_mask,
             self.config.clip_eps_low,
@@ -291,7 +368,11 @@ class TrainerPolicy:
             self.config.loss_aggregation,
             normalizer=total_tokens,
             kl_ratio_correction=self.config.kl_ratio_correction,
+            behaviour_logps=behaviour_logps,
+            behaviour_cap=self.config.behaviour_cap,
         )
+        if weight_stats is not None and parts.behaviour_weight is not None and known is not None:
+            weight_stats.add(parts.behaviour_weight, parts.behaviour_truncated, known & (comp_mask > 0))
         loss = parts.loss
         if self.config.loss_aggregation == "sequence":
             loss = loss * (end - start) / advantages.numel()
@@ -427,7 +508,50 @@ def learning_rate(config: TrainerConfig, step: int) -> float:
     return config.lr * (0.1 + 0.9 * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
-def _remember(cache: OrderedDict, key: Any, value: list[int]) -> None:
+def _behaviour_table(behaviours: Sequence[Sequence[float] | None], shape: Any) -> tuple[Any, Any]:
+    """(B, C) float32 behaviour log-probs and the (B, C) bool mask of where they are known."""
+    import torch
+
+    values = torch.zeros(tuple(shape), dtype=torch.float32)
+    known = torch.zeros(tuple(shape), dtype=torch.bool)
+    for row, behaviour in enumerate(behaviours):
+        if behaviour:
+            values[row, : len(behaviour)] = torch.tensor(behaviour, dtype=torch.float32)
+            known[row, : len(behaviour)] = True
+    return values, known
+
+
+class _WeightStats:
+    """Importance weights of the tokens that had behaviour log-probs, over a step's micro-batches."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.tokens = 0
+        self.truncated = 0
+        self.largest: float | None = None
+
+    def add(self, weight: Any, truncated: Any, counted: Any) -> None:
+        tokens = int(counted.sum())
+        if tokens == 0:
+            return
+        picked = weight[counted]
+        self.total += float(picked.sum())
+        self.tokens += tokens
+        self.truncated += int((truncated & counted).sum())
+        largest = float(picked.max())
+        self.largest = largest if self.largest is None else max(self.largest, largest)
+
+    def mean(self) -> float:
+        return self.total / self.tokens if self.tokens else 1.0  # no corrected token: all weights 1
+
+    def largest_weight(self) -> float:
+        return 1.0 if self.largest is None else self.largest
+
+    def truncated_fraction(self) -> float:
+        return self.truncated / self.tokens if self.tokens else 0.0
+
+
+def _remember(cache: OrderedDict, key: Any, value: list[Any]) -> None:
     cache[key] = value
     cache.move_to_end(key)
     if len(cache) > _TOKEN_CACHE_SIZE:
