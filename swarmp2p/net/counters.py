@@ -49,6 +49,12 @@ class DropCounters:
         # Our own messages py-libp2p queued for a peer whose pubsub stream was not open yet, then
         # dropped: older than its TTL (30 s) or over its cap (100 per peer) when the queue is pruned.
         "gossip_pending_dropped",
+        # A published message none of whose topics we subscribe to: py-libp2p skips it unread.
+        "gossip_unsubscribed_topic",
+        # Messages in gossip RPC frames that had arrived whole but were never read when the
+        # stream ended (its peer left while we paused reading it): py-libp2p discards a closed
+        # connection's buffers (net/gossip.py `_WatchedStream.unread_messages`).
+        "gossip_unread_when_peer_left",
         "inbound_channel_full",
         "inbound_channel_evicted_unknown",
         "request_garbage",
@@ -68,8 +74,9 @@ class DropCounters:
         "dht_malformed_record",  # the node's record check failed (not an envelope, wrong signer)
         "dht_stale_round",  # a record for a round long past (see LibP2PNetwork.set_record_rounds)
         "dht_future_round",  # a record for a round far ahead of ours
-        # Refused inside py-libp2p's DHT handler before our validator: empty or non-UTF-8 key,
-        # record key unlike the message key, empty or oversized record, unparsable message.
+        # Refused inside py-libp2p's DHT handler before our validator: a PUT_VALUE without a
+        # record, empty or non-UTF-8 key, record key unlike the message key, empty or oversized
+        # record, a lookup with an empty or overlong key, unparsable message.
         "dht_refused_by_libp2p",
         # A record whose libp2p record signature (author + signature fields) does not verify:
         # py-libp2p refuses it after our validator accepted its key and value, or drops it from

@@ -13,12 +13,13 @@ the whole store at most `max_records` records and `max_bytes` bytes. py-libp2p's
 every validly signed record for 24 h, up to 50,000 entries of up to 1 MiB each, and scanned all
 of them on every put once full.
 
-What py-libp2p's DHT stream handler refuses before any validator runs (a PUT_VALUE whose key
-is empty or not UTF-8, whose record key differs from the message key, whose record is empty or
-over its 1 MiB limit, a message over its size limit or not a protobuf) is counted as
+What py-libp2p's DHT stream handler refuses before any validator runs (a PUT_VALUE without a
+record, or whose key is empty or not UTF-8, whose record key differs from the message key, whose
+record is empty or over its 1 MiB limit; a lookup whose key is empty or too long; a message
+over its size limit or not a protobuf) is counted as
 `dht_refused_by_libp2p` (also in `dht_rejected`) by `_count_handler_refusals`, which sees each
-message the handler reads. Still not counted: a record whose libp2p signature is wrong (checked
-after our validator accepted it).
+message the handler reads. A record whose libp2p signature is wrong (checked after our
+validator accepted it) is `dht_bad_record_signature` (`_counting_verify_record`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 import attrs
+import multihash
 import trio
 from libp2p.abc import IHost
 from libp2p.io.exceptions import MessageTooLarge
@@ -360,15 +362,35 @@ def _host_of(stream: Any) -> tuple[DropCounters | None, float]:
         return None, 10.0
 
 
+_KEYED_REQUEST_LIMITS = {
+    Message.MessageType.GET_VALUE: 128,
+    Message.MessageType.GET_PROVIDERS: 128,
+    Message.MessageType.ADD_PROVIDER: 80,
+}
+"""The longest key KadDHT 0.8.1's handler serves for each request type (it resets the stream on
+an empty key or a longer one)."""
+
+
 def _handler_accepts(data: bytes) -> bool:
-    """False for what KadDHT 0.8.1's handler refuses before validating a record."""
+    """False for what KadDHT 0.8.1's handler refuses before validating a record: a message that is
+    not a protobuf; a PUT_VALUE without a record, or whose record is malformed (see the module
+    doc); a GET_VALUE, GET_PROVIDERS or ADD_PROVIDER whose key is empty or too long; a FIND_NODE
+    whose key is neither a multihash nor 2-50 bytes. Each of those resets the stream with a
+    warning at most, which the node's logging silences."""
     message = Message()
     try:
         message.ParseFromString(data)
     except Exception:
         return False
-    if message.type != Message.MessageType.PUT_VALUE or not message.HasField("record"):
+    kind = message.type
+    if kind == Message.MessageType.FIND_NODE:
+        return _find_node_key_ok(message.key)
+    if kind in _KEYED_REQUEST_LIMITS:
+        return 0 < len(message.key) <= _KEYED_REQUEST_LIMITS[kind]
+    if kind != Message.MessageType.PUT_VALUE:
         return True
+    if not message.HasField("record"):
+        return False
     record = message.record
     if not message.key or record.key != message.key or not record.value:
         return False
@@ -377,6 +399,18 @@ def _handler_accepts(data: bytes) -> bool:
     try:
         record.key.decode("utf-8")
     except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _find_node_key_ok(key: bytes) -> bool:
+    if not key:
+        return False
+    if 2 <= len(key) <= 50:
+        return True
+    try:
+        multihash.decode(key)
+    except Exception:
         return False
     return True
 

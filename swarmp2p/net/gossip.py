@@ -487,25 +487,33 @@ class CountingPubsub(Pubsub):
         connected peer stopped the whole node. Both now drop the stream and the peer, counted."""
         watched = _WatchedStream(stream, self)
         try:
-            await super().continuously_read_stream(watched)
-        except ParseError:
-            self._drop_counters.add("gossip_rpc_garbage")  # a length prefix that is no varint
-            raise  # Pubsub.stream_handler drops the stream and the peer, as before
-        except (StreamError, IncompleteReadError):
-            raise  # the stream broke or ended: Pubsub.stream_handler drops it, as before
-        except Exception as error:
-            self._drop_counters.add("gossip_rpc_garbage")
-            logger.debug("unreadable gossip RPC from %s: %r", _stream_peer(stream), error)
             try:
-                await stream.reset()
-            except Exception:
-                pass
-            peer_id = getattr(getattr(stream, "muxed_conn", None), "peer_id", None)
-            if peer_id is not None:
-                self._handle_dead_peer(peer_id)
-            return
-        if watched.was_reset:
-            self._drop_counters.add("gossip_rpc_oversized")
+                await super().continuously_read_stream(watched)
+            except ParseError:
+                self._drop_counters.add("gossip_rpc_garbage")  # a length prefix that is no varint
+                raise  # Pubsub.stream_handler drops the stream and the peer, as before
+            except (StreamError, IncompleteReadError):
+                raise  # the stream broke or ended: Pubsub.stream_handler drops it, as before
+            except Exception as error:
+                self._drop_counters.add("gossip_rpc_garbage")
+                logger.debug("unreadable gossip RPC from %s: %r", _stream_peer(stream), error)
+                try:
+                    await stream.reset()
+                except Exception:
+                    pass
+                peer_id = getattr(getattr(stream, "muxed_conn", None), "peer_id", None)
+                if peer_id is not None:
+                    self._handle_dead_peer(peer_id)
+                return
+            if watched.was_reset:
+                self._drop_counters.add("gossip_rpc_oversized")
+        finally:
+            # What had arrived but was never read is gone with the stream: py-libp2p clears a
+            # closed connection's yamux buffers, and a peer that left while we paused reading it
+            # took thousands of messages with it, counted nowhere.
+            unread = watched.unread_messages()
+            if unread:
+                self._drop_counters.add("gossip_unread_when_peer_left", unread)
 
     async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
         """py-libp2p 0.8.1's `Pubsub.push_msg`, step for step, with a counter on every drop.
@@ -611,6 +619,14 @@ class CountingPubsub(Pubsub):
             return 0.0
         return until
 
+    def _is_subscribed_to_msg(self, msg: rpc_pb2.Message) -> bool:
+        """py-libp2p's test in its read loop, which skips a message on topics we do not subscribe
+        to without a word; counted here."""
+        subscribed = super()._is_subscribed_to_msg(msg)
+        if not subscribed:
+            self._drop_counters.add("gossip_unsubscribed_topic")
+        return subscribed
+
     def notify_subscriptions(self, publish_message: rpc_pb2.Message) -> bool | None:
         """Into the topic's PriorityInbox: when it is full, an established origin's message
         (`established_origin`) takes the place of an unknown origin's (counted
@@ -654,6 +670,16 @@ class _WatchedStream:
         self.was_reset = False
         self._ahead = b""  # read from the stream, not yet returned: self._ahead[self._at:]
         self._at = 0
+        # Where the reader is in the stream's frames (a varint length, then that many bytes), so
+        # that what is left unread can be split into frames when the stream ends: the chunks
+        # returned of the frame being read, its length's value and shift while the length is
+        # being read, and its body's bytes still to come (None: reading the length).
+        self._frame: list[bytes] = []
+        self._length = 0
+        self._shift = 0
+        self._body_left: int | None = None
+        self._lost_track = False  # a length no varint decoder takes: the reader gives up too
+        self._muxer_buffer = _yamux_receive_buffer(stream)
 
     async def read(self, n: int | None = None) -> bytes:
         if self._peer_id is not None:
@@ -663,6 +689,12 @@ class _WatchedStream:
                 await trio.sleep(max(0.0, until - time.monotonic()))
         if n == 0:
             return b""
+        data = await self._read(n)
+        if data and not self._lost_track:
+            self._track(data)
+        return data
+
+    async def _read(self, n: int | None) -> bytes:
         ahead = self._ahead
         if ahead:
             at = self._at
@@ -680,12 +712,98 @@ class _WatchedStream:
         self._ahead, self._at = data, n
         return data[:n]
 
+    def _track(self, data: bytes) -> None:
+        """Follow the frame boundaries through `data`, the next bytes handed to the reader. The
+        reader takes a length a byte at a time and a body in one or a few reads, so this is a
+        step or two per read."""
+        start = 0  # where the frame being read begins in `data`
+        pos = 0
+        size = len(data)
+        while pos < size:
+            body_left = self._body_left
+            if body_left is None:
+                byte = data[pos]
+                pos += 1
+                self._length |= (byte & 0x7F) << self._shift
+                self._shift += 7
+                if byte & 0x80:
+                    if self._shift >= 64:
+                        self._lost_track = True
+                        self._frame.clear()
+                        return
+                    continue
+                body_left = self._body_left = self._length
+            else:
+                take = min(body_left, size - pos)
+                pos += take
+                body_left = self._body_left = body_left - take
+            if body_left == 0:  # a whole frame handed over
+                self._frame.clear()
+                self._length = self._shift = 0
+                self._body_left = None
+                start = pos
+        if start < size:
+            self._frame.append(data if start == 0 else data[start:])
+
+    def unread_messages(self) -> int:
+        """Messages in the whole gossip RPC frames that had arrived and were not read: the frame
+        being read (from its start), what was read ahead, and what the muxer still buffered.
+        A frame cut short (its sender stopped in the middle) had not arrived, and is not counted."""
+        if self._lost_track:
+            return 0
+        buffered = self._muxer_buffer
+        if not self._frame and self._at >= len(self._ahead) and not buffered:
+            return 0
+        unread = b"".join(self._frame) + self._ahead[self._at :] + (bytes(buffered) if buffered else b"")
+        return _messages_in_frames(unread)
+
     async def reset(self) -> None:
         self.was_reset = True
         await self._stream.reset()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def _yamux_receive_buffer(stream: Any) -> bytearray | None:
+    """The bytes yamux holds for `stream` that nobody has read yet (None: not a yamux stream).
+    Yamux keeps one bytearray per stream and, when the connection closes, drops it from its
+    table without emptying it: holding it here keeps what was left in it readable."""
+    try:
+        muxed = stream.muxed_stream
+        buffer = muxed.conn.stream_buffers.get(muxed.stream_id)
+    except Exception:
+        return None
+    return buffer if isinstance(buffer, bytearray) else None
+
+
+def _messages_in_frames(data: bytes) -> int:
+    """How many published messages the whole length-prefixed RPC frames at the start of `data`
+    carry; stops at a frame that is cut short or is not an RPC."""
+    count = 0
+    pos = 0
+    size = len(data)
+    while pos < size:
+        length = shift = used = 0
+        for byte in data[pos : pos + 10]:
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            used += 1
+            if not byte & 0x80:
+                break
+        else:
+            break  # the length itself is cut short (or longer than 10 bytes)
+        end = pos + used + length
+        if end > size:
+            break
+        rpc = rpc_pb2.RPC()
+        try:
+            rpc.ParseFromString(data[pos + used : end])
+        except Exception:
+            break
+        count += len(rpc.publish)
+        pos = end
+    return count
 
 
 def _stream_peer(stream: Any) -> str:
