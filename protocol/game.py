@@ -95,6 +95,7 @@ class SingleStageGame:
             self.tasks,
             self.questions_per_round,
             self.weights or None,
+            exclude=self.registry.is_heldout,
         )
 
     def builds_on_inputs(self, stage: int) -> bool:

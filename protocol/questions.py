@@ -10,13 +10,16 @@ A question is `QuestionRef(task, dataset_seed, index)`:
 - `dataset_seed` depends only on (swarm seed, task), so one dataset per task per swarm;
 - training indices lie in [0, TRAIN_INDEX_LIMIT); evaluation indices lie in
   [EVAL_INDEX_BASE, EVAL_INDEX_BASE + EVAL_INDEX_LIMIT), disjoint from training.
-- Disjoint indices are not enough (two indices, or two seeds, can generate the same text), so
-  held-out-ness is also a function of the question's TEXT (`heldout_split`): two texts in
-  HELDOUT_SHARE are held out, one for the `validation` split and one for the `test` split;
-  every peer computes the same split, and no training step uses a held-out text of either.
+- Disjoint indices are not enough (two indices, or two seeds, can generate the same question),
+  and neither is disjoint text (two texts can ask the same thing: the same sequence ending, the
+  same operands in another order), so held-out-ness is a function of the question's CONTENT KEY
+  (`heldout_split`; the trainer computes keys, trainer/content_keys.py): two keys in
+  HELDOUT_SHARE are held out, one for the `validation` split and one for the `test` split; every
+  peer computes the same split. A held-out question is never assigned for training at all:
+  `questions_for` skips it (`exclude`), so every peer re-derives the same assignment.
   Validation is what runs are watched and settings chosen on; test is for reporting a result,
   never for choosing. `evaluation_questions` is the one builder of a held-out set: the trainer
-  (trainer/tasks.py) hands it the texts of its reasoning-gym items.
+  (trainer/tasks.py) hands it the content keys of its reasoning-gym items.
 
 Draws use the full 256-bit digest modulo the range, so the modulo bias is below 2**-200.
 """
@@ -38,7 +41,7 @@ EVAL_INDEX_BASE = 10_000_000
 EVAL_INDEX_LIMIT = 1_000_000
 
 HELDOUT_SHARE = 8
-"""Question texts are cut by hash into HELDOUT_SHARE slices; the slices in HELDOUT_SPLITS are held
+"""Question content keys are cut by hash into HELDOUT_SHARE slices; the slices in HELDOUT_SPLITS are held
 out for evaluation and never trained on."""
 HELDOUT_SPLITS = {"validation": 0, "test": 1}
 """Held-out split name -> its hash slice. `validation` (the slice held out since the first
@@ -50,6 +53,10 @@ EVAL_SCAN_LIMIT = 20_000
 EVAL_SCAN_PATIENCE = 3_000
 """...and the scan of a task stops once this many items in a row brought no new held-out text
 (a task with a small question space has no more to give)."""
+
+_EXCLUDE_PATIENCE = 64
+"""Draws per question before `questions_for` gives up on an `exclude` that refuses everything
+(two of HELDOUT_SHARE slices are held out, so a real split needs about 1.3 draws a question)."""
 
 _DATASET_SEED_DOMAIN = "swarmp2p/dataset-seed/v1"
 _QUESTION_DOMAIN = "swarmp2p/questions/v1"
@@ -99,12 +106,15 @@ def questions_for(
     tasks: Sequence[str],
     count: int,
     weights: Sequence[float] | None = None,
+    exclude: Callable[[QuestionRef], bool] | None = None,
 ) -> tuple[QuestionRef, ...]:
     """The `count` distinct training questions `peer_id` must answer in (round, stage).
 
     Tasks are drawn uniformly from `tasks`, or in proportion to `weights` when given. The
     order of `tasks` matters (it is part of the swarm's configuration), so callers should
-    pass the registry's stable `task_names()`.
+    pass the registry's stable `task_names()`. A draw for which `exclude(ref)` is true (a
+    held-out question) is skipped and drawn again, so held-out questions are never assigned;
+    every peer passes the same rule (its task registry's `is_heldout`).
     """
     _check_uint("seed", seed)
     _check_uint("round", round)
@@ -130,16 +140,21 @@ def questions_for(
         ref = QuestionRef(
             task=task, dataset_seed=seeds[task], index=(value & (2**128 - 1)) % TRAIN_INDEX_LIMIT
         )
-        if ref not in seen:
-            seen.add(ref)
-            chosen.append(ref)
+        if ref in seen:
+            continue
+        seen.add(ref)
+        if exclude is not None and exclude(ref):
+            if draw > count * _EXCLUDE_PATIENCE + 64:
+                raise ValueError(f"fewer than {count} trainable questions in {draw} draws")
+            continue
+        chosen.append(ref)
     return tuple(chosen)
 
 
-def heldout_split(task: str, prompt: str) -> str | None:
-    """The held-out split (`validation` or `test`) of the question `prompt` of `task`, None for a
-    training question (sha256, never Python's hash)."""
-    digest = hashlib.sha256(f"{task}\0{prompt}".encode()).digest()
+def heldout_split(task: str, key: str) -> str | None:
+    """The held-out split (`validation` or `test`) of a question of `task` with content key `key`,
+    None for a training question (sha256, never Python's hash)."""
+    digest = hashlib.sha256(f"{task}\0{key}".encode()).digest()
     slice_ = int.from_bytes(digest[:8], "big") % HELDOUT_SHARE
     for name, held in HELDOUT_SPLITS.items():
         if slice_ == held:
@@ -147,41 +162,43 @@ def heldout_split(task: str, prompt: str) -> str | None:
     return None
 
 
-def heldout_text(task: str, prompt: str) -> bool:
-    """Whether the question `prompt` of `task` is held out (in any split): never trained on."""
-    return heldout_split(task, prompt) is not None
+def heldout_key(task: str, key: str) -> bool:
+    """Whether a question of `task` with content key `key` is held out (in any split): never
+    trained on."""
+    return heldout_split(task, key) is not None
 
 
 def evaluation_questions(
     tasks: Sequence[str],
     dataset_seed: int,
     per_task: int,
-    text_of: Callable[[QuestionRef], str],
+    key_of: Callable[[QuestionRef], str],
     split: str = "validation",
 ) -> tuple[QuestionRef, ...]:
     """The held-out set of `split`: per task, the first `per_task` evaluation items (indices from
-    EVAL_INDEX_BASE) whose text (`text_of(ref)`) is in that split, each text once. A task whose
-    question space holds fewer distinct held-out texts within EVAL_SCAN_LIMIT items (or that
-    brings none new for EVAL_SCAN_PATIENCE items in a row) gets fewer."""
+    EVAL_INDEX_BASE) whose content key (`key_of(ref)`) is in that split, each key once (so no two
+    questions of the set are near-duplicates either). A task whose question space holds fewer
+    distinct held-out keys within EVAL_SCAN_LIMIT items (or that brings none new for
+    EVAL_SCAN_PATIENCE items in a row) gets fewer."""
     if isinstance(per_task, bool) or not isinstance(per_task, int) or per_task < 0:
         raise ValueError(f"per_task must be a non-negative int, got {per_task!r}")
     if split not in HELDOUT_SPLITS:
         raise ValueError(f"split must be one of {sorted(HELDOUT_SPLITS)}, got {split!r}")
     refs: list[QuestionRef] = []
     for task in tasks:
-        texts: set[str] = set()
+        keys: set[str] = set()
         last_new = 0
         for offset in range(EVAL_SCAN_LIMIT):
             if offset - last_new >= EVAL_SCAN_PATIENCE:
                 break
             ref = QuestionRef(task, dataset_seed, EVAL_INDEX_BASE + offset)
-            prompt = text_of(ref)
-            if prompt in texts or heldout_split(task, prompt) != split:
+            key = key_of(ref)
+            if key in keys or heldout_split(task, key) != split:
                 continue
             last_new = offset
-            texts.add(prompt)
+            keys.add(key)
             refs.append(ref)
-            if len(texts) == per_task:
+            if len(keys) == per_task:
                 break
     return tuple(refs)
 

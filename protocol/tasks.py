@@ -20,3 +20,9 @@ class TaskRegistry(Protocol):
     def score(self, question: QuestionRef, completion_text: str) -> float:
         """Reward in [0, 1] for `completion_text` as an answer to `question`. Never raises."""
         ...
+
+    def is_heldout(self, question: QuestionRef) -> bool:
+        """Whether `question` is held out for evaluation (its content key is in a held-out split,
+        protocol.questions.heldout_split): never assigned for training, so every peer of a swarm
+        must answer this alike. A registry whose questions have no content says False."""
+        ...

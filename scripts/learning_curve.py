@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from trainer.intervals import Interval, grid_interval
+
 
 def run_seed(seed: int, args: argparse.Namespace, base: Path) -> subprocess.Popen:
     data = args.out / f"seed-{seed}"
@@ -67,6 +69,11 @@ def selection_of(folder: Path) -> dict | None:
         "test_per_task_start": {t: v["accuracy"] for t, v in starts[-1]["per_task"].items()},
         "test_per_task_selected": {t: v["accuracy"] for t, v in selected[-1]["per_task"].items()},
         "test_questions": selected[-1]["questions"],
+        # per question (the set's fixed order): what the intervals over questions and seeds pair on
+        "per_question_gain": [
+            after - before
+            for before, after in zip(starts[-1]["per_question"], selected[-1]["per_question"], strict=True)
+        ],
     }
 
 
@@ -133,13 +140,20 @@ def main() -> None:
         values = [by_step[s][step]["accuracy"] for s in seeds]
         table.append({"step": step, "mean": statistics.mean(values), "min": min(values), "max": max(values)})
     gains = [curves[s][-1]["accuracy"] - curves[s][0]["accuracy"] for s in seeds]
+    # every seed evaluates the same questions: a two-way bootstrap over seeds and questions
+    curve_gain = grid_interval(
+        [
+            [b - a for a, b in zip(curves[s][0]["per_question"], curves[s][-1]["per_question"], strict=True)]
+            for s in seeds
+        ]
+    )
     per_task_first = {t: statistics.mean(curves[s][0]["per_task"][t]["accuracy"] for s in seeds)
                       for t in curves[seeds[0]][0]["per_task"]}  # fmt: skip
     per_task_last = {t: statistics.mean(curves[s][-1]["per_task"][t]["accuracy"] for s in seeds)
                      for t in per_task_first}  # fmt: skip
     summary = {
         "seeds": seeds, "steps": args.steps, "split": args.split, "extra_flags": args.extra, "curve": table,
-        "gain_per_seed": gains, "gain_mean": statistics.mean(gains),
+        "gain_per_seed": gains, "gain_mean": statistics.mean(gains), "gain_interval": curve_gain.as_dict(),
         "per_task_first": per_task_first, "per_task_last": per_task_last,
         "questions": sum(t["n"] for t in curves[seeds[0]][0]["per_task"].values()),
         "wall_s": time.time() - started,
@@ -150,6 +164,7 @@ def main() -> None:
         summary["test"] = {
             "per_seed": {str(s): selections[s] for s in seeds},
             "gain_mean": statistics.mean(test_gains),
+            "gain_interval": grid_interval([selections[s]["per_question_gain"] for s in seeds]).as_dict(),
             "gain_min": min(test_gains),
             "gain_max": max(test_gains),
             "start_mean": statistics.mean(selections[s]["test_start"] for s in seeds),
@@ -159,7 +174,8 @@ def main() -> None:
     plot(args.out / "curve.png", table, curves, seeds, args.split, selections)
     per_seed = ", ".join(f"{g:+.3f}" for g in gains)
     print(f"held-out ({args.split}) accuracy step 0 -> {steps[-1]}: "
-          f"{table[0]['mean']:.3f} -> {table[-1]['mean']:.3f} (gain per seed {per_seed})")  # fmt: skip
+          f"{table[0]['mean']:.3f} -> {table[-1]['mean']:.3f}, gain {curve_gain.text()} (95% interval over "
+          f"seeds and questions; per seed {per_seed})")  # fmt: skip
     if "test" in summary:
         test = summary["test"]
         chosen = ", ".join(
@@ -167,8 +183,9 @@ def main() -> None:
             f"(step {selections[s]['selected_step']})" for s in seeds
         )  # fmt: skip
         print(f"test accuracy at the validation-chosen weights: {test['start_mean']:.3f} -> "
-              f"{test['selected_mean']:.3f}, gain {test['gain_mean']:+.3f} "
-              f"(min {test['gain_min']:+.3f}, max {test['gain_max']:+.3f}); {chosen}")  # fmt: skip
+              f"{test['selected_mean']:.3f}, gain {Interval(**test['gain_interval']).text()} "
+              f"(95% interval over seeds and questions; min {test['gain_min']:+.3f}, "
+              f"max {test['gain_max']:+.3f}); {chosen}")  # fmt: skip
     print(f"{args.out / 'curve.png'}, {args.out / 'summary.json'}")
 
 

@@ -61,7 +61,7 @@ def scan_sets(into: Path) -> list[Path]:
             registry.task_names(),
             config.eval_seed,
             config.eval_questions,
-            lambda ref: registry.question(ref)[0],
+            registry.content_key,
             split,
             difficulty=config.difficulty,
             into=into,

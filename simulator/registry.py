@@ -57,6 +57,10 @@ class SimTaskRegistry:
     def task_names(self) -> tuple[str, ...]:
         return self._tasks
 
+    def is_heldout(self, question: QuestionRef) -> bool:
+        """Simulated answers are digests with no content to memorise: nothing is held out."""
+        return False
+
     def score(self, question: QuestionRef, completion_text: str) -> float:
         if question.task not in self._tasks:
             return 0.0

@@ -11,7 +11,17 @@ from trainer.selection import DEFAULT_WINDOW
 
 TRAIN_DATA_DIR = ".swarmp2p-train"
 """`train`'s own default data dir: never the node's `.swarmp2p`."""
-RESULT_FIELDS = ("step", "accuracy", "task_mean_accuracy", "reward", "per_task", "questions", "split")
+RESULT_FIELDS = (
+    "step",
+    "accuracy",
+    "accuracy_interval",
+    "task_mean_accuracy",
+    "reward",
+    "per_task",
+    "questions",
+    "split",
+    "per_question",
+)
 """What metrics.jsonl keeps of an evaluation result (trainer/evaluation.py `evaluate`)."""
 
 
@@ -115,7 +125,7 @@ def train(
 
     from swarmp2p.config import config_or_exit
     from trainer.config import TrainerConfig, user_model_cache
-    from trainer.evaluation import eval_due
+    from trainer.evaluation import eval_due, gain
     from trainer.model import ModelLoadError
     from trainer.plot import plot_rewards
     from trainer.selection import BestByValidation
@@ -330,13 +340,14 @@ def train(
         first, last = evals[0], evals[-1]
         console.print(
             f"held-out accuracy: step {first['step']} {first['accuracy']:.3f} -> step {last['step']} "
-            f"{last['accuracy']:.3f} ({last['accuracy'] - first['accuracy']:+.3f}), "
+            f"{last['accuracy']:.3f} (gain {gain(first, last).text()}, 95% interval over questions), "
             f"{last['questions']} questions, {last['split']} split"
         )
     if selected is not None:
         console.print(
             f"test accuracy (the reported figure): start {test_start['accuracy']:.3f} -> "
-            f"{selected['accuracy']:.3f} ({selected['accuracy'] - test_start['accuracy']:+.3f}) with the "
+            f"{selected['accuracy']:.3f} (gain {gain(test_start, selected).text()}, 95% interval over "
+            f"questions) with the "
             f"weights of step {best.step}, chosen by validation accuracy {best.accuracy:.3f} "
             f"(mean of the last {best.window} evaluations {best.score:.3f}); "
             f"{selected['questions']} test questions; weights in {out / 'best-model'}"

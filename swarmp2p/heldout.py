@@ -28,7 +28,8 @@ A result as it lands in a round record, the status and the dashboard is the poli
 (`step`, `accuracy`, `reward`, `questions`, `per_task`, `samples`, `seconds`, and `simulated`
 from the simulated learner) plus `round`, the round after whose train step the model was
 evaluated (None: before the first round), and `accuracy_change` (against the previous
-evaluation; None for the first).
+evaluation; None for the first), and `gain_since_start` (against the first evaluation, with
+its 95% interval over the questions; absent on the first).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import attrs
 import trio
 
 from trainer.evaluation import evaluation_due
+from trainer.intervals import Interval, gain_interval
 
 if TYPE_CHECKING:
     from swarmp2p.ports import PolicyPort
@@ -102,6 +104,8 @@ class HeldOutEvaluation:
         self.rounds_done = 0  # rounds this peer finished (trained and reported)
         self.last_at: int | None = None  # `rounds_done` at the last evaluation
         self.last: dict[str, Any] | None = None
+        self.first: dict[str, Any] | None = None
+        """The first evaluation (before joining): every later one says its gain since then."""
         self.history: deque[dict[str, Any]] = deque(maxlen=HISTORY_LIMIT)
         self.last_deferred: dict[str, Any] | None = None
         self.deferred_in_a_row = 0
@@ -144,6 +148,10 @@ class HeldOutEvaluation:
         if previous is not None and _number(accuracy) and _number(previous.get("accuracy")):
             change = accuracy - previous["accuracy"]
         entry["accuracy_change"] = change
+        if self.first is None:
+            self.first = entry
+        else:
+            entry["gain_since_start"] = _gain_since(self.first, entry)
         self.last = entry
         self.last_at = self.rounds_done
         self.last_deferred = None
@@ -345,14 +353,30 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _gain_since(first: Mapping[str, Any], entry: Mapping[str, Any]) -> dict[str, float] | None:
+    """The gain from the first evaluation to `entry`, with its 95% interval over the questions
+    (paired per question); None when either lacks per-question results (the simulated learner)."""
+    before, after = first.get("per_question"), entry.get("per_question")
+    if not before or not after or len(before) != len(after):
+        return None
+    return gain_interval(before, after).as_dict()
+
+
 def describe(result: Mapping[str, Any]) -> str:
-    """`acc 0.312 (+0.050) reward 0.420` for log lines."""
+    """`acc 0.312 [0.281, 0.344] (+0.050) reward 0.420, gain since start +0.061 [+0.020, +0.101]`
+    for log lines (95% intervals over the held-out questions)."""
     text = f"acc {result.get('accuracy', float('nan')):.3f}"
+    interval = result.get("accuracy_interval")
+    if isinstance(interval, Mapping) and _number(interval.get("low")) and _number(interval.get("high")):
+        text += f" [{interval['low']:.3f}, {interval['high']:.3f}]"
     change = result.get("accuracy_change")
     if _number(change):
         text += f" ({change:+.3f})"
     if _number(result.get("reward")):
         text += f" reward {result['reward']:.3f}"
+    gain = result.get("gain_since_start")
+    if isinstance(gain, Mapping) and all(_number(gain.get(k)) for k in ("mean", "low", "high")):
+        text += f", gain since start {Interval(**gain).text()}"
     return text
 
 

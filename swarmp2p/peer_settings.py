@@ -153,11 +153,16 @@ def _rules_of(settings: PeerSettings, registry: TaskRegistry) -> SingleStageGame
 
 
 def assigned_questions(
-    settings: PeerSettings, round_number: int, stage: int, peer_id: str
+    settings: PeerSettings,
+    round_number: int,
+    stage: int,
+    peer_id: str,
+    registry: TaskRegistry | None = None,
 ) -> tuple[QuestionRef, ...]:
     """The questions `peer_id` must answer in (round, stage) under the swarm's rules: what a peer
-    generates for itself and what it re-derives to verify another peer's batch."""
-    return _rules_of(settings, _NO_REGISTRY).questions(round_number, stage, peer_id)
+    generates for itself and what it re-derives to verify another peer's batch. `registry` says
+    which questions are held out (never assigned); without one, none is."""
+    return _rules_of(settings, registry or _NO_REGISTRY).questions(round_number, stage, peer_id)
 
 
 class _NoRegistry:
@@ -168,6 +173,9 @@ class _NoRegistry:
 
     def score(self, question: QuestionRef, completion_text: str) -> float:
         raise NotImplementedError
+
+    def is_heldout(self, question: QuestionRef) -> bool:
+        return False
 
 
 _NO_REGISTRY = _NoRegistry()

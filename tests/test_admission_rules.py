@@ -34,6 +34,9 @@ class EchoRegistry:
     def task_names(self) -> tuple[str, ...]:
         return ("echo",)
 
+    def is_heldout(self, question: QuestionRef) -> bool:
+        return False
+
     def score(self, question: QuestionRef, completion_text: str) -> float:
         return 1.0 if completion_text == str(question.index) else 0.0
 

@@ -21,7 +21,7 @@ from protocol.questions import (
     dataset_seed_for,
     evaluation_questions,
     heldout_split,
-    heldout_text,
+    heldout_key,
     questions_for,
 )
 
@@ -99,7 +99,7 @@ def test_evaluation_questions_are_disjoint_from_training_and_held_out_by_text():
     assert len(evaluation) == len(set(evaluation)) == 40
     assert all(EVAL_INDEX_BASE <= q.index < EVAL_INDEX_BASE + EVAL_INDEX_LIMIT for q in evaluation)
     assert EVAL_INDEX_BASE >= TRAIN_INDEX_LIMIT
-    assert all(heldout_text(q.task, text_of(q)) for q in evaluation)
+    assert all(heldout_key(q.task, text_of(q)) for q in evaluation)
     assert {q.dataset_seed for q in evaluation} == {5}
     assert evaluation == evaluation_questions(["a", "b"], 5, 20, text_of)
     # The first held-out texts, each once, in index order.
@@ -130,8 +130,8 @@ def test_validation_and_test_splits_are_disjoint_held_out_and_cover_two_slices()
     assert all(heldout_split(q.task, text_of(q)) == "validation" for q in validation)
     assert all(heldout_split(q.task, text_of(q)) == "test" for q in test)
     # Both splits are held out (never trained on); together about 2 texts in HELDOUT_SHARE.
-    assert all(heldout_text(q.task, text_of(q)) for q in validation + test)
-    share = sum(heldout_text("a", f"a question {i}") for i in range(8000)) / 8000
+    assert all(heldout_key(q.task, text_of(q)) for q in validation + test)
+    share = sum(heldout_key("a", f"a question {i}") for i in range(8000)) / 8000
     assert abs(share - len(HELDOUT_SPLITS) / HELDOUT_SHARE) < 0.02
     with pytest.raises(ValueError, match="split"):
         evaluation_questions(["a"], 5, 4, text_of, "train")

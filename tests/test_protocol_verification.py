@@ -31,6 +31,9 @@ class Mod7Registry:
     def task_names(self) -> tuple[str, ...]:
         return TASKS
 
+    def is_heldout(self, question: QuestionRef) -> bool:
+        return False
+
     def score(self, question: QuestionRef, completion_text: str) -> float:
         self.calls += 1
         answer = str(question.index % 7)

@@ -127,16 +127,13 @@ def test_a_new_user_reads_the_shipped_held_out_sets_and_they_are_the_scanned_set
     config = TrainerConfig()
     registry = ReasoningGymRegistry(config.tasks, difficulty=config.difficulty)
 
-    def text_of(ref: object) -> str:
-        return registry.question(ref)[0]  # type: ignore[arg-type]
-
     def sets(cache: Path) -> list[tuple[object, ...]]:
         return [
             eval_set_cache.cached_evaluation_questions(
                 config.tasks,
                 config.eval_seed,
                 config.eval_questions,
-                text_of,
+                registry.content_key,
                 split,
                 difficulty=config.difficulty,
                 cache_dir=cache,

@@ -33,8 +33,8 @@ from trainer.config import TrainerConfig, user_cache_root
 
 log = logging.getLogger("trainer.eval_results")
 
-FORMAT = 1
-"""Bumped when the key's meaning or the file's layout changes."""
+FORMAT = 2
+"""Bumped when the key's meaning or the file's layout changes (2: results carry `per_question`)."""
 KEEP = 256
 """Result files kept (the newest); each is a few KB."""
 EXCLUDED = frozenset(

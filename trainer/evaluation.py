@@ -21,6 +21,7 @@ from typing import Any
 
 from protocol.messages import QuestionRef
 from trainer.config import TrainerConfig
+from trainer.intervals import Interval, gain_interval, mean_interval
 from trainer.rewards import extract_answer
 from trainer.tasks import ReasoningGymRegistry
 
@@ -72,9 +73,11 @@ def summarize(
         raise ValueError(f"{len(texts)} completions for {len(refs)} questions x {k} samples")
     per_task: dict[str, dict[str, float]] = {}
     samples = []
+    per_question = [0.0] * len(refs)
     for position, text in enumerate(texts):
         ref = refs[position // k]
         correct = correctness(registry, ref, text) >= CORRECT
+        per_question[position // k] += int(correct) / k
         reward = registry.score(ref, text)
         stats = per_task.setdefault(ref.task, {"n": 0, "correct": 0, "reward_sum": 0.0})
         stats["n"] += 1
@@ -103,6 +106,10 @@ def summarize(
     samples_total = sum(stats["n"] for stats in per_task.values())
     return {
         "accuracy": sum(stats["correct"] for stats in per_task.values()) / samples_total,
+        # 95% bootstrap interval over questions; `per_question` (in the set's fixed order) is what
+        # a gain is paired on (trainer/intervals.py)
+        "accuracy_interval": mean_interval(per_question).as_dict(),
+        "per_question": per_question,
         "reward": sum(stats["reward_sum"] for stats in per_task.values()) / samples_total,
         "task_mean_accuracy": sum(t["accuracy"] for t in tasks.values()) / len(tasks),
         "questions": len(refs),
@@ -140,3 +147,11 @@ def evaluate(
     }
     result["seconds"] = time.perf_counter() - started
     return result
+
+
+def gain(before: dict[str, Any], after: dict[str, Any]) -> Interval:
+    """The held-out gain from evaluation `before` to `after` of the same set, with its 95%
+    bootstrap interval over questions (paired: each question against itself)."""
+    if before.get("split") != after.get("split") or before.get("questions") != after.get("questions"):
+        raise ValueError("a gain compares two evaluations of the same held-out set")
+    return gain_interval(before["per_question"], after["per_question"])

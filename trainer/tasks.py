@@ -17,7 +17,8 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from protocol.messages import QuestionRef
-from protocol.questions import TRAIN_INDEX_LIMIT, heldout_text
+from protocol.questions import TRAIN_INDEX_LIMIT, heldout_key
+from trainer.content_keys import content_key
 from trainer.eval_set_cache import cached_evaluation_questions
 from trainer.quiet_stdout import silenced_stdout
 from trainer.rewards import combine, extract_answer, format_score, safe_score
@@ -48,6 +49,7 @@ PROMPT_TEMPLATE = (
 )
 
 _ITEM_CACHE_SIZE = 4096
+_SAMPLE_PATIENCE = 1000  # a task whose every content key is held out cannot be trained on
 
 
 class TaskError(ValueError):
@@ -132,30 +134,44 @@ class ReasoningGymRegistry:
         dataset_seed: int,
         index_range: tuple[int, int] = (0, TRAIN_INDEX_LIMIT),
     ) -> list[QuestionRef]:
-        """`count` training questions drawn by task weight, indices uniform in `index_range`."""
-        tasks = rng.choices(self._names, weights=self._weights, k=count)
-        return [QuestionRef(task, dataset_seed, rng.randrange(*index_range)) for task in tasks]
+        """`count` training questions drawn by task weight, indices uniform in `index_range`; a
+        held-out question is never drawn (it is redrawn, on the same task)."""
+        refs = []
+        for task in rng.choices(self._names, weights=self._weights, k=count):
+            for _attempt in range(_SAMPLE_PATIENCE):
+                ref = QuestionRef(task, dataset_seed, rng.randrange(*index_range))
+                if not self.is_heldout(ref):
+                    refs.append(ref)
+                    break
+            else:
+                raise TaskError(f"{task}: no trainable question in {_SAMPLE_PATIENCE} draws")
+        return refs
+
+    def content_key(self, ref: QuestionRef) -> str:
+        """The content key of `ref`'s question (trainer/content_keys.py). Raises TaskError."""
+        return content_key(ref.task, self._dataset_and_entry(ref)[1])
 
     def is_heldout(self, ref: QuestionRef) -> bool:
-        """Whether `ref`'s question text falls in the held-out share of its task's question space.
+        """Whether `ref`'s question falls in the held-out share of its task's content keys.
 
-        The split is by content, not by seed or index: two seeds can generate the same question
-        (a task at difficulty 0 has a few hundred distinct questions), so held-out-ness is a pure
-        function of (task, question text). Evaluation uses only held-out questions; pre-training
-        and GRPO updates skip them (trainer/pretrain.py, TrainerPolicy.train), whichever seed
-        produced them. Every peer computes the same split, so none trains on another's test.
+        The split is by content, not by seed, index or text: two seeds can generate the same
+        question, and two texts can ask the same thing (the same sequence ending, the same
+        operands), so held-out-ness is a pure function of (task, content key). Evaluation uses
+        only held-out questions; the swarm never assigns them for training (protocol.questions:
+        `questions_for(..., exclude=registry.is_heldout)`), pre-training, the tokenizer corpus and
+        GRPO updates skip them, whichever seed produced them. Every peer computes the same split.
         A question that cannot be generated counts as held out: it is never trained on either."""
         try:
-            prompt, _answer = self.question(ref)
+            key = self.content_key(ref)
         except TaskError:
             return True
-        return heldout_text(ref.task, prompt)
+        return heldout_key(ref.task, key)
 
     def eval_questions(
         self, per_task: int, dataset_seed: int, split: str = "validation"
     ) -> list[QuestionRef]:
         """The held-out set of protocol.questions.evaluation_questions over this registry's tasks
-        and question texts (per task, the first `per_task` held-out texts of `split`). Memoized,
+        and content keys (per task, the first `per_task` held-out keys of `split`). Memoized,
         and remembered on disk across processes (trainer/eval_set_cache.py)."""
         key = (per_task, dataset_seed, split)
         if key not in self._eval_sets:
@@ -164,7 +180,7 @@ class ReasoningGymRegistry:
                 self._names,
                 dataset_seed,
                 per_task,
-                lambda ref: self.question(ref)[0],
+                self.content_key,
                 split,
                 difficulty=self._difficulty,
             )

@@ -47,7 +47,7 @@ SHIPPED_DIR = Path(__file__).parent / "shipped"
 CHECKSUMS = "SHA256SUMS"
 _CORPUS_ITEMS_PER_TASK = 200
 _CORPUS_SEED = 1234  # a dataset seed used only to build the tokenizer corpus
-_FORMAT_VERSION = 3  # 3: pre-training also skips the `test` held-out split
+_FORMAT_VERSION = 4  # 4: held-out questions are cut by content key (trainer/content_keys.py)
 # Pre-training cuts prompts and answers like the trainer's defaults; the answers of the tasks it
 # is meant for are a few tokens, so these do not shape the model and stay out of its cache key.
 _PRETRAIN_PROMPT_TOKENS = 384
@@ -87,15 +87,20 @@ class TinySpec:
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def _corpus(registry: ReasoningGymRegistry) -> Iterator[str]:
+def corpus_questions(registry: ReasoningGymRegistry) -> Iterator[QuestionRef]:
+    """The questions whose text the tokenizer is trained on: never a held-out one (by content key)."""
     for task in registry.task_names():
         for index in range(_CORPUS_ITEMS_PER_TASK):
             ref = QuestionRef(task, _CORPUS_SEED, index)
-            if registry.is_heldout(ref):  # the tokenizer never reads a held-out question either
-                continue
-            prompt, answer = registry.question(ref)
-            yield prompt
-            yield f"{ANSWER_OPEN}{answer or ''}{ANSWER_CLOSE}"
+            if not registry.is_heldout(ref):
+                yield ref
+
+
+def _corpus(registry: ReasoningGymRegistry) -> Iterator[str]:
+    for ref in corpus_questions(registry):
+        prompt, answer = registry.question(ref)
+        yield prompt
+        yield f"{ANSWER_OPEN}{answer or ''}{ANSWER_CLOSE}"
 
 
 def build_tiny(folder: Path, spec: TinySpec, progress: Progress | None = None) -> None:
