@@ -5,7 +5,9 @@
 swarmp2p/wandblog.py) only says how one point is written. So both tools show the same tags:
 
 - `train/reward`, `train/loss`, `train/kl`, `train/grad_norm`, `train/clip_fraction`,
-  `train/groups_used` (whatever of these the step's metrics hold);
+  `train/groups_used`, and the off-policy correction's `train/behaviour_weight_mean`,
+  `train/behaviour_weight_max`, `train/behaviour_truncated`, `train/behaviour_groups`,
+  `train/behaviour_missing` (whatever of these the step's metrics hold);
 - `eval/accuracy`, `eval/reward` and `eval/accuracy/<task>` for each held-out evaluation;
 - `round/reward`, `round/rollouts_in`, `round/rejected` per node round (x = the round number).
 """
@@ -25,6 +27,11 @@ TRAIN_SCALARS = {
     "grad_norm": "train/grad_norm",
     "clip_fraction": "train/clip_fraction",
     "groups_used": "train/groups_used",
+    "behaviour_weight_mean": "train/behaviour_weight_mean",
+    "behaviour_weight_max": "train/behaviour_weight_max",
+    "behaviour_truncated": "train/behaviour_truncated",
+    "behaviour_groups": "train/behaviour_groups",
+    "behaviour_missing": "train/behaviour_missing",
 }
 
 
