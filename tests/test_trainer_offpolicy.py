@@ -16,7 +16,7 @@ from pathlib import Path
 import attrs
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.logprobs import pack_logprobs, unpack_logprobs
@@ -75,7 +75,6 @@ def _loss_and_grad(inputs: dict, behaviour: torch.Tensor | None) -> tuple:
     return parts, logps.grad
 
 
-@settings(max_examples=200, deadline=None)
 @given(loss_inputs())
 def test_behaviour_equal_to_old_gives_todays_loss_and_gradient_bit_for_bit(inputs: dict) -> None:
     today, today_grad = _loss_and_grad(inputs, None)
@@ -88,7 +87,6 @@ def test_behaviour_equal_to_old_gives_todays_loss_and_gradient_bit_for_bit(input
     assert not bool(corrected.behaviour_truncated.any())
 
 
-@settings(max_examples=200, deadline=None)
 @given(loss_inputs(), st.floats(0.0, 3.0))
 def test_a_mismatch_weights_each_token_by_the_truncated_ratio(inputs: dict, spread: float) -> None:
     old, mask = inputs["old"], inputs["mask"].bool()
