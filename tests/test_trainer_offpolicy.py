@@ -306,3 +306,5 @@ def test_the_appended_eos_after_a_stop_text_keeps_weight_one(policy: TrainerPoli
     assert policy.behaviour_logps(ref, completion, ids[:-2]) is None
     bad = Completion("<answer>4</answer>", 1.0, pack_logprobs([math.nan] * len(ids)))
     assert policy.behaviour_logps(ref, bad, ids) is None
+    as_list = Completion("<answer>4</answer>", 1.0, [-0.5] * len(ids))  # type: ignore[arg-type]
+    assert policy.behaviour_logps(ref, as_list, ids) is None

@@ -202,15 +202,17 @@ class TrainerPolicy:
         vector that breaks the wire rules, or a length that does not match this tokenization (a
         peer whose tokenizer split the text otherwise). A vector one short of `ids` ending in EOS
         is the EOS appended after a stop text, which nobody sampled: that token keeps weight 1."""
-        if completion.logprobs:
-            if logprobs_error(completion.logprobs) is not None:
+        carried = completion.logprobs
+        if not isinstance(carried, bytes):  # attrs does not enforce it; verification does, callers may not
+            return None
+        if carried:
+            if logprobs_error(carried) is not None:
                 return None
-            values = list(unpack_logprobs(completion.logprobs))
+            values = list(unpack_logprobs(carried))
         else:
-            remembered = self._behaviour_cache.get((ref, completion.text))
-            if remembered is None:
-                return None
-            values = remembered
+            values = self._behaviour_cache.get((ref, completion.text)) or []
+        if not values:
+            return None
         if len(values) == len(ids):
             return values
         if len(values) == len(ids) - 1 and ids and ids[-1] == self.tokenizer.eos_token_id:
