@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import attrs
 
 from protocol.messages import QuestionGroup, QuestionRef, RolloutBatch
-from protocol.questions import questions_for
+from protocol.questions import questions_for, specialty
 from protocol.tasks import TaskRegistry
 from protocol.verification import Verdict, VerificationLimits, verify_batch
 
@@ -83,18 +83,24 @@ class SingleStageGame:
     limits: VerificationLimits = attrs.field(factory=VerificationLimits)
     tolerance: float = 1e-6
     rescore: bool = True
+    specialised: bool = False
+    """Each peer answers questions of one task only, `specialty(tasks, peer_id)` (the swarm of
+    peers that each know one kind of problem); held-out sets still span every task."""
     name: str = "single"
     stage_count: int = 1
 
     def questions(self, round_number: int, stage: int, peer_id: str) -> tuple[QuestionRef, ...]:
+        tasks, weights = self.tasks, self.weights or None
+        if self.specialised:
+            tasks, weights = (specialty(self.tasks, peer_id),), None
         return questions_for(
             self.seed,
             round_number,
             stage,
             peer_id,
-            self.tasks,
+            tasks,
             self.questions_per_round,
-            self.weights or None,
+            weights,
             exclude=self.registry.is_heldout,
         )
 

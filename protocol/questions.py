@@ -60,6 +60,7 @@ _EXCLUDE_PATIENCE = 64
 
 _DATASET_SEED_DOMAIN = "swarmp2p/dataset-seed/v1"
 _QUESTION_DOMAIN = "swarmp2p/questions/v1"
+_SPECIALTY_DOMAIN = "swarmp2p/specialty/v1"
 
 
 def _digest_int(*parts: object) -> int:
@@ -149,6 +150,13 @@ def questions_for(
             continue
         chosen.append(ref)
     return tuple(chosen)
+
+
+def specialty(tasks: Sequence[str], peer_id: str) -> str:
+    """The one task `peer_id` answers in a specialised swarm (protocol.game.SingleStageGame
+    `specialised`): a pure function of the peer id, so every verifier derives the same."""
+    _check_tasks(tasks)
+    return tasks[_digest_int(_SPECIALTY_DOMAIN, peer_id) % len(tasks)]
 
 
 def heldout_split(task: str, key: str) -> str | None:

@@ -6,7 +6,9 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import attrs
 import typer
 
 experiment_app = typer.Typer(
@@ -76,6 +78,12 @@ def sharing(
         help="Supervised format warm-up of the shared start (-1: only for an un-pre-trained tiny model).",
     ),
     jobs: int = typer.Option(2, "--jobs", help="Runs in parallel (one process and one core each)."),
+    setting: str = typer.Option(
+        "identical",
+        "--setting",
+        help="The swarm the splits run in, comma-separated for several (each in OUT/NAME): identical, "
+        "specialised, capability-gap, sparse, compute-matched (docs/experiments.md).",
+    ),
     out: Path = typer.Option(
         Path("runs/sharing"), "--out", help="Directory for table.md/json, plots, settings."
     ),
@@ -86,15 +94,13 @@ def sharing(
 
     from rich.console import Console
     from rich.markup import escape
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from simulator.experiment import (
         ExperimentError,
         ExperimentSettings,
         parse_splits,
         parse_variants,
-        run_experiment,
-        write_outputs,
+        write_settings_table,
     )
     from simulator.scenario import MAX_TRAINER_PEERS
 
@@ -104,7 +110,8 @@ def sharing(
             raise ExperimentError(
                 f"--policy trainer runs a real model per peer: at most {MAX_TRAINER_PEERS} peers"
             )
-        settings = ExperimentSettings(
+        names = [part.strip() for part in setting.split(",") if part.strip()] or ["identical"]
+        base = ExperimentSettings(
             peers=peers,
             rounds=rounds,
             splits=parse_splits(splits),
@@ -124,6 +131,7 @@ def sharing(
             warmup_steps=warmup_steps,
             jobs=max(1, jobs),
         )
+        runs = [(attrs.evolve(base, setting=name), out / name if len(names) > 1 else out) for name in names]
     except (ExperimentError, ValueError) as error:
         console.print(f"[red]{escape(str(error))}[/red]", soft_wrap=True)
         raise typer.Exit(2) from None
@@ -134,6 +142,24 @@ def sharing(
         raise typer.Exit(2) from None
     logging.basicConfig(level=logging.ERROR)
     command = shlex.join(["swarmp2p", *sys.argv[1:]])
+    finished = []
+    for settings, folder in runs:
+        if len(runs) > 1:
+            console.print(f"[bold]setting {settings.setting}[/bold] -> {folder}")
+        _run_one(settings, folder, command, console)
+        finished.append((settings, folder))
+    if len(runs) > 1:
+        table = write_settings_table(finished, out)
+        console.print(table.read_text(), markup=False, highlight=False)
+        console.print(f"wrote {table}")
+
+
+def _run_one(settings: Any, out: Path, command: str, console: Any) -> None:
+    """One setting: every arm with every seed, its outputs in `out`."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from simulator.experiment import run_experiment, write_outputs
+
     arms = settings.arms()
     per_arm = len(settings.seeds) * settings.rounds
 

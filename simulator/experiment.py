@@ -23,6 +23,19 @@ reward; summed over peers and rounds it is the table's cumulative reward), and t
 accuracy (heldout.py through the Peer: before training, every `eval_every` rounds, and at the
 end). The trainer spy (`_Spy`) counts the groups and completions every train() call received.
 
+Settings (`setting`, `--setting`): the swarm the arms run in, to say when sharing pays:
+- `identical`: every peer the same model and task mix (SAPO's setup);
+- `specialised`: each peer's own questions come from one task of the list
+  (protocol.questions.specialty); every peer is evaluated on all tasks;
+- `capability-gap`: half the peers a larger, better-trained model (`hetero`);
+- `sparse`: correctness reward only (format reward 0): most of a peer's own groups have no
+  reward spread, so its own rollouts carry little signal;
+- `compute-matched`: an arm that takes external groups generates fewer questions of its own
+  (`questions_per_round` x L / (L + E)) and trains on the same number: held-out accuracy against
+  generation CPU-seconds.
+Every row reports the held-out gain from round 0 with a 95% interval over seeds and questions
+(trainer/intervals.py), and every arm is compared with the first split on the same seeds (paired).
+
 Reproducible: a job (arm, seed) is a pure function of its settings; jobs run in worker
 processes (`jobs`) in any order and give the same numbers as run one after another.
 """
@@ -43,6 +56,7 @@ from typing import Any
 import attrs
 
 from protocol.messages import QuestionGroup
+from trainer.intervals import Interval, grid_interval, paired_interval
 
 PUBLISHED = {
     "source": "SAPO (Gensyn, arXiv:2509.08721): 8 agents, Qwen2.5 0.5B, reasoning-gym, "
@@ -50,6 +64,7 @@ PUBLISHED = {
     "cumulative_reward": {"8/0": 561.79, "6/2": 854.43, "4/4": 1093.31, "2/6": 945.87},
 }
 VARIANTS: tuple[str, ...] = ("verified-only", "unverified", "adaptive", "filtered")
+SETTINGS: tuple[str, ...] = ("identical", "specialised", "capability-gap", "sparse", "compute-matched")
 POLICIES = ("trainer", "sim")
 
 
@@ -68,6 +83,7 @@ class Arm:
     verify: bool = True
     forgers: int = 0
     baseline: str = ""  # the row this one is compared with ("" = the first split)
+    questions_per_round: int = 0  # 0 = the experiment's; compute-matched arms generate fewer
 
 
 @attrs.frozen
@@ -111,10 +127,14 @@ class ExperimentSettings:
     """TrainerConfig overrides for every peer (e.g. (("tasks", ("basic_arithmetic",)),)); the
     default is the trainer's own defaults: the model and tasks `swarmp2p train` uses."""
     jobs: int = 1
+    setting: str = "identical"
+    """The swarm the arms run in (SETTINGS; module docstring)."""
     models_dir: str = ""
     """Where the tiny model builds are cached ("" = the trainer's default, .swarmp2p/models)."""
 
     def __attrs_post_init__(self) -> None:
+        if self.setting not in SETTINGS:
+            raise ExperimentError(f"setting must be one of {', '.join(SETTINGS)}, got {self.setting!r}")
         if self.policy not in POLICIES:
             raise ExperimentError(f"policy must be one of {', '.join(POLICIES)}, got {self.policy!r}")
         if not self.splits:
@@ -138,8 +158,12 @@ class ExperimentSettings:
             v in ("verified-only", "unverified") for v in self.variants
         ):
             raise ExperimentError(f"{self.forgers} forgers leave fewer than 2 honest peers")
-        if self.hetero and self.policy != "trainer":
-            raise ExperimentError("--hetero needs the real trainer (two model sizes)")
+        if self.setting == "sparse" and self.policy != "trainer":
+            raise ExperimentError(
+                "the sparse setting needs the real trainer (the simulated learner has no format reward)"
+            )
+        if self.swarm_hetero and self.policy != "trainer":
+            raise ExperimentError("--hetero and capability-gap need the real trainer (two model sizes)")
         if self.eval_every < 0 or self.questions_per_round < 1 or self.group_size < 2:
             raise ExperimentError("eval_every >= 0, questions_per_round >= 1, group_size >= 2")
 
@@ -149,7 +173,10 @@ class ExperimentSettings:
         return local + external
 
     def arms(self) -> list[Arm]:
-        arms = [Arm(f"{local}/{external}", local, external) for local, external in self.splits]
+        arms = [
+            Arm(f"{local}/{external}", local, external, questions_per_round=self._own_questions(local))
+            for local, external in self.splits
+        ]
         half = self.budget // 2
         middle = f"{self.budget - half}/{half}"
         for variant in self.variants:
@@ -160,6 +187,23 @@ class ExperimentSettings:
                 arm = attrs.evolve(arm, sampling=variant)
             arms.append(arm)
         return arms
+
+    def _own_questions(self, local: int) -> int:
+        """Questions a peer of an L/E arm generates per round: all of them, except in the
+        compute-matched setting, where generation shrinks with the local share (at least 1)."""
+        if self.setting != "compute-matched":
+            return 0
+        return max(1, round(self.questions_per_round * local / self.budget))
+
+    @property
+    def swarm_hetero(self) -> bool:
+        return self.hetero or self.setting == "capability-gap"
+
+    def trainer_overrides(self) -> dict[str, Any]:
+        overrides = dict(self.trainer)
+        if self.setting == "sparse":
+            overrides["format_reward"] = 0.0
+        return overrides
 
     def to_json(self) -> dict[str, Any]:
         data = attrs.asdict(self)
@@ -198,15 +242,24 @@ class _Spy:
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
-        self.updates: list[tuple[int, int]] = []  # (groups, completions) per train() call
+        # (groups given, completions, groups the trainer used) per train() call: a trainer drops
+        # held-out and zero-advantage groups, so what it used is read from its own metrics
+        self.updates: list[tuple[int, int, int]] = []
         self.evals: list[dict[str, Any]] = []  # (updates seen, result)
+        self.generate_cpu_s = 0.0  # this thread's CPU time in generate(): the compute-matched x
 
     def generate(self, questions: Sequence[Any]) -> list[QuestionGroup]:
-        return self.inner.generate(questions)
+        started = time.thread_time()
+        try:
+            return self.inner.generate(questions)
+        finally:
+            self.generate_cpu_s += time.thread_time() - started
 
     def train(self, groups: Sequence[QuestionGroup]) -> dict[str, float]:
-        self.updates.append((len(groups), sum(len(group.completions) for group in groups)))
-        return self.inner.train(groups)
+        metrics = self.inner.train(groups)
+        used = int(metrics.get("groups_used", len(groups)))
+        self.updates.append((len(groups), sum(len(group.completions) for group in groups), used))
+        return metrics
 
     def save(self) -> None:
         self.inner.save()
@@ -230,11 +283,14 @@ class _Spy:
 
 
 def _eval_summary(result: dict[str, Any]) -> dict[str, Any]:
-    return {
+    summary = {
         "accuracy": float(result["accuracy"]),
         "reward": float(result["reward"]),
         "per_task": {task: float(v["accuracy"]) for task, v in sorted(result.get("per_task", {}).items())},
     }
+    if result.get("per_question"):  # the real trainer's: what gains are paired on
+        summary["per_question"] = [float(x) for x in result["per_question"]]
+    return summary
 
 
 def _solved_threshold(format_reward: float) -> float:
@@ -251,7 +307,7 @@ def trainer_config(settings: ExperimentSettings) -> Any:
         eval_questions=settings.eval_questions,
         eval_every=settings.eval_every,
         eval_split=settings.eval_split,
-        **dict(settings.trainer),
+        **settings.trainer_overrides(),
     )
 
 
@@ -269,13 +325,14 @@ def run_job(
     from swarmp2p.heldout import EvalSettings
 
     started, cpu_started = time.perf_counter(), time.process_time()
+    questions_per_round = arm.questions_per_round or settings.questions_per_round
     scenario = Scenario(
         name=f"sharing-{arm.name}",
         peers=settings.peers,
         rounds=settings.rounds,
         seed=seed,
         round_s=settings.round_s,
-        questions_per_round=settings.questions_per_round,
+        questions_per_round=questions_per_round,
         n_local=arm.n_local,
         n_external=arm.n_external,
         max_groups_per_peer=settings.max_groups_per_peer,
@@ -305,7 +362,7 @@ def run_job(
                 forge="invert",
                 models_dir=str(models_dir(settings)),
             ),
-            "trainer_large": dict(settings.large) if settings.hetero else None,
+            "trainer_large": dict(settings.large) if settings.swarm_hetero else None,
         }
         questions = settings.eval_questions * len(config.tasks)
     else:
@@ -318,6 +375,7 @@ def run_job(
     overrides = {
         "sampling": rule,
         "verify_rewards": arm.verify,
+        "specialised": settings.setting == "specialised",
         "evaluation": EvalSettings(every=settings.eval_every, before_train=True, questions=questions),
     }
     result = run_simulation(
@@ -357,6 +415,7 @@ def run_job(
                 ],
                 "updates": [list(update) for update in spy.updates],
                 "evals": evals,
+                "generate_cpu_s": spy.generate_cpu_s,
             }
         )
     return {
@@ -402,7 +461,7 @@ def prepare_models(settings: ExperimentSettings) -> None:
 
     base = trainer_config(settings)
     configs = [base]
-    if settings.hetero:
+    if settings.swarm_hetero:
         configs.append(attrs.evolve(base, **dict(settings.large)))
     for config in configs:
         model_folder(attrs.evolve(config, data_dir=str(models_dir(settings).parent)))
@@ -503,6 +562,10 @@ def _job_numbers(job: dict[str, Any], size: str | None = None) -> dict[str, floa
     finals = [p["evals"][-1]["accuracy"] for p in peers if p["evals"]]
     starts = [p["evals"][0]["accuracy"] for p in peers if p["evals"] and p["evals"][0]["round"] == -1]
     return {
+        "question_gains": _question_gains(peers),
+        "generate_cpu_s_per_peer": statistics.fmean(p.get("generate_cpu_s", 0.0) for p in peers)
+        if peers
+        else None,
         "cumulative_reward": cumulative,
         "cumulative_reward_per_peer": cumulative / len(peers) if peers else None,
         "final_accuracy": statistics.fmean(finals) if finals else None,
@@ -511,11 +574,58 @@ def _job_numbers(job: dict[str, Any], size: str | None = None) -> dict[str, floa
     }
 
 
+def _question_gains(peers: Sequence[dict[str, Any]]) -> list[float] | None:
+    """Per held-out question, the mean over `peers` of (last evaluation - the one before
+    training): what a row's gain interval resamples. None when a peer lacks per-question results
+    (the simulated learner) or the start evaluation."""
+    rows = []
+    for peer in peers:
+        evals = peer["evals"]
+        if len(evals) < 2 or evals[0]["round"] != -1:
+            return None
+        first, last = evals[0].get("per_question"), evals[-1].get("per_question")
+        if not first or not last or len(first) != len(last):
+            return None
+        rows.append([b - a for a, b in zip(first, last, strict=True)])
+    if not rows or len({len(row) for row in rows}) != 1:
+        return None
+    return [statistics.fmean(column) for column in zip(*rows, strict=True)]
+
+
+def _gain_interval(numbers: Sequence[dict[str, Any]]) -> dict[str, float] | None:
+    rows = [n["question_gains"] for n in numbers]
+    if not rows or any(row is None for row in rows) or len({len(row) for row in rows}) != 1:
+        return None
+    return grid_interval(rows).as_dict()
+
+
+def _paired_against(
+    ours: Sequence[dict[str, Any]], theirs: Sequence[dict[str, Any]]
+) -> dict[str, dict[str, float] | None]:
+    """This arm minus `theirs` on the same seeds (lists in seed order): the held-out gain's
+    difference (two-way bootstrap over seeds and questions) and the cumulative reward per peer's
+    (Student's t over seeds)."""
+    gain = None
+    pairs = list(zip(ours, theirs, strict=True))
+    if pairs and all(a["question_gains"] and b["question_gains"] for a, b in pairs):
+        diffs = [
+            [x - y for x, y in zip(a["question_gains"], b["question_gains"], strict=True)] for a, b in pairs
+        ]
+        gain = grid_interval(diffs).as_dict()
+    rewards = [
+        a["cumulative_reward_per_peer"] - b["cumulative_reward_per_peer"]
+        for a, b in pairs
+        if a["cumulative_reward_per_peer"] is not None and b["cumulative_reward_per_peer"] is not None
+    ]
+    reward = paired_interval(rewards).as_dict() if len(rewards) >= 2 else None
+    return {"gain_difference": gain, "reward_difference": reward}
+
+
 def summarize(settings: ExperimentSettings, jobs: list[dict[str, Any]]) -> dict[str, Any]:
     """The table (per arm: numbers over seeds) and the curves (per arm and round)."""
     arms = settings.arms()
     rows = []
-    sizes = ["base", "large"] if settings.hetero else [None]
+    sizes = ["base", "large"] if settings.swarm_hetero else [None]
     for arm in arms:
         mine = [job for job in jobs if job["arm"] == arm.name]
         for size in sizes:
@@ -562,8 +672,19 @@ def summarize(settings: ExperimentSettings, jobs: list[dict[str, Any]]) -> dict[
                 "start_accuracy": _spread(
                     [n["start_accuracy"] for n in numbers if n["start_accuracy"] is not None]
                 ),
-                "groups_per_update": _spread([float(g) for g, _ in updates]),
-                "completions_per_update": _spread([float(c) for _, c in updates]),
+                "groups_per_update": _spread([float(u[0]) for u in updates]),
+                "completions_per_update": _spread([float(u[1]) for u in updates]),
+                "groups_used_per_update": _spread([float(u[2]) for u in updates if len(u) > 2]),
+                "heldout_gain": _gain_interval(numbers),
+                "generate_cpu_s_per_peer": _spread(
+                    [
+                        n["generate_cpu_s_per_peer"]
+                        for n in numbers
+                        if n["generate_cpu_s_per_peer"] is not None
+                    ]
+                ),
+                "questions_per_round": arm.questions_per_round or settings.questions_per_round,
+                "_numbers": numbers,
                 "trained_local_mean": statistics.fmean(local) if local else None,
                 "trained_external_mean": statistics.fmean(external) if external else None,
                 "invalid_trained": sum(job["invalid_trained"] for job in mine),
@@ -579,6 +700,13 @@ def summarize(settings: ExperimentSettings, jobs: list[dict[str, Any]]) -> dict[
         first = by_key.get((f"{settings.splits[0][0]}/{settings.splits[0][1]}", row["size"]))
         theirs = first["cumulative_reward_per_peer"]["mean"] if first else None
         row["ratio_to_first_split"] = ours / theirs if ours is not None and theirs else None
+        row["vs_first_split"] = (
+            _paired_against(row["_numbers"], first["_numbers"])
+            if first is not None and first is not row and first["seeds"] == row["seeds"]
+            else None
+        )
+    for row in rows:
+        del row["_numbers"]
     return {"rows": rows, "curves": _curves(settings, jobs)}
 
 
@@ -607,7 +735,7 @@ def _curves(settings: ExperimentSettings, jobs: list[dict[str, Any]]) -> dict[st
     held-out accuracy per evaluation point, over every (seed, honest peer): mean, p10-p90,
     min-max. Accuracy's x is rounds trained (0 = start)."""
     curves: dict[str, Any] = {}
-    sizes = ("base", "large") if settings.hetero else (None,)
+    sizes = ("base", "large") if settings.swarm_hetero else (None,)
     for arm in settings.arms():
         mine = [job for job in jobs if job["arm"] == arm.name]
         for size in sizes:
@@ -636,20 +764,30 @@ def _fmt(spread: dict[str, Any], digits: int) -> str:
     return text + f" [{spread['min']:.{digits}f}–{spread['max']:.{digits}f}]"
 
 
+def _interval_text(interval: dict[str, float] | None, digits: int = 3) -> str:
+    return "–" if interval is None else Interval(**interval).text(digits)
+
+
 def table_markdown(settings: ExperimentSettings, summary: dict[str, Any]) -> str:
     first = f"{settings.splits[0][0]}/{settings.splits[0][1]}"
     lines = [
         f"Sharing experiment: {settings.peers} peers ({settings.policy}), {settings.rounds} rounds, "
         f"seeds {', '.join(map(str, settings.seeds))}; {settings.questions_per_round} questions x "
         f"{settings.group_size} completions per peer and round; {settings.budget} groups per update.",
+        f"Setting: {settings.setting}. "
         "Numbers are mean ± std [min–max] over seeds. Cumulative reward: the mean reward of each honest "
         "peer's own completions, summed over honest peers and rounds. Ratio: cumulative reward per peer "
-        "against the baseline row's.",
+        "against the baseline row's. Held-out gain: the honest peers' mean accuracy gain from before "
+        "training to the end, with a 95% interval over seeds and questions; vs "
+        f"{first}: this row minus {first} on the same seeds (gain: 95% interval over seeds and questions; "
+        "cumulative reward per peer: Student's t over seeds). Groups used: what the trainer trained on "
+        "(held-out and zero-advantage groups dropped). Generation: CPU seconds per peer in generate().",
         "",
         "| configuration | size | honest peers | cumulative reward | per peer | ratio to "
-        f"{first} | vs baseline | held-out accuracy start → end | groups / update [min–max] "
-        "| local + external (mean) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        f"{first} | vs baseline | held-out accuracy start → end | held-out gain [95%] "
+        f"| gain vs {first} [95%] | reward per peer vs {first} [95%] | groups given / update [min–max] "
+        "| groups used / update | local + external (mean) | questions / round | generation CPU s / peer |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in summary["rows"]:
         ratio = row["ratio_to_first_split"]
@@ -661,6 +799,8 @@ def table_markdown(settings: ExperimentSettings, summary: dict[str, Any]) -> str
             else f"{groups['mean']:.2f} [{groups['min']:.0f}–{groups['max']:.0f}]"
         )
         start = row["start_accuracy"]["mean"]
+        versus = row.get("vs_first_split") or {}
+        used = row["groups_used_per_update"]
         lines.append(
             "| "
             + " | ".join(
@@ -673,10 +813,18 @@ def table_markdown(settings: ExperimentSettings, summary: dict[str, Any]) -> str
                     "–" if ratio is None else f"{ratio:.3f}",
                     "–" if vs is None else f"{vs:.3f} (vs {row['baseline']})",
                     ("–" if start is None else f"{start:.3f} → ") + _fmt(row["final_accuracy"], 3),
+                    _interval_text(row["heldout_gain"]),
+                    _interval_text(versus.get("gain_difference")),
+                    _interval_text(versus.get("reward_difference"), 2),
                     groups_text,
+                    "–"
+                    if used["mean"] is None
+                    else f"{used['mean']:.2f} [{used['min']:.0f}–{used['max']:.0f}]",
                     "–"
                     if row["trained_local_mean"] is None
                     else f"{row['trained_local_mean']:.2f} + {row['trained_external_mean']:.2f}",
+                    str(row["questions_per_round"]),
+                    _fmt(row["generate_cpu_s_per_peer"], 1),
                 ]
             )
             + " |"
@@ -742,7 +890,7 @@ def write_settings(settings: ExperimentSettings, out: Path, command: str) -> Pat
             trainer_config(settings), device="cpu", threads=1, num_generations=settings.group_size
         )
         data["trainer_config"] = {k: v for k, v in attrs.asdict(config).items() if k != "data_dir"}
-        if settings.hetero:
+        if settings.swarm_hetero:
             data["trainer_config_large"] = dict(settings.large)
     try:
         import torch
@@ -829,3 +977,48 @@ def write_plots(settings: ExperimentSettings, summary: dict[str, Any], out: Path
         plt.close(fig)
         written.append(path)
     return written
+
+
+def write_settings_table(runs: Sequence[tuple[ExperimentSettings, Path]], out: Path) -> Path:
+    """settings.md and settings.json in `out`: when sharing pays, one block of rows per setting
+    (read back from each setting's table.json), every split against the first on the same seeds."""
+    lines = [
+        "| setting | configuration | size | held-out gain [95%] | gain vs first split [95%] "
+        "| cumulative reward per peer | reward vs first split [95%] | groups used / update "
+        "| generation CPU s / peer |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    data = []
+    for settings, folder in runs:
+        rows = json.loads((folder / "table.json").read_text())["rows"]
+        for row in rows:
+            versus = row.get("vs_first_split") or {}
+            used = row["groups_used_per_update"]
+            lines.append(
+                "| "
+                + " | ".join(
+                    [
+                        settings.setting,
+                        row["configuration"],
+                        row["size"],
+                        _interval_text(row["heldout_gain"]),
+                        _interval_text(versus.get("gain_difference")),
+                        _fmt(row["cumulative_reward_per_peer"], 2),
+                        _interval_text(versus.get("reward_difference"), 2),
+                        "–" if used["mean"] is None else f"{used['mean']:.2f}",
+                        _fmt(row["generate_cpu_s_per_peer"], 1),
+                    ]
+                )
+                + " |"
+            )
+            data.append({"setting": settings.setting, **row})
+    first = runs[0][0]
+    header = (
+        f"When sharing pays: {first.peers} peers ({first.policy}), {first.rounds} rounds, seeds "
+        f"{', '.join(map(str, first.seeds))}. Intervals are 95%: held-out gains over seeds and questions "
+        "(two-way bootstrap), reward differences by Student's t over the paired seeds.\n\n"
+    )
+    path = out / "settings.md"
+    path.write_text(header + "\n".join(lines) + "\n")
+    (out / "settings.json").write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+    return path

@@ -104,6 +104,10 @@ class PeerSettings:
     game: str = attrs.field(default=SINGLE, validator=attrs.validators.in_(GAME_NAMES))
     """The swarm's game (protocol/games.py): "single", or "answer-critique-resolve" (three stages
     a round; the coordinator's schedule must say 3 stages). A swarm rule: every peer must agree."""
+    specialised: bool = False
+    """Each peer answers one task of the swarm's list (protocol.questions.specialty): the
+    specialised-peers setting of `swarmp2p experiment sharing`. A swarm rule: every peer must
+    agree, or batches fail verification as questions not assigned."""
     evaluation: EvalSettings = attrs.field(factory=EvalSettings)
     """Held-out evaluation (swarmp2p/heldout.py): before the first round and every N rounds,
     after the train step and only when it fits before the next round starts. Off by default."""
@@ -149,6 +153,7 @@ def _rules_of(settings: PeerSettings, registry: TaskRegistry) -> SingleStageGame
         limits=settings.verification_limits,
         tolerance=settings.reward_tolerance,
         rescore=settings.verify_rewards,
+        specialised=settings.specialised,
     )
 
 
