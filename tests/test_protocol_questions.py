@@ -20,8 +20,8 @@ from protocol.questions import (
     TRAIN_INDEX_LIMIT,
     dataset_seed_for,
     evaluation_questions,
-    heldout_split,
     heldout_key,
+    heldout_split,
     questions_for,
 )
 
