@@ -41,7 +41,8 @@ def sharing(
     variants: str = typer.Option(
         "verified-only,unverified,adaptive,filtered",
         "--variants",
-        help="Extra rows, each on the middle split: verified-only, unverified, adaptive, filtered (or none).",
+        help="Extra rows, each on the middle split: verified-only, unverified, adaptive, filtered, "
+        "ratio-one (no off-policy correction of external rollouts), or none.",
     ),
     seeds: int = typer.Option(3, "--seeds", help="Seeds per configuration (1, 2, ... N)."),
     first_seed: int = typer.Option(1, "--first-seed", help="The first seed."),

@@ -17,6 +17,9 @@ between arms is only how each peer picks its training groups (protocol/sampling.
   re-scoring off (PeerSettings.verify_rewards) to measure what it is worth.
 - `adaptive`, `filtered`: the middle split under protocol.sampling's adaptive split and
   filtered-peer rules (documented there).
+- `ratio-one`: the middle split with the trainer's off-policy correction off
+  (`behaviour_correction = "none"`): external rollouts trained on as if the peer had sampled them,
+  against the default truncated importance sampling (trainer/grpo.py).
 
 Measured per honest peer: the mean reward of its own completions every round (the training
 reward; summed over peers and rounds it is the table's cumulative reward), and the held-out
@@ -63,7 +66,8 @@ PUBLISHED = {
     "8 completions per question, the same number of rollouts per update",
     "cumulative_reward": {"8/0": 561.79, "6/2": 854.43, "4/4": 1093.31, "2/6": 945.87},
 }
-VARIANTS: tuple[str, ...] = ("verified-only", "unverified", "adaptive", "filtered")
+VARIANTS: tuple[str, ...] = ("verified-only", "unverified", "adaptive", "filtered", "ratio-one")
+DEFAULT_VARIANTS: tuple[str, ...] = ("verified-only", "unverified", "adaptive", "filtered")
 SETTINGS: tuple[str, ...] = ("identical", "specialised", "capability-gap", "sparse", "compute-matched")
 POLICIES = ("trainer", "sim")
 
@@ -84,6 +88,7 @@ class Arm:
     forgers: int = 0
     baseline: str = ""  # the row this one is compared with ("" = the first split)
     questions_per_round: int = 0  # 0 = the experiment's; compute-matched arms generate fewer
+    trainer: tuple[tuple[str, Any], ...] = ()  # TrainerConfig overrides of this arm's peers
 
 
 @attrs.frozen
@@ -91,7 +96,7 @@ class ExperimentSettings:
     peers: int = 8
     rounds: int = 15
     splits: tuple[tuple[int, int], ...] = ((8, 0), (6, 2), (4, 4), (2, 6))
-    variants: tuple[str, ...] = VARIANTS
+    variants: tuple[str, ...] = DEFAULT_VARIANTS
     seeds: tuple[int, ...] = (1, 2, 3)
     policy: str = "trainer"
     hetero: bool = False
@@ -183,6 +188,10 @@ class ExperimentSettings:
             arm = Arm(variant, self.budget - half, half, baseline=middle)
             if variant in ("verified-only", "unverified"):
                 arm = attrs.evolve(arm, verify=variant == "verified-only", forgers=self.forgers)
+            elif variant == "ratio-one":
+                # external rollouts trained on as if this peer had sampled them (no truncated
+                # importance sampling): the off-policy correction measured against its absence
+                arm = attrs.evolve(arm, trainer=(("behaviour_correction", "none"),))
             elif variant in ("adaptive", "filtered"):
                 arm = attrs.evolve(arm, sampling=variant)
             arms.append(arm)
@@ -247,6 +256,7 @@ class _Spy:
         self.updates: list[tuple[int, int, int]] = []
         self.evals: list[dict[str, Any]] = []  # (updates seen, result)
         self.generate_cpu_s = 0.0  # this thread's CPU time in generate(): the compute-matched x
+        self.corrected_groups = 0  # groups the trainer weighted by their behaviour log-probs
 
     def generate(self, questions: Sequence[Any]) -> list[QuestionGroup]:
         started = time.thread_time()
@@ -258,6 +268,7 @@ class _Spy:
     def train(self, groups: Sequence[QuestionGroup]) -> dict[str, float]:
         metrics = self.inner.train(groups)
         used = int(metrics.get("groups_used", len(groups)))
+        self.corrected_groups += int(metrics.get("behaviour_groups", 0))
         self.updates.append((len(groups), sum(len(group.completions) for group in groups), used))
         return metrics
 
@@ -351,7 +362,7 @@ def run_job(
     if settings.policy == "trainer":
         from simulator.trainer_policy import TrainerSimSettings
 
-        config = trainer_config(settings)
+        config = attrs.evolve(trainer_config(settings), **dict(arm.trainer))
         format_reward = config.format_reward
         kwargs = {
             "work_dir": work_dir,
@@ -416,6 +427,7 @@ def run_job(
                 "updates": [list(update) for update in spy.updates],
                 "evals": evals,
                 "generate_cpu_s": spy.generate_cpu_s,
+                "corrected_groups": spy.corrected_groups,
             }
         )
     return {

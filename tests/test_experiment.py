@@ -90,7 +90,7 @@ def test_a_short_experiment_runs_end_to_end_with_equal_rollouts_per_update(
         assert peer["trained_local"] == [2, 2] and peer["trained_external"] == [0, 0]
     for peer in by_arm["1/1"]["peers"]:
         assert peer["trained_local"] == [1, 1] and peer["trained_external"] == [1, 1]
-        assert [tuple(u) for u in peer["updates"]] == [(2, 8), (2, 8)]
+        assert [tuple(u[:2]) for u in peer["updates"]] == [(2, 8), (2, 8)]
 
     # Evaluations: before training, after every round (eval_every 1).
     for job in jobs:
@@ -146,7 +146,13 @@ def test_parallel_jobs_give_the_same_numbers_as_sequential_ones(tmp_path: Path) 
     )
 
     def strip(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [{k: v for k, v in job.items() if k not in ("wall_s", "cpu_s")} for job in jobs]
+        """Everything but the times (wall and CPU seconds differ between any two runs)."""
+        kept = []
+        for job in jobs:
+            job = {k: v for k, v in job.items() if k not in ("wall_s", "cpu_s")}
+            job["peers"] = [{k: v for k, v in p.items() if k != "generate_cpu_s"} for p in job["peers"]]
+            kept.append(job)
+        return kept
 
     sequential = run_experiment(settings, tmp_path / "one")
     parallel = run_experiment(attrs.evolve(settings, jobs=2), tmp_path / "two")
@@ -231,3 +237,65 @@ def test_a_hetero_swarm_runs_two_model_sizes_and_reports_each(tmp_path: Path, mo
         ("1/1", "large", 2),
     ]
     assert set(table["curves"]) == {"2/0 [base]", "2/0 [large]", "1/1 [base]", "1/1 [large]"}
+
+
+def test_settings_rows_carry_intervals_and_paired_differences(tmp_path: Path, models: Path) -> None:
+    """Two settings, two seeds: every row's held-out gain has a 95% interval, every split is
+    compared with the first on the same seeds, and the compute-matched arm that shares generates
+    fewer questions of its own; the ratio-one row trains with no off-policy correction while the
+    split it is compared with corrects external groups."""
+    from simulator.experiment import write_settings_table
+
+    runs = []
+    for name in ("identical", "compute-matched"):
+        settings = small(
+            models, setting=name, seeds=(1, 2), variants=("ratio-one",) if name == "identical" else ()
+        )
+        folder = tmp_path / name
+        jobs = run_experiment(settings, folder)
+        write_outputs(settings, jobs, folder, "swarmp2p experiment sharing --test")
+        runs.append((settings, folder))
+        rows = {row["configuration"]: row for row in json.loads((folder / "table.json").read_text())["rows"]}
+        for row in rows.values():
+            gain = row["heldout_gain"]
+            assert gain is not None and gain["low"] <= gain["mean"] <= gain["high"], row["configuration"]
+            assert row["groups_used_per_update"]["n"] > 0
+        assert rows["2/0"]["vs_first_split"] is None
+        versus = rows["1/1"]["vs_first_split"]
+        assert (
+            versus["gain_difference"]["low"]
+            <= versus["gain_difference"]["mean"]
+            <= versus["gain_difference"]["high"]
+        )
+        assert versus["reward_difference"]["n"] == 2  # paired over the two seeds
+        if name == "compute-matched":
+            assert rows["2/0"]["questions_per_round"] == 6 and rows["1/1"]["questions_per_round"] == 3
+        else:
+            assert all(row["questions_per_round"] == 6 for row in rows.values())
+            by_arm = {job["arm"]: job for job in jobs}
+            assert sum(p["corrected_groups"] for p in by_arm["1/1"]["peers"]) > 0
+            assert sum(p["corrected_groups"] for p in by_arm["ratio-one"]["peers"]) == 0
+    table = write_settings_table(runs, tmp_path)
+    text = table.read_text()
+    assert "| identical | 1/1 |" in text and "| compute-matched | 1/1 |" in text
+    assert "[" in text.split("| compute-matched | 1/1 |")[1].split("\n")[0]  # an interval printed
+
+
+def test_specialised_peers_answer_one_task_each_and_verify_each_other() -> None:
+    """A specialised swarm: each peer's questions come from one task (a pure function of its id,
+    so every verifier derives the same), and together the peers cover every task."""
+    from protocol.game import SingleStageGame
+    from protocol.questions import specialty
+    from simulator.registry import SimTaskRegistry
+
+    tasks = ("t1", "t2", "t3")
+    game = SingleStageGame(
+        seed=5, tasks=tasks, questions_per_round=4, registry=SimTaskRegistry(tasks), specialised=True
+    )
+    peers = [f"peer-{i}" for i in range(12)]
+    for peer in peers:
+        for round_number in range(5):
+            assert {q.task for q in game.questions(round_number, 0, peer)} == {specialty(tasks, peer)}
+    assert {specialty(tasks, peer) for peer in peers} == set(tasks)
+    mixed = attrs.evolve(game, specialised=False)
+    assert len({q.task for r in range(5) for q in mixed.questions(r, 0, peers[0])}) > 1
