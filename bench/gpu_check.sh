@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# bench/gpu_check.py on a bare GPU machine (torch and transformers, no internet): install what is
+# missing from bench/wheelhouse (filled beforehand by bench/gpu_wheels.py, where an index is
+# reachable), then run every part and print the table. Arguments go to gpu_check.py:
+#
+#   bench/gpu_check.sh                          # --device cuda
+#   bench/gpu_check.sh --device cuda:0 --json "$OUT/gpu_check.json"
+#   bench/gpu_check.sh --device cpu --small     # the same parts on CPU, tiny shapes
+#
+# The project runs from this checkout (PYTHONPATH), not from a wheel: the figures are of the code
+# that travelled with it. Python: $PYTHON, else python3.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+WHEELS=${SWARMP2P_WHEELS:-bench/wheelhouse}
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+
+if ! "$PY" -c "import trl, reasoning_gym, libp2p, web3, vyper, trio" 2>/dev/null; then
+    if [ ! -f "$WHEELS/requirements.txt" ]; then
+        echo "gpu_check: trl, reasoning-gym or the project's dependencies are missing and $WHEELS has no" \
+             "requirements.txt: fill it with bench/gpu_wheels.py first (docs/benchmarks.md)" >&2
+        exit 2
+    fi
+    started=$SECONDS
+    # --no-index: nothing is fetched; a package the machine already has at a fitting version stays.
+    "$PY" -m pip install --quiet --no-index --find-links "$WHEELS" -r "$WHEELS/requirements.txt"
+    echo "gpu_check: installed from $WHEELS in $((SECONDS - started)) s" >&2
+fi
+exec "$PY" bench/gpu_check.py "$@"
