@@ -79,6 +79,12 @@ def sharing(
         help="Supervised format warm-up of the shared start (-1: only for an un-pre-trained tiny model).",
     ),
     jobs: int = typer.Option(2, "--jobs", help="Runs in parallel (one process and one core each)."),
+    tasks: str = typer.Option(
+        None,
+        "--tasks",
+        help="Comma-separated reasoning-gym tasks of every peer (trainer; default: the trainer's own). "
+        "The specialised setting needs two or more.",
+    ),
     setting: str = typer.Option(
         "identical",
         "--setting",
@@ -131,6 +137,7 @@ def sharing(
             else fetch_sample,
             warmup_steps=warmup_steps,
             jobs=max(1, jobs),
+            trainer=(("tasks", tuple(t.strip() for t in tasks.split(",") if t.strip())),) if tasks else (),
         )
         runs = [(attrs.evolve(base, setting=name), out / name if len(names) > 1 else out) for name in names]
     except (ExperimentError, ValueError) as error:

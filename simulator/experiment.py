@@ -163,6 +163,8 @@ class ExperimentSettings:
             v in ("verified-only", "unverified") for v in self.variants
         ):
             raise ExperimentError(f"{self.forgers} forgers leave fewer than 2 honest peers")
+        if self.setting == "specialised" and self.policy == "trainer" and len(self.trainer_tasks()) < 2:
+            raise ExperimentError("the specialised setting needs two or more tasks (--tasks a,b)")
         if self.setting == "sparse" and self.policy != "trainer":
             raise ExperimentError(
                 "the sparse setting needs the real trainer (the simulated learner has no format reward)"
@@ -207,6 +209,11 @@ class ExperimentSettings:
     @property
     def swarm_hetero(self) -> bool:
         return self.hetero or self.setting == "capability-gap"
+
+    def trainer_tasks(self) -> tuple[str, ...]:
+        from trainer.config import DEFAULT_TASKS
+
+        return tuple(dict(self.trainer).get("tasks", DEFAULT_TASKS))
 
     def trainer_overrides(self) -> dict[str, Any]:
         overrides = dict(self.trainer)
