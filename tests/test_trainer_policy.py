@@ -39,7 +39,11 @@ def small_config(data_dir: Path, **overrides: object) -> TrainerConfig:
 
 @pytest.fixture(scope="module")
 def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("policy")
+    """A data dir whose `models/` holds the small tiny model, built here: every test that uses it
+    passes alone and in any order (none relies on an earlier test having built it)."""
+    folder = tmp_path_factory.mktemp("policy")
+    TrainerPolicy(small_config(folder))
+    return folder
 
 
 @given(st.lists(st.floats(min_value=0, max_value=1), min_size=2, max_size=16))
@@ -144,7 +148,12 @@ def test_checkpoints_keep_last_k_and_fall_back_over_a_corrupt_one(model_cache: P
     shutil.copytree(model_cache / "models", data / "models")  # reuse the built tiny model
     config = small_config(data, checkpoint_keep=2)
     policy = TrainerPolicy(config)
-    ref = QuestionRef("basic_arithmetic", 3, 1)
+    # a training question (a held-out one would be dropped before the update)
+    ref = next(
+        r
+        for r in (QuestionRef("basic_arithmetic", 3, i) for i in range(100))
+        if not policy.registry.is_heldout(r)
+    )
     group = QuestionGroup(ref, (Completion("<answer>1</answer>", 1.0), Completion("x", 0.0)))
     for _ in range(3):
         policy.train([group])
