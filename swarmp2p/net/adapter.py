@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -49,7 +50,7 @@ from libp2p.protocol_muxer.exceptions import MultiselectClientError, ProtocolNot
 from libp2p.tools.anyio_service import background_trio_service
 from libp2p.utils.address_validation import expand_wildcard_address
 
-from swarmp2p.net import task_parents, yamux_credit, yamux_knobs
+from swarmp2p.net import inbound_slots, task_parents, yamux_credit, yamux_knobs
 from swarmp2p.net.counters import DropCounters
 from swarmp2p.net.dht import (
     BoundedValueStore,
@@ -746,6 +747,7 @@ class LibP2PNetwork:
             self.book.mark_connected(peer_id)
             if peer_id not in self._dht_peers:
                 await self._add_dht_peer(ID.from_base58(peer_id))
+        self._prune_peer_tables(connected)
         store = self.dht.value_store
         if isinstance(store, BoundedValueStore) and now >= self._next_store_sweep:
             self._next_store_sweep = now + self.settings.dht_sweep_interval_s
@@ -760,6 +762,73 @@ class LibP2PNetwork:
                 self._dialing.add(peer_id)
                 self._nursery.start_soon(self._dial, peer_id)
         return changed
+
+    def _prune_peer_tables(self, connected: set[str]) -> int:
+        """Forget, in py-libp2p's peerstore, its auto-connector's cooldown tables, the DHT's
+        routing table and our peer exchange pauses, every peer that is not ourselves, in the
+        peer book, or connected (or being dialed); returns how many peerstore entries went
+        (`peerstore_pruned`). A peer the DHT added by itself (one that sent us a DHT request)
+        leaves its routing table when it is no longer connected, as the peers we add do.
+
+        py-libp2p adds a peer to its peerstore for every connection (identify), every signed
+        peer record in a gossip RPC, every closer peer a DHT answer names, and removes none:
+        forgetting a peer cleared its addresses only. Under churn the peerstore grew by one
+        entry per peer ever met (210 while the book held 9 in a fuzz run), and the
+        auto-connector's table of recent disconnects with it (its own pruning runs only when
+        it dials, which upkeep does instead). An entry whose addresses were added less than
+        `peerstore_grace_s` ago is kept: a DHT lookup dials the closer peers it was just told."""
+        try:
+            routed = self.dht.routing_table.get_peer_ids()
+        except Exception as error:
+            logger.debug("listing the DHT routing table failed: %r", error)
+            routed = []
+        for pid in routed:
+            peer_id = _base58_of(pid.to_bytes())
+            if peer_id not in connected:
+                self._forget_dht_peer(peer_id)
+        quiet = self._exchange_quiet_until
+        if len(quiet) > len(connected):
+            for peer_id in [p for p in quiet if p not in connected and p not in self.book]:
+                del quiet[peer_id]
+        peerstore = self.host.get_peerstore()
+        entries: dict[ID, Any] | None = getattr(peerstore, "peer_data_map", None)
+        if entries is None:
+            return 0
+        network = self.host.get_network()
+        auto_connector = getattr(network, "auto_connector", None)
+        cooldowns: list[dict[ID, Any]] = [
+            table
+            for name in ("_recent_disconnects", "_failure_counts", "_last_connect_attempt")
+            if isinstance(table := getattr(auto_connector, name, None), dict)
+        ]
+        # Cheap on a settled node: nothing can be pruned while no table holds more peers than
+        # the book, our connections and ourselves together.
+        most = len(self.book) + len(network.connections) + len(self._dialing) + 1
+        if len(entries) <= most and all(len(table) <= most for table in cooldowns):
+            return 0
+        keep: set[ID] = {self.host.get_id()}
+        keep.update(network.connections)
+        for peer_id in (*(peer_id for peer_id, _ in self.book.known()), *self._dialing):
+            pid = _parse_peer_id(peer_id)
+            if pid is not None:
+                keep.add(pid)
+        cutoff = time.time() - self.settings.peerstore_grace_s
+        pruned = 0
+        for pid, data in list(entries.items()):
+            if pid in keep or getattr(data, "last_identified", 0) > cutoff:
+                continue
+            try:
+                peerstore.clear_peerdata(pid)
+            except Exception as error:
+                logger.debug("pruning %s from the peerstore failed: %r", pid, error)
+                continue
+            pruned += 1
+        for table in cooldowns:
+            for pid in [pid for pid in table if pid not in keep and pid not in entries]:
+                del table[pid]
+        if pruned:
+            self.counters.add("peerstore_pruned", pruned)
+        return pruned
 
     def _maybe_tell_mesh_peers(self, connected: set[str], *, still_changing: bool, now: float) -> None:
         """Start a peer exchange with every gossip mesh peer when our connections differ from
@@ -1228,6 +1297,8 @@ async def open_libp2p_network(
     yamux_credit.install()
     yamux_knobs.install()
     task_parents.install()
+    # Inbound connection slots held until the host stops, not until the connection closes.
+    inbound_slots.install()
     if settings.libp2p_default_connection_manager:
         host = new_host(key_pair=key_pair, listen_addrs=listen)
     else:

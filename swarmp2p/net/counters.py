@@ -98,6 +98,9 @@ class DropCounters:
         "peer_forgotten",  # unreachable for forget_unreachable_after_s: no longer dialed
         "peer_book_evicted",  # the peer book was full: a never-reached / failing peer made room
         "peer_book_full",  # the peer book was full of pinned and connected peers: not learned
+        # py-libp2p's peerstore entries (and its auto-connector's cooldowns) of peers that are
+        # neither in the peer book, nor connected, nor in the DHT's routing table.
+        "peerstore_pruned",
     )
     NOT_DATA_LOSS = frozenset(
         {
@@ -106,6 +109,7 @@ class DropCounters:
             "stream_retried",
             "peer_forgotten",
             "peer_book_evicted",
+            "peerstore_pruned",
             "gossip_seen_duplicate",
             "gossip_relay_skipped_origin_neighbour",
             "gossip_relay_backup_copy",

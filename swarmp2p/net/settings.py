@@ -148,6 +148,11 @@ class NetworkSettings:
     # forgotten sooner: after 2 failed dials over this long. Sybil hellos with dead addresses
     # otherwise sat in the book and were dialed for 10 minutes each.
     forget_never_reached_after_s: float = attrs.field(default=60.0, validator=_positive)
+    # py-libp2p's peerstore is pruned to the peer book, our connections and the DHT's routing
+    # table at each upkeep tick (LibP2PNetwork._prune_peer_tables); an entry is kept this long
+    # after its addresses were last added, so that a DHT lookup can still dial the closer peers
+    # it has just been told about.
+    peerstore_grace_s: float = attrs.field(default=60.0, validator=_positive)
     # Dials started by upkeep, all peers together: a token bucket of `dial_burst` refilled at
     # `max_dials_per_s`. A joiner learning a whole swarm dials `dial_burst` peers at once.
     max_dials_per_s: float = attrs.field(default=8.0, validator=_positive)
