@@ -18,8 +18,10 @@ libgmp.so.10 every Debian or Ubuntu has). Without one, only pure-Python packages
 the script fails naming the others.
 `--present FILE`: names (one a line; `#` starts a comment) of packages the GPU machine already
 has; they are left out, which keeps the wheelhouse small enough to travel (the device tool carries
-64 MiB). pip on the machine keeps its own copy when it satisfies the requirement, and fails naming
-the package when it does not: then fetch that one too (drop it from the file).
+64 MiB), except that a wheel under `--spare-mib` (0.3 MiB) is still carried as a spare. pip on the
+machine keeps its own copy when it satisfies the requirement, takes the spare when it does not,
+and fails naming the package when there is no spare: then fetch that one too (drop it from the
+file), or let gpu_check.sh fall back (it installs without trl, and the TRL rows fail).
 """
 
 from __future__ import annotations
@@ -144,6 +146,12 @@ def main() -> None:
     )
     parser.add_argument("--build-python", default=None, help="an interpreter of that version, for sdists")
     parser.add_argument("--present", type=Path, default=None, help="file: packages the GPU machine has")
+    parser.add_argument(
+        "--spare-mib",
+        type=float,
+        default=0.3,
+        help="still carry a present package whose wheel is under this size (default 0.3)",
+    )
     args = parser.parse_args()
 
     present = set()
@@ -153,14 +161,23 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     reqs = requirements()
     (args.out / "requirements.txt").write_text("\n".join(reqs) + "\n")
-    packages = [(n, v) for n, v in closure(reqs) if canonical(n) not in present]
+    packages = closure(reqs)
     (args.out / "closure.txt").write_text("".join(f"{n}=={v}\n" for n, v in packages))
     builder = build_interpreter(args.python_version, args.build_python) if args.python_version else None
     problems = []
     for name, version in packages:
-        problem = fetch(name, version, args.out, args.python_version, builder)
-        if problem is not None:
-            problems.append(f"{name}=={version}: {problem}")
+        if canonical(name) not in present:
+            problem = fetch(name, version, args.out, args.python_version, builder)
+            if problem is not None:
+                problems.append(f"{name}=={version}: {problem}")
+            continue
+        # The machine has it, perhaps at a version our pins do not accept (datasets caps fsspec, for
+        # one): a small wheel rides along as a spare, which pip uses only if the machine's does not fit.
+        with tempfile.TemporaryDirectory() as tmp:
+            if fetch(name, version, Path(tmp), args.python_version, builder) is None:
+                for wheel in Path(tmp).glob("*.whl"):
+                    if wheel.stat().st_size < args.spare_mib * 2**20:
+                        shutil.move(wheel, args.out / wheel.name)
     wheels = sorted(args.out.glob("*.whl"))
     size = sum(path.stat().st_size for path in wheels) / 2**20
     target = args.python_version or f"{sys.version_info[0]}.{sys.version_info[1]}"
