@@ -207,6 +207,9 @@ def test_what_a_paused_stream_still_held_when_its_peer_left_is_counted() -> None
                 # A write cut off by its timeout may have sent part of a frame: its messages
                 # never arrived whole and are not counted.
                 assert sum(node.counters[k] for k in OUTCOMES) == written
+                # The pause does not outlive the stream it guarded (one entry per forwarder
+                # ever paused, before).
+                assert ID.from_base58(sender_id) not in node.pubsub._paused_until
                 status = node.status()
                 unread = status["drops"]["gossip_unread_when_peer_left"]
                 assert unread >= 6 * len(keys), status["drops"]

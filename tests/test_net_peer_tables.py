@@ -76,7 +76,14 @@ def per_peer_tables(node: LibP2PNetwork) -> dict[str, int]:
         _sized(tables, f"swarm.{name}", getattr(network, name, None))
     _sized(tables, "host._identified_peers", getattr(node.host, "_identified_peers", None))
     pubsub = node.pubsub
-    names = ("peers", "peer_queues", "_replayed_recent_topics", "_peer_subscription_count", "_paused_until")
+    names = (
+        "peers",
+        "peer_queues",
+        "_replayed_recent_topics",
+        "_peer_subscription_count",
+        "_paused_until",
+        "_reading",
+    )
     for name in names:
         _sized(tables, f"pubsub.{name}", getattr(pubsub, name, None))
     tables["pubsub.peer_topics"] = len({peer for peers in pubsub.peer_topics.values() for peer in peers})

@@ -426,6 +426,7 @@ class CountingPubsub(Pubsub):
         self.forwarder_limiter = forwarder_limiter
         self.relay_limiter = relay_limiter  # one bucket (key b""): unknown origins we relay
         self._paused_until: dict[ID, float] = {}  # forwarders whose stream we do not read now
+        self._reading: dict[ID, int] = {}  # peers with gossip streams being read: how many
         # Whose messages keep their place when a subscription's inbox is full (the adapter sets
         # it: connected peers and those the node vouches for).
         self.established_origin: Callable[[bytes], bool] = self._connected_origin
@@ -486,6 +487,9 @@ class CountingPubsub(Pubsub):
         raised DecodeError out of the stream handler and the host's nursery: one frame from any
         connected peer stopped the whole node. Both now drop the stream and the peer, counted."""
         watched = _WatchedStream(stream, self)
+        peer_id = getattr(getattr(stream, "muxed_conn", None), "peer_id", None)
+        if peer_id is not None:
+            self._reading[peer_id] = self._reading.get(peer_id, 0) + 1
         try:
             try:
                 await super().continuously_read_stream(watched)
@@ -514,6 +518,16 @@ class CountingPubsub(Pubsub):
             unread = watched.unread_messages()
             if unread:
                 self._drop_counters.add("gossip_unread_when_peer_left", unread)
+            # A pause guards the reads of a peer's streams: kept after the last one ended, it
+            # would outlive the peer (an entry per forwarder ever paused). A peer that comes
+            # back and still forwards past its allowance is paused again by its bucket, which
+            # the forwarder limiter keeps.
+            if peer_id is not None:
+                left = self._reading.pop(peer_id, 1) - 1
+                if left > 0:
+                    self._reading[peer_id] = left
+                else:
+                    self._paused_until.pop(peer_id, None)
 
     async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
         """py-libp2p 0.8.1's `Pubsub.push_msg`, step for step, with a counter on every drop.
@@ -606,6 +620,8 @@ class CountingPubsub(Pubsub):
         if self.established_origin(msg.from_id) or limiter.allow(forwarder.to_bytes()):
             return True
         self._drop_counters.add("gossip_forwarder_rate_limited")
+        if forwarder not in self._reading:
+            return False  # its stream has ended (this message was read before): nothing to pause
         if self._paused_until.get(forwarder, 0.0) <= time.monotonic():
             self._drop_counters.add("gossip_forwarder_paused")
             self._paused_until[forwarder] = time.monotonic() + min(limiter.burst, 100.0) / limiter.rate_per_s
