@@ -123,14 +123,14 @@ def choose_hardware(
     """Check the trainer's device against this machine (raises trainer.device.DeviceError, one
     line) and resolve --model auto. `facts`: probed from torch when not given (imports torch)."""
     from trainer.device import probe, resolve_device
+    from trainer.precision import compute_label
 
     facts = facts if facts is not None else probe()
     device = resolve_device(trainer_config.device, facts)
+    where = describe(device, facts, compute_label(trainer_config.dtype, device, facts))
     if config.model != "auto":
-        return Hardware(config, trainer_config, describe(device, facts), None)
+        return Hardware(config, trainer_config, where, None)
     pick = pick_model(ModelPools.of(config), device, facts, reachable or hub_reachability())
     if trainer_config.model == "auto":  # else a [trainer] model of its own wins, as everywhere
         trainer_config = attrs.evolve(trainer_config, model=pick.model)
-    return Hardware(
-        attrs.evolve(config, model=pick.model), trainer_config, describe(device, facts), pick.line()
-    )
+    return Hardware(attrs.evolve(config, model=pick.model), trainer_config, where, pick.line())

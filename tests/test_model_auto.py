@@ -83,6 +83,8 @@ def test_choose_hardware_sets_both_configs() -> None:
     chosen = choose_hardware(config, trainer, gpu(80), online)
     assert chosen.config.model == chosen.trainer_config.model == LARGE_POOL[0]
     assert chosen.auto_line is not None and chosen.device == "cuda:0 (GPU, 80.0 GiB, bf16)"
+    fp32 = choose_hardware(config, attrs.evolve(trainer, dtype="fp32"), gpu(80), online)
+    assert fp32.device == "cuda:0 (GPU, 80.0 GiB, fp32)"  # says what the trainer will compute in
     plain = choose_hardware(NodeConfig(), TrainerConfig(), DeviceFacts(), online)
     assert plain.auto_line is None and plain.config.model == "tiny" and plain.device == "cpu (fp32)"
     own = choose_hardware(config, attrs.evolve(trainer, model="my/own"), gpu(80), online)

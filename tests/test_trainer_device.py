@@ -86,6 +86,16 @@ def test_accelerator_memory_and_description() -> None:
     assert accelerator_memory_gib("mps", DeviceFacts(mps=True, mps_memory_bytes=24 * GIB)) == 24.0
     assert describe("cuda:0", TWO_GPUS) == "cuda:0 (NVIDIA H100 80GB HBM3, 80.0 GiB, bf16)"
     assert describe("cpu", CPU_ONLY) == "cpu (fp32)"
+    # the precision the trainer is configured with, not only what the device could do
+    from trainer.precision import compute_label
+
+    def line(device: str, facts: DeviceFacts, setting: str) -> str:
+        return describe(device, facts, compute_label(setting, device, facts))
+
+    assert line("cuda:0", TWO_GPUS, "fp32") == "cuda:0 (NVIDIA H100 80GB HBM3, 80.0 GiB, fp32)"
+    assert line("cuda:0", TWO_GPUS, "auto") == describe("cuda:0", TWO_GPUS)
+    assert line("cpu", CPU_ONLY, "bf16-autocast") == "cpu (bf16)"
+    assert line("cuda:1", TWO_GPUS, "bf16-autocast").endswith("15.0 GiB, bf16-autocast unavailable)")
 
 
 def test_probe_on_this_machine_matches_torch() -> None:

@@ -124,9 +124,11 @@ def accelerator_memory_gib(device: str, facts: DeviceFacts) -> float | None:
     return None
 
 
-def describe(device: str, facts: DeviceFacts) -> str:
-    """For start-up lines: "cuda:0 (NVIDIA H100, 79.1 GiB, bf16)", "cpu (fp32)"."""
-    dtype = "bf16" if supports_bf16(device, facts) else "fp32"
+def describe(device: str, facts: DeviceFacts, compute: str | None = None) -> str:
+    """For start-up lines: "cuda:0 (NVIDIA H100, 79.1 GiB, bf16)", "cpu (fp32)". The last word is
+    what the trainer computes in: `compute` (trainer/precision.py `compute_label`, from its dtype
+    setting), else what `dtype = "auto"` gives on this device."""
+    dtype = compute or ("bf16" if supports_bf16(device, facts) else "fp32")
     memory = accelerator_memory_gib(device, facts)
     if device.startswith("cuda") and facts.cuda:
         index = _cuda_index(device, facts)

@@ -101,6 +101,16 @@ def resolve_precision(setting: str, device: str, facts: DeviceFacts) -> Precisio
     return Precision(device, autocast_bf16=True)
 
 
+def compute_label(setting: str, device: str, facts: DeviceFacts) -> str:
+    """What start-up lines say the trainer computes in (trainer.device.describe): "bf16" (autocast,
+    fp32 weights), "fp32", or that the setting cannot run here (the trainer refuses it in one line
+    when it starts; a description is not the place to fail)."""
+    try:
+        return "bf16" if resolve_precision(setting, device, facts).autocast_bf16 else "fp32"
+    except PrecisionError:
+        return f"{setting} unavailable"
+
+
 AutocastFactory = Callable[[], AbstractContextManager[Any]]
 
 
