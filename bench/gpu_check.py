@@ -9,7 +9,8 @@ Parts, each a row (or two) of the table; a part that fails becomes a FAILED row 
    both under the trainer's precision (TrainerConfig.dtype "auto": bf16 autocast on a bf16 GPU).
 2. GRPO step: seconds per step (generate + reward + one update) and peak accelerator memory of
    ours (TrainerPolicy) against TRL's GRPOTrainer on the same model, questions, G, length, lr,
-   loss (token-level, clip 0.2 / 0.28, beta 0) and precision (TRL: bf16=True, fp32 weights).
+   loss (token-level, clip 0.2 / 0.28, beta 0) and precision (TRL: bf16=True, fp32 weights), and
+   without gradient checkpointing (TRL's default is on; ours never checkpoints).
    Rewards are random numbers (seeded): a random model scores 0 everywhere, which would leave no
    group with an advantage and so no update to time.
 3. bf16 drift: one AdamW step at lr 1e-6 moves the fp32 master weights under bf16 autocast and not
@@ -298,6 +299,9 @@ def part_trl_step(
         epsilon=0.2,
         epsilon_high=0.28,
         loss_type="dapo",
+        # TRL turns gradient checkpointing on by default; ours does not checkpoint, and the row
+        # compares the same computation (trading time for memory is a separate choice).
+        gradient_checkpointing=False,
         max_steps=len(prompts) // args.questions,
         bf16=autocast,
         use_cpu=device == "cpu",

@@ -14,6 +14,8 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 WHEELS=${GPU_CHECK_WHEELS:-bench/wheelhouse}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+# No internet there: nothing may wait on a hub timeout (every model and dataset is built locally).
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 
 if ! "$PY" -c "import trl, reasoning_gym, libp2p, web3, vyper, trio" 2>/dev/null; then
     if [ ! -f "$WHEELS/requirements.txt" ]; then
