@@ -573,7 +573,10 @@ def part_peers(args: argparse.Namespace, work: Path) -> list[Row]:
                 f"{completed} / {accepted} / {trained} of {len(records)}",
                 "",
                 "",
-                "ok" if trained >= 1 else "FAILED",
+                # Exchange is the check: a batch taken was received and re-scored. Training on it
+                # also needs one of its groups to have an advantage, which a weak model (the
+                # --small tiny one) often lacks for a few rounds.
+                "FAILED" if not (completed and accepted) else "ok" if trained else "ok (no advantage)",
             )
         )
     return rows
