@@ -101,6 +101,11 @@ class Node:
         """The scalar log (--tensorboard / --wandb) once opened; closed on the way out."""
         self._stopping = trio.Event()
         self._run_scope = trio.CancelScope()
+        self.phase = "starting"
+        """Where start-up is: starting (network, coordinator, swarm rules), loading (the model),
+        evaluating (held-out, before joining), joining (waiting for a round start), playing.
+        `/healthz`, `/api/status` and `/metrics` say it from the moment the network is up."""
+        self._status: Callable[[], dict[str, Any]] | None = None  # the full status, once playing
 
     def stop(self, reason: str = "stop requested") -> None:
         """Stop the node (from its own trio run): the trainer stops at its next step, start-up
@@ -202,11 +207,66 @@ class Node:
         self, identity: Identity, network: LibP2PNetwork, task_status: trio.TaskStatus[dict[str, Any]]
     ) -> None:
         from swarmp2p.clocks import RealClock
+
+        clock = RealClock()
+        network.set_record_check(record_check)
+        async with trio.open_nursery() as nursery:
+            # Served before the model loads and the held-out evaluation runs (a minute on a busy
+            # host): a supervisor or a browser must see a node that is starting, not a dead one.
+            dashboard_port = await self._serve_dashboard(nursery, identity, network)
+            try:
+                await self._start_and_play(identity, network, clock, nursery, dashboard_port, task_status)
+            finally:
+                nursery.cancel_scope.cancel()  # stopped during start-up: the dashboard goes too
+
+    async def _serve_dashboard(
+        self, nursery: trio.Nursery, identity: Identity, network: LibP2PNetwork
+    ) -> int | None:
+        """Start the dashboard (when asked) on the node's status: a start-up one (peer id, phase,
+        network) until the round loop runs, then the round loop's. Returns its port."""
+        config = self.config
+        if not config.dashboard_port:
+            self.echo("dashboard: off (--dashboard-port 8080 serves one on http://127.0.0.1:8080/)")
+            return None
+
+        def status() -> dict[str, Any]:
+            full = self._status
+            if full is not None:
+                return full()
+            return {
+                "peer_id": identity.peer_id,
+                "phase": self.phase,
+                "node_phase": self.phase,
+                "peers": sorted(network.connected_peers()),
+                "network": network.status(),
+            }
+
+        from swarmp2p.dashboard import serve_dashboard
+
+        serve = functools.partial(
+            serve_dashboard,
+            status,
+            host=config.dashboard_host,
+            port=config.dashboard_port,
+            history_file=self.data_dir / ROUNDS_FILE,  # every round, not only since this start
+        )
+        port: int = await nursery.start(serve)
+        self.echo(f"dashboard: {dashboard_url(config.dashboard_host, port)}")
+        return port
+
+    async def _start_and_play(
+        self,
+        identity: Identity,
+        network: LibP2PNetwork,
+        clock: Any,
+        nursery: trio.Nursery,
+        dashboard_port: int | None,
+        task_status: trio.TaskStatus[dict[str, Any]],
+    ) -> None:
+        """Choose the round clock, load the model, evaluate, join and play until stopped."""
         from swarmp2p.schedule import ScheduleCoordinator
 
         config, echo = self.config, self.echo
-        clock = RealClock()
-        network.set_record_check(record_check)
         for addr in config.bootstrap:
             try:
                 await network.connect(addr)
@@ -228,6 +288,7 @@ class Node:
         if setup.notice is not None:
             echo(setup.notice)
         echo(f"peer id {identity.peer_id}; loading the model ({config.model}) on {self.device}…")
+        self.phase = "loading"
         built = functools.partial(
             build_policy,
             setup.trainer_config,
@@ -238,9 +299,11 @@ class Node:
         policy = self.policy = TimedPolicy(await trio.to_thread.run_sync(built))
         if self._stopping.is_set():
             return  # stopped while the model loaded (a worker thread, not cancellable): start nothing
+        self.phase = "evaluating"
         initial_eval = await evaluate_before_train(
             policy, setup.peer_settings.evaluation, self._stopping, echo
         )
+        self.phase = "joining"
         if self._stopping.is_set():
             return
         if new_swarm:
@@ -288,6 +351,7 @@ class Node:
 
         def status() -> dict[str, Any]:
             snapshot = peer.status()
+            snapshot["node_phase"] = self.phase
             snapshot["rollouts"] = feed.observe(peer.current_work, identity.peer_id)
             snapshot["peer_rewards"] = feed.peer_rewards()  # the leaderboard's rewards of others
             snapshot["peer_rejections"] = peer_faults(peer)  # per peer: messages blamed on it
@@ -310,49 +374,38 @@ class Node:
             "pid": os.getpid(),
             "threads": thread_counts(),
         }
-        async with trio.open_nursery() as nursery:
-            addr = network.listen_addrs()[0]
-            # Say how to join before waiting for a round start: the hello is served already.
-            echo(f"listening on {addr}")
-            joining = join_lines(config, self.data_dir, addr, self.config_file)
-            echo(
-                f"swarm {schedule.swarm_id}: round {schedule.round_ms / 1000:g}s. To join from another "
-                "terminal:\n  " + "\n  ".join(joining)
-            )
-            if isinstance(coordinator, ScheduleCoordinator):
-                await join_at_round_start(coordinator, clock, config.join_min_remaining)
-            await nursery.start(peer.run)
-            # Free heap pages left by bursts (big DHT records, floods) go back to the system.
-            nursery.start_soon(memory.give_back_periodically)
-            nursery.start_soon(publish_hellos, network, own_hello, schedule.swarm_id, config.hello_interval_s)
-            nursery.start_soon(receive_hellos, network, hellos, hello_stats, schedule, echo)
-            if bootnodes is not None:
-                nursery.start_soon(bootnodes.watch)
-            if chain_board is not None and config.dashboard_port:
-                nursery.start_soon(chain_board.watch, chain, max(5.0, schedule.round_ms / 2000))
-            if config.dashboard_port:
-                from swarmp2p.dashboard import serve_dashboard
-
-                serve = functools.partial(
-                    serve_dashboard,
-                    status,
-                    host=config.dashboard_host,
-                    port=config.dashboard_port,
-                    history_file=self.data_dir / ROUNDS_FILE,  # every round, not only since this start
-                )
-                info["dashboard_port"] = await nursery.start(serve)
-                info["dashboard_url"] = dashboard_url(config.dashboard_host, info["dashboard_port"])
-                echo(f"dashboard: {info['dashboard_url']}")
-            else:
-                echo("dashboard: off (--dashboard-port 8080 serves one on http://127.0.0.1:8080/)")
-            # A round's own line comes once it is trained and reported, most of a round later: say
-            # at once that the node plays (the moment a user waits for after the address).
-            echo(f"round {current_round()} started: playing (one line per round as each ends)")
-            startup_gc.resume_full_collections()  # deferred by `swarmp2p node` while it started
-            self._write_node_file(info)
-            task_status.started(info)
-            # Run until stopped: stop() cancels the trainer and this whole scope.
-            await trio.sleep_forever()
+        addr = network.listen_addrs()[0]
+        # Say how to join before waiting for a round start: the hello is served already.
+        echo(f"listening on {addr}")
+        joining = join_lines(config, self.data_dir, addr, self.config_file)
+        echo(
+            f"swarm {schedule.swarm_id}: round {schedule.round_ms / 1000:g}s. To join from another "
+            "terminal:\n  " + "\n  ".join(joining)
+        )
+        if isinstance(coordinator, ScheduleCoordinator):
+            await join_at_round_start(coordinator, clock, config.join_min_remaining)
+        await nursery.start(peer.run)
+        self.phase = "playing"
+        self._status = status
+        # Free heap pages left by bursts (big DHT records, floods) go back to the system.
+        nursery.start_soon(memory.give_back_periodically)
+        nursery.start_soon(publish_hellos, network, own_hello, schedule.swarm_id, config.hello_interval_s)
+        nursery.start_soon(receive_hellos, network, hellos, hello_stats, schedule, echo)
+        if bootnodes is not None:
+            nursery.start_soon(bootnodes.watch)
+        if chain_board is not None and dashboard_port is not None:
+            nursery.start_soon(chain_board.watch, chain, max(5.0, schedule.round_ms / 2000))
+        if dashboard_port is not None:
+            info["dashboard_port"] = dashboard_port
+            info["dashboard_url"] = dashboard_url(config.dashboard_host, dashboard_port)
+        # A round's own line comes once it is trained and reported, most of a round later: say
+        # at once that the node plays (the moment a user waits for after the address).
+        echo(f"round {current_round()} started: playing (one line per round as each ends)")
+        startup_gc.resume_full_collections()  # deferred by `swarmp2p node` while it started
+        self._write_node_file(info)
+        task_status.started(info)
+        # Run until stopped: stop() cancels the trainer and this whole scope.
+        await trio.sleep_forever()
 
     def _make_peer(
         self,

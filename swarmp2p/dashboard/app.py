@@ -4,8 +4,10 @@
                   polling `/api/status`;
 - `/api/status`   the status as JSON plus `view`, what the page draws (`?history=N`: only the last
                   N rounds; a bad or unknown parameter is a 400 with `{"error": "<one line>"}`);
-- `/healthz`      `{"ok": true, "peer_id", "round", "peers"}` (503 and `"ok": false` when the
-                  status source fails), for load balancers and scripts;
+- `/healthz`      `{"ok": true, "peer_id", "round", "peers", "phase"}` (503 and `"ok": false` when
+                  the status source fails), for load balancers and scripts; a node's `phase` is
+                  where it is: starting, loading, evaluating, joining, playing (`node_phase` in
+                  its status; a status without one gives its round phase);
 - `/metrics`      Prometheus text, computed from the same status at scrape time.
 
 `write_html_report` writes the same page with one status inlined: a file to open or mail.
@@ -154,6 +156,7 @@ def build_app(source: StatusSource, *, title: str = "swarmp2p", history_file: Pa
                 "peer_id": status.get("peer_id"),
                 "round": status.get("round"),
                 "peers": status.get("peer_count"),
+                "phase": status.get("node_phase") or status.get("phase"),
             }
         )
 

@@ -3,6 +3,7 @@
 Status schema (every key optional, extra keys are passed through to `/api/status`):
 
     {"peer_id": str, "round": int, "phase": str,
+     "node_phase": str (a node's start-up phase: starting, loading, evaluating, joining, playing),
      "peers": [peer id, ...] or int,
      "history": [{"round": int, "reward": float, "rollouts_in": int,
                   "rollouts_out": int, "rejected": int or {reason: int},
@@ -95,7 +96,7 @@ def normalize_status(raw: Mapping[str, Any]) -> dict[str, Any]:
     for key in ("eval", "eval_deferred"):
         if not isinstance(status.get(key), dict):
             status[key] = None
-    for key in ("peer_id", "phase"):
+    for key in ("peer_id", "phase", "node_phase"):
         if key in status and status[key] is not None:
             status[key] = str(status[key])
     return status
