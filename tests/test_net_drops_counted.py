@@ -204,9 +204,9 @@ def test_what_a_paused_stream_still_held_when_its_peer_left_is_counted() -> None
                         await trio.sleep(0.05)
                 counted = {k: node.counters[k] for k in OUTCOMES}
                 assert sum(counted.values()) >= written, (written, counted)
-                # A write cut off by its timeout may have sent part of a frame: its messages
-                # never arrived whole and are not counted.
-                assert sum(node.counters[k] for k in OUTCOMES) == written
+                # A write cut off by its timeout sent part of a frame (its messages never arrived
+                # whole and are not counted), or, rarely, all of it just before the timeout.
+                assert sum(node.counters[k] for k in OUTCOMES) <= written + len(keys), counted
                 # The pause does not outlive the stream it guarded (one entry per forwarder
                 # ever paused, before).
                 assert ID.from_base58(sender_id) not in node.pubsub._paused_until

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import multiaddr
+import pytest
 import trio
 from libp2p import new_host
 from libp2p.crypto.ed25519 import create_new_key_pair
@@ -118,6 +119,7 @@ def over_bound(tables: dict[str, int], bound: int, skip: Iterable[str] = ()) -> 
     return {name: size for name, size in tables.items() if size > bound and name not in skip}
 
 
+@pytest.mark.slow  # 1,000 real hosts: about 80 s of one core
 def test_after_1000_peers_join_and_leave_every_per_peer_table_is_within_the_peer_book() -> None:
     async def main() -> None:
         with trio.fail_after(600):
