@@ -23,6 +23,7 @@ import contextvars
 from typing import Any
 
 import trio
+from libp2p.abc import IMuxedConn
 from libp2p.network.swarm import Swarm
 
 _POLL_S = 1.0  # for a muxer without a close event (yamux and mplex both have one)
@@ -68,6 +69,9 @@ def install() -> None:
     ) -> None:
         upgrade = _Upgrade()
         _current.set(upgrade)  # this task's context: the handler below runs in a copy of it
+        if isinstance(read_write_closer, IMuxedConn):  # QUIC and the like: no upgrade to wait for
+            upgrade.conn = read_write_closer
+            upgrade.done.set()
         async with trio.open_nursery() as nursery:
 
             async def handle() -> None:
