@@ -76,6 +76,12 @@ def per_peer_tables(node: LibP2PNetwork) -> dict[str, int]:
     for name in ("connections", "_round_robin_index", "health_data"):
         _sized(tables, f"swarm.{name}", getattr(network, name, None))
     _sized(tables, "host._identified_peers", getattr(node.host, "_identified_peers", None))
+    manager = getattr(network, "_resource_manager", None)
+    limiter = getattr(manager, "connection_rate_limiter", None)
+    for name in ("_token_buckets", "_last_request_times", "_window_counts"):
+        _sized(tables, f"resource_manager.rate.{name}", getattr(limiter, name, None))
+    tracker = getattr(manager, "connection_tracker", None)
+    _sized(tables, "resource_manager.established_per_peer", getattr(tracker, "established_per_peer", None))
     pubsub = node.pubsub
     names = (
         "peers",

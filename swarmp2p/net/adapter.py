@@ -801,10 +801,18 @@ class LibP2PNetwork:
             for name in ("_recent_disconnects", "_failure_counts", "_last_connect_attempt")
             if isinstance(table := getattr(auto_connector, name, None), dict)
         ]
+        # The resource manager's per-peer connection rate buckets ("peer:<id>" -> bucket, and
+        # when each was last used): py-libp2p forgets one only to make room past 1000.
+        limiter = getattr(getattr(network, "_resource_manager", None), "connection_rate_limiter", None)
+        buckets: list[dict[str, Any]] = [
+            table
+            for name in ("_token_buckets", "_last_request_times", "_window_counts")
+            if isinstance(table := getattr(limiter, name, None), dict)
+        ]
         # Cheap on a settled node: nothing can be pruned while no table holds more peers than
         # the book, our connections and ourselves together.
         most = len(self.book) + len(network.connections) + len(self._dialing) + 1
-        if len(entries) <= most and all(len(table) <= most for table in cooldowns):
+        if len(entries) <= most and all(len(table) <= most for table in (*cooldowns, *buckets)):
             return 0
         keep: set[ID] = {self.host.get_id()}
         keep.update(network.connections)
@@ -826,6 +834,11 @@ class LibP2PNetwork:
         for table in cooldowns:
             for pid in [pid for pid in table if pid not in keep and pid not in entries]:
                 del table[pid]
+        if buckets:
+            kept = {f"peer:{pid}" for pid in (*entries, *network.connections)}  # after the pruning
+            for bucket_table in buckets:
+                for key in [key for key in bucket_table if key.startswith("peer:") and key not in kept]:
+                    del bucket_table[key]
         if pruned:
             self.counters.add("peerstore_pruned", pruned)
         return pruned
