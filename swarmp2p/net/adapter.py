@@ -764,8 +764,9 @@ class LibP2PNetwork:
         return changed
 
     def _prune_peer_tables(self, connected: set[str]) -> int:
-        """Forget, in py-libp2p's peerstore, its auto-connector's cooldown tables, the DHT's
-        routing table and our peer exchange pauses, every peer that is not ourselves, in the
+        """Forget, in py-libp2p's peerstore, its auto-connector's cooldown tables, its resource
+        manager's connection rate buckets, the DHT's routing table and our peer exchange pauses,
+        every peer that is not ourselves, in the
         peer book, or connected (or being dialed); returns how many peerstore entries went
         (`peerstore_pruned`). A peer the DHT added by itself (one that sent us a DHT request)
         leaves its routing table when it is no longer connected, as the peers we add do.
