@@ -216,3 +216,38 @@ def test_what_a_paused_stream_still_held_when_its_peer_left_is_counted() -> None
                 assert exported(status, "gossip_unread_when_peer_left") == unread
 
     trio.run(main)
+
+
+def test_dht_lookups_py_libp2p_refuses_are_counted_apart_and_long_keys_are_counted() -> None:
+    """Between two nodes: py-libp2p's `put_value` looks for a record key's closest peers with a
+    FIND_NODE for that key, which py-libp2p's handler refuses (not a peer id): an honest put
+    refused at one hop, counted as `dht_lookup_refused` and not as a refused record. And a
+    GET_VALUE for a key over 128 bytes (a swarm id of 64 bytes makes one) is refused by the
+    serving peer, so the record cannot be fetched from it: counted in `dht_refused_by_libp2p`
+    (on the code before, neither was counted anywhere)."""
+
+    async def main() -> None:
+        with trio.fail_after(90):
+            async with (
+                open_libp2p_network(create_new_key_pair(), FAST) as a,
+                open_libp2p_network(create_new_key_pair(), FAST) as b,
+            ):
+                await b.connect(a.listen_addrs()[0])
+                await wait_until(
+                    lambda: a.dht.get_routing_table_size() >= 1 and b.dht.get_routing_table_size() >= 1
+                )
+                short = f"s/12/0/{a.local_peer_id}"
+                await a.dht_put(short, b"record")
+                assert await b.dht_get(short) == b"record"
+                await wait_until(
+                    lambda: a.counters["dht_lookup_refused"] + b.counters["dht_lookup_refused"] >= 1
+                )
+                assert a.counters["dht_rejected"] == b.counters["dht_rejected"] == 0
+                long = f"{'s' * 64}/12/0/{a.local_peer_id}"
+                assert len(f"/swarmp2p/{long}") > 128
+                await a.dht_put(long, b"record")  # stored at a, which refuses to serve it
+                assert await b.dht_get(long) is None
+                await wait_until(lambda: a.counters["dht_refused_by_libp2p"] >= 1)
+                assert exported(a.status(), "dht_lookup_refused") == a.counters["dht_lookup_refused"]
+
+    trio.run(main)

@@ -78,6 +78,10 @@ class DropCounters:
         # record, empty or non-UTF-8 key, record key unlike the message key, empty or oversized
         # record, a lookup with an empty or overlong key, unparsable message.
         "dht_refused_by_libp2p",
+        # A FIND_NODE whose key is not a peer id, refused by py-libp2p's handler: what py-libp2p's
+        # own put_value sends to find a record key's closest peers (net/dht.py). A lookup hop
+        # lost, not a record: not in `dht_rejected`.
+        "dht_lookup_refused",
         # A record whose libp2p record signature (author + signature fields) does not verify:
         # py-libp2p refuses it after our validator accepted its key and value, or drops it from
         # the store before serving it.
@@ -115,6 +119,7 @@ class DropCounters:
             "gossip_relay_backup_copy",
             "gossip_forwarder_paused",
             "dht_stream_idle_reset",
+            "dht_lookup_refused",
             "dht_expired",
         }
     )

@@ -15,11 +15,14 @@ of them on every put once full.
 
 What py-libp2p's DHT stream handler refuses before any validator runs (a PUT_VALUE without a
 record, or whose key is empty or not UTF-8, whose record key differs from the message key, whose
-record is empty or over its 1 MiB limit; a lookup whose key is empty or too long; a message
-over its size limit or not a protobuf) is counted as
+record is empty or over its 1 MiB limit; a GET_VALUE or provider request whose key is empty or
+too long; a message over its size limit or not a protobuf) is counted as
 `dht_refused_by_libp2p` (also in `dht_rejected`) by `_count_handler_refusals`, which sees each
-message the handler reads. A record whose libp2p signature is wrong (checked after our
-validator accepted it) is `dht_bad_record_signature` (`_counting_verify_record`).
+message the handler reads. A FIND_NODE for a key that is not a peer id is refused too, and
+counted apart (`dht_lookup_refused`): py-libp2p's own `put_value` asks its closest-peer lookups
+with the record's key, so py-libp2p peers refuse every such hop of each other's puts. A record
+whose libp2p signature is wrong (checked after our validator accepted it) is
+`dht_bad_record_signature` (`_counting_verify_record`).
 """
 
 from __future__ import annotations
@@ -325,7 +328,11 @@ def _count_handler_refusals(host: IHost, counters: DropCounters, idle_s: float) 
         except MessageTooLarge:
             _refused(counters)
             raise
-        if not _handler_accepts(data):
+        refusal = _handler_refusal(data)
+        if refusal == _LOOKUP_REFUSED:
+            if counters is not None:
+                counters.add(_LOOKUP_REFUSED)
+        elif refusal is not None:
             _refused(counters)
         return data
 
@@ -371,36 +378,43 @@ _KEYED_REQUEST_LIMITS = {
 an empty key or a longer one)."""
 
 
-def _handler_accepts(data: bytes) -> bool:
-    """False for what KadDHT 0.8.1's handler refuses before validating a record: a message that is
-    not a protobuf; a PUT_VALUE without a record, or whose record is malformed (see the module
-    doc); a GET_VALUE, GET_PROVIDERS or ADD_PROVIDER whose key is empty or too long; a FIND_NODE
-    whose key is neither a multihash nor 2-50 bytes. Each of those resets the stream with a
-    warning at most, which the node's logging silences."""
+_LOOKUP_REFUSED = "dht_lookup_refused"
+_REFUSED = "dht_refused_by_libp2p"
+
+
+def _handler_refusal(data: bytes) -> str | None:
+    """Why KadDHT 0.8.1's handler refuses a message before validating a record (None: it does
+    not). `dht_refused_by_libp2p`: a message that is not a protobuf; a PUT_VALUE without a record,
+    or whose record is malformed (see the module doc); a GET_VALUE, GET_PROVIDERS or ADD_PROVIDER
+    whose key is empty or too long. `dht_lookup_refused`: a FIND_NODE whose key is neither a
+    multihash nor 2-50 bytes, which is what py-libp2p's own `put_value` sends for a record key
+    (the closest peers to the key): every such lookup hop to a py-libp2p peer is refused, honest
+    or not, so it is counted apart from refused records. Each resets the stream with a warning
+    at most, which the node's logging silences."""
     message = Message()
     try:
         message.ParseFromString(data)
     except Exception:
-        return False
+        return _REFUSED
     kind = message.type
     if kind == Message.MessageType.FIND_NODE:
-        return _find_node_key_ok(message.key)
+        return None if _find_node_key_ok(message.key) else _LOOKUP_REFUSED
     if kind in _KEYED_REQUEST_LIMITS:
-        return 0 < len(message.key) <= _KEYED_REQUEST_LIMITS[kind]
+        return None if 0 < len(message.key) <= _KEYED_REQUEST_LIMITS[kind] else _REFUSED
     if kind != Message.MessageType.PUT_VALUE:
-        return True
+        return None
     if not message.HasField("record"):
-        return False
+        return _REFUSED
     record = message.record
     if not message.key or record.key != message.key or not record.value:
-        return False
+        return _REFUSED
     if len(record.SerializeToString()) > MAX_RECORD_SIZE:
-        return False
+        return _REFUSED
     try:
         record.key.decode("utf-8")
     except UnicodeDecodeError:
-        return False
-    return True
+        return _REFUSED
+    return None
 
 
 def _find_node_key_ok(key: bytes) -> bool:
@@ -417,7 +431,7 @@ def _find_node_key_ok(key: bytes) -> bool:
 
 def _refused(counters: DropCounters | None) -> None:
     if counters is not None:
-        counters.add("dht_refused_by_libp2p")
+        counters.add(_REFUSED)
         counters.add("dht_rejected")
 
 
