@@ -575,13 +575,18 @@ def _spread(values: Sequence[float]) -> dict[str, float | None]:
     }
 
 
-def _job_numbers(job: dict[str, Any], size: str | None = None) -> dict[str, float | None]:
+def _job_numbers(
+    job: dict[str, Any], size: str | None = None, settings: ExperimentSettings | None = None
+) -> dict[str, Any]:
     peers = [p for p in job["peers"] if size is None or p["size"] == size]
     cumulative = math.fsum(r for p in peers for r in p["rewards"] if r is not None)
     finals = [p["evals"][-1]["accuracy"] for p in peers if p["evals"]]
     starts = [p["evals"][0]["accuracy"] for p in peers if p["evals"] and p["evals"][0]["round"] == -1]
     return {
         "question_gains": _question_gains(peers),
+        "off_specialty_gains": _off_specialty_gains(peers, settings)
+        if settings is not None and settings.setting == "specialised"
+        else None,
         "generate_cpu_s_per_peer": statistics.fmean(p.get("generate_cpu_s", 0.0) for p in peers)
         if peers
         else None,
@@ -591,6 +596,32 @@ def _job_numbers(job: dict[str, Any], size: str | None = None) -> dict[str, floa
         "start_accuracy": statistics.fmean(starts) if starts else None,
         "honest_peers": len(peers),
     }
+
+
+def _off_specialty_gains(peers: Sequence[dict[str, Any]], settings: ExperimentSettings) -> list[float] | None:
+    """Specialised swarms: per held-out question, the mean gain of the peers whose own questions
+    come from OTHER tasks (what a peer learned about a task it never answers itself). The held-out
+    set lists each task's `eval_questions` questions in task order; None when it does not (a task
+    with fewer distinct held-out questions), or when a question has no such peer."""
+    from protocol.questions import specialty
+
+    tasks = settings.trainer_tasks()
+    size = settings.eval_questions
+    columns: list[list[float]] = [[] for _ in range(size * len(tasks))]
+    for peer in peers:
+        evals = peer["evals"]
+        if len(evals) < 2 or evals[0]["round"] != -1:
+            return None
+        first, last = evals[0].get("per_question"), evals[-1].get("per_question")
+        if not first or not last or len(first) != len(columns) or len(last) != len(columns):
+            return None
+        own = tasks.index(specialty(tasks, peer["peer_id"]))
+        for position, (before, after) in enumerate(zip(first, last, strict=True)):
+            if position // size != own:
+                columns[position].append(after - before)
+    if any(not column for column in columns):
+        return None
+    return [statistics.fmean(column) for column in columns]
 
 
 def _question_gains(peers: Sequence[dict[str, Any]]) -> list[float] | None:
@@ -611,8 +642,8 @@ def _question_gains(peers: Sequence[dict[str, Any]]) -> list[float] | None:
     return [statistics.fmean(column) for column in zip(*rows, strict=True)]
 
 
-def _gain_interval(numbers: Sequence[dict[str, Any]]) -> dict[str, float] | None:
-    rows = [n["question_gains"] for n in numbers]
+def _gain_interval(numbers: Sequence[dict[str, Any]], key: str = "question_gains") -> dict[str, float] | None:
+    rows = [n[key] for n in numbers]
     if not rows or any(row is None for row in rows) or len({len(row) for row in rows}) != 1:
         return None
     return grid_interval(rows).as_dict()
@@ -624,20 +655,25 @@ def _paired_against(
     """This arm minus `theirs` on the same seeds (lists in seed order): the held-out gain's
     difference (two-way bootstrap over seeds and questions) and the cumulative reward per peer's
     (Student's t over seeds)."""
-    gain = None
     pairs = list(zip(ours, theirs, strict=True))
-    if pairs and all(a["question_gains"] and b["question_gains"] for a, b in pairs):
-        diffs = [
-            [x - y for x, y in zip(a["question_gains"], b["question_gains"], strict=True)] for a, b in pairs
-        ]
-        gain = grid_interval(diffs).as_dict()
+
+    def difference(key: str) -> dict[str, float] | None:
+        if not pairs or not all(a[key] and b[key] for a, b in pairs):
+            return None
+        diffs = [[x - y for x, y in zip(a[key], b[key], strict=True)] for a, b in pairs]
+        return grid_interval(diffs).as_dict()
+
     rewards = [
         a["cumulative_reward_per_peer"] - b["cumulative_reward_per_peer"]
         for a, b in pairs
         if a["cumulative_reward_per_peer"] is not None and b["cumulative_reward_per_peer"] is not None
     ]
     reward = paired_interval(rewards).as_dict() if len(rewards) >= 2 else None
-    return {"gain_difference": gain, "reward_difference": reward}
+    return {
+        "gain_difference": difference("question_gains"),
+        "off_specialty_difference": difference("off_specialty_gains"),
+        "reward_difference": reward,
+    }
 
 
 def summarize(settings: ExperimentSettings, jobs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -648,7 +684,7 @@ def summarize(settings: ExperimentSettings, jobs: list[dict[str, Any]]) -> dict[
     for arm in arms:
         mine = [job for job in jobs if job["arm"] == arm.name]
         for size in sizes:
-            numbers = [_job_numbers(job, size) for job in mine]
+            numbers = [_job_numbers(job, size, settings) for job in mine]
             updates = [
                 u for job in mine for p in job["peers"] if size in (None, p["size"]) for u in p["updates"]
             ]
@@ -695,6 +731,7 @@ def summarize(settings: ExperimentSettings, jobs: list[dict[str, Any]]) -> dict[
                 "completions_per_update": _spread([float(u[1]) for u in updates]),
                 "groups_used_per_update": _spread([float(u[2]) for u in updates if len(u) > 2]),
                 "heldout_gain": _gain_interval(numbers),
+                "off_specialty_gain": _gain_interval(numbers, "off_specialty_gains"),
                 "generate_cpu_s_per_peer": _spread(
                     [
                         n["generate_cpu_s_per_peer"]
@@ -847,6 +884,22 @@ def table_markdown(settings: ExperimentSettings, summary: dict[str, Any]) -> str
                 ]
             )
             + " |"
+        )
+    if settings.setting == "specialised":
+        lines.append("")
+        lines.append(
+            "Off-specialty gain (held-out questions of the tasks a peer never answers itself, 95% interval "
+            "over seeds and questions): "
+            + "; ".join(
+                f"{row['configuration']} {_interval_text(row['off_specialty_gain'])}"
+                + (
+                    f" (vs {first}: {_interval_text(row['vs_first_split'].get('off_specialty_difference'))})"
+                    if row.get("vs_first_split")
+                    else ""
+                )
+                for row in summary["rows"]
+            )
+            + "."
         )
     forged = [row for row in summary["rows"] if row["forgers"]]
     if forged:
@@ -1003,9 +1056,9 @@ def write_settings_table(runs: Sequence[tuple[ExperimentSettings, Path]], out: P
     (read back from each setting's table.json), every split against the first on the same seeds."""
     lines = [
         "| setting | configuration | size | held-out gain [95%] | gain vs first split [95%] "
-        "| cumulative reward per peer | reward vs first split [95%] | groups used / update "
-        "| generation CPU s / peer |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| off-specialty gain vs first split [95%] | cumulative reward per peer "
+        "| reward vs first split [95%] | groups used / update | generation CPU s / peer |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     data = []
     for settings, folder in runs:
@@ -1022,6 +1075,7 @@ def write_settings_table(runs: Sequence[tuple[ExperimentSettings, Path]], out: P
                         row["size"],
                         _interval_text(row["heldout_gain"]),
                         _interval_text(versus.get("gain_difference")),
+                        _interval_text(versus.get("off_specialty_difference")),
                         _fmt(row["cumulative_reward_per_peer"], 2),
                         _interval_text(versus.get("reward_difference"), 2),
                         "–" if used["mean"] is None else f"{used['mean']:.2f}",

@@ -299,3 +299,35 @@ def test_specialised_peers_answer_one_task_each_and_verify_each_other() -> None:
     assert {specialty(tasks, peer) for peer in peers} == set(tasks)
     mixed = attrs.evolve(game, specialised=False)
     assert len({q.task for r in range(5) for q in mixed.questions(r, 0, peers[0])}) > 1
+
+
+def test_off_specialty_gain_reads_only_the_tasks_a_peer_never_answers() -> None:
+    """In a specialised swarm a peer's gain on its own task says nothing about sharing; the
+    off-specialty gain averages, per held-out question, only the peers of the other tasks."""
+    from protocol.questions import specialty
+    from simulator.experiment import _off_specialty_gains
+
+    tasks = ("t1", "t2")
+    settings = ExperimentSettings(setting="specialised", eval_questions=2, trainer=(("tasks", tasks),))
+    ids = [f"peer-{i}" for i in range(40)]
+    one = next(p for p in ids if specialty(tasks, p) == "t1")
+    two = next(p for p in ids if specialty(tasks, p) == "t2")
+    # questions 0-1 are t1's, 2-3 t2's; each peer gains 1.0 on its own task only, 0.5 elsewhere
+    peers = [
+        {
+            "peer_id": one,
+            "evals": [
+                {"round": -1, "per_question": [0.0] * 4},
+                {"round": 9, "per_question": [1, 1, 0.5, 0.5]},
+            ],
+        },
+        {
+            "peer_id": two,
+            "evals": [
+                {"round": -1, "per_question": [0.0] * 4},
+                {"round": 9, "per_question": [0.5, 0.5, 1, 1]},
+            ],
+        },
+    ]
+    assert _off_specialty_gains(peers, settings) == [0.5, 0.5, 0.5, 0.5]
+    assert _off_specialty_gains(peers[:1], settings) is None  # t1's questions have no other peer
