@@ -58,7 +58,7 @@ def test_the_readme_join_sample_has_no_placeholder() -> None:
 
 def _node_sample() -> list[str]:
     """The README's sample of what `swarmp2p node` prints."""
-    section = README.read_text().split("`swarmp2p node` prints", 1)[1]
+    section = README.read_text().split("`swarmp2p node` says first", 1)[1]
     return re.search(r"```text\n(.*?)\n```", section, re.S).group(1).splitlines()
 
 
