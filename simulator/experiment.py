@@ -761,6 +761,11 @@ def summarize(settings: ExperimentSettings, jobs: list[dict[str, Any]]) -> dict[
             if first is not None and first is not row and first["seeds"] == row["seeds"]
             else None
         )
+        row["vs_baseline"] = (
+            _paired_against(row["_numbers"], base["_numbers"])
+            if base is not None and base is not first and base is not row and base["seeds"] == row["seeds"]
+            else None
+        )
     for row in rows:
         del row["_numbers"]
     return {"rows": rows, "curves": _curves(settings, jobs)}
@@ -884,6 +889,25 @@ def table_markdown(settings: ExperimentSettings, summary: dict[str, Any]) -> str
                 ]
             )
             + " |"
+        )
+    variants = [row for row in summary["rows"] if row.get("vs_baseline")]
+    if variants:
+        lines.append("")
+        lines.append(
+            "Rows beyond the splits against the split they run on (same seeds; held-out gain: 95% interval "
+            "over seeds and questions; reward per peer: Student's t): "
+            + "; ".join(
+                f"{row['configuration']} vs {row['baseline']}: gain "
+                f"{_interval_text(row['vs_baseline']['gain_difference'])}, reward "
+                f"{_interval_text(row['vs_baseline']['reward_difference'], 2)}"
+                + (
+                    f", off-specialty gain {_interval_text(row['vs_baseline']['off_specialty_difference'])}"
+                    if row["vs_baseline"].get("off_specialty_difference")
+                    else ""
+                )
+                for row in variants
+            )
+            + "."
         )
     if settings.setting == "specialised":
         lines.append("")
