@@ -285,7 +285,7 @@ def train(
         ) as progress,
     ):
         if selecting:
-            test_start = policy.evaluate("test")
+            test_start = report_evaluation(policy, "test")
             record_test("test_start", test_start)
         maybe_evaluate()
         bar = progress.add_task("train", total=steps, status="")
@@ -311,7 +311,7 @@ def train(
     selected = None
     if selecting and best.step is not None:
         best.restore(policy.model)
-        selected = policy.evaluate("test", step=best.step)  # the weights of that step
+        selected = report_evaluation(policy, "test", step=best.step)  # the weights of that step
         with open(out / "metrics.jsonl", "a", encoding="utf-8") as log:
             record_test(
                 "test_selected",
@@ -353,6 +353,19 @@ def train(
             f"{selected['questions']} test questions; weights in {out / 'best-model'}"
         )
     console.print(f"curves: {png}")
+
+
+def report_evaluation(policy: Any, split: str, step: int | None = None) -> dict:
+    """An evaluation of `split` for the reported figure: `eval_report_samples` completions per
+    question instead of the curve's `eval_samples` (the same questions and seeded sampler)."""
+    import attrs
+
+    curve = policy.config
+    policy.config = attrs.evolve(curve, eval_samples=curve.eval_report_samples)
+    try:
+        return policy.evaluate(split, step=step)
+    finally:
+        policy.config = curve
 
 
 def _pick_auto_model(config: Any, console: Any) -> Any:
