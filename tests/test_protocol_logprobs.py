@@ -26,31 +26,18 @@ from protocol.messages import (
     PROTOCOL_VERSION,
     Completion,
     QuestionGroup,
-    QuestionRef,
     RolloutAnnouncement,
     RolloutBatch,
 )
 from protocol.rounds import RoundMachine, RoundOpened
 from protocol.verification import VerificationLimits, verify_batch
+from tests.test_admission_rules import EchoRegistry
 
 SWARM = "logprobs"
 SEED = 23
 ROUND = 4
 ALICE = hashlib.sha256(b"logprobs alice").digest()
 ME = hashlib.sha256(b"logprobs me").digest()
-
-
-class EchoRegistry:
-    """One task: the right answer to question i is the text str(i)."""
-
-    def task_names(self) -> tuple[str, ...]:
-        return ("echo",)
-
-    def is_heldout(self, question: QuestionRef) -> bool:
-        return False
-
-    def score(self, question: QuestionRef, completion_text: str) -> float:
-        return 1.0 if completion_text == str(question.index) else 0.0
 
 
 REGISTRY = EchoRegistry()
