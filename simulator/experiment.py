@@ -598,6 +598,18 @@ def _job_numbers(
     }
 
 
+def _peer_question_gains(peer: dict[str, Any]) -> list[float] | None:
+    """One peer's per-question gain, last evaluation minus the one before training; None when it
+    has no start evaluation or no per-question results (the simulated learner)."""
+    evals = peer["evals"]
+    if len(evals) < 2 or evals[0]["round"] != -1:
+        return None
+    first, last = evals[0].get("per_question"), evals[-1].get("per_question")
+    if not first or not last or len(first) != len(last):
+        return None
+    return [after - before for before, after in zip(first, last, strict=True)]
+
+
 def _off_specialty_gains(peers: Sequence[dict[str, Any]], settings: ExperimentSettings) -> list[float] | None:
     """Specialised swarms: per held-out question, the mean gain of the peers whose own questions
     come from OTHER tasks (what a peer learned about a task it never answers itself). The held-out
@@ -609,16 +621,13 @@ def _off_specialty_gains(peers: Sequence[dict[str, Any]], settings: ExperimentSe
     size = settings.eval_questions
     columns: list[list[float]] = [[] for _ in range(size * len(tasks))]
     for peer in peers:
-        evals = peer["evals"]
-        if len(evals) < 2 or evals[0]["round"] != -1:
-            return None
-        first, last = evals[0].get("per_question"), evals[-1].get("per_question")
-        if not first or not last or len(first) != len(columns) or len(last) != len(columns):
+        gains = _peer_question_gains(peer)
+        if gains is None or len(gains) != len(columns):
             return None
         own = tasks.index(specialty(tasks, peer["peer_id"]))
-        for position, (before, after) in enumerate(zip(first, last, strict=True)):
+        for position, gain in enumerate(gains):
             if position // size != own:
-                columns[position].append(after - before)
+                columns[position].append(gain)
     if any(not column for column in columns):
         return None
     return [statistics.fmean(column) for column in columns]
@@ -628,16 +637,8 @@ def _question_gains(peers: Sequence[dict[str, Any]]) -> list[float] | None:
     """Per held-out question, the mean over `peers` of (last evaluation - the one before
     training): what a row's gain interval resamples. None when a peer lacks per-question results
     (the simulated learner) or the start evaluation."""
-    rows = []
-    for peer in peers:
-        evals = peer["evals"]
-        if len(evals) < 2 or evals[0]["round"] != -1:
-            return None
-        first, last = evals[0].get("per_question"), evals[-1].get("per_question")
-        if not first or not last or len(first) != len(last):
-            return None
-        rows.append([b - a for a, b in zip(first, last, strict=True)])
-    if not rows or len({len(row) for row in rows}) != 1:
+    rows = [_peer_question_gains(peer) for peer in peers]
+    if not rows or any(row is None for row in rows) or len({len(row) for row in rows}) != 1:
         return None
     return [statistics.fmean(column) for column in zip(*rows, strict=True)]
 
