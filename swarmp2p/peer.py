@@ -403,6 +403,7 @@ class Peer:
         if not self.game.trains(stage):  # the game says this stage is shared, not trained on
             self._feed(ev.TrainingFinished(round_number, stage))
             return
+        work.train_started_ms = self.clock.now_ms()
         self.sampling_state, finished = await steps.train(
             work,
             self.inbox.training_pool(work.inbox),
@@ -415,6 +416,7 @@ class Peer:
             local=self.game.training_groups(stage, work.items, work.local),
         )
         if finished:
+            work.train_finished_ms = self.clock.now_ms()
             self._feed(ev.TrainingFinished(round_number, stage))
 
     async def _report(self, round_number: int, stage: int = 0) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 
 from swarmp2p.heldout import describe as describe_eval
 from swarmp2p.heldout import describe_deferral
+from swarmp2p.round_record import FATES
 
 ROUNDS_FILE = "rounds.jsonl"
 
@@ -106,9 +107,8 @@ class RoundLog:
         out_of_round = sum(record.rejected.get(reason, 0) for reason in OUT_OF_ROUND_REJECTIONS)
         if out_of_round:
             rejected += f" ({out_of_round} out of round)"
-        state = ""
-        if not record.completed:
-            state = " (skipped: too little time left)" if record.skipped else " (abandoned)"
+        said = FATES.get(record.fate, record.fate)
+        state = f" ({said})" if said else ""
         evaluation = ""
         if record.eval is not None:
             evaluation = f" | eval {describe_eval(record.eval)}"

@@ -18,6 +18,20 @@ from protocol.messages import QuestionGroup, QuestionRef, RolloutBatch
 log = logging.getLogger("swarmp2p.peer")
 
 
+FATES = {
+    "completed": "",  # trained (when there was anything to train on) and reported in time
+    "trained_report_late": "trained, report late",  # the update ran; the round ended before the report
+    "abandoned": "abandoned",  # the round ended before its training step: nothing of it was kept
+    "skipped": "skipped: too little time left",  # never started (PeerSettings.min_round_remaining)
+}
+"""Each fate of a round, with what its round line says in brackets ("" for none)."""
+
+
+def plain_fate(completed: bool, skipped: bool) -> str:
+    """The fate the two flags alone tell (a late-reported round says so explicitly)."""
+    return "completed" if completed else "skipped" if skipped else "abandoned"
+
+
 @attrs.frozen
 class RoundRecord:
     """What happened to one peer in one round (a completed round, or one abandoned midway)."""
@@ -41,11 +55,16 @@ class RoundRecord:
     eval_deferred: Mapping[str, Any] | None = None  # {needed_s, left_s}: due, but did not fit
     # The batch ledger (sha256 of the sealed envelope, hex, as announced): what was published,
     # accepted and trained on, so that "no accepted batch trained twice or lost" can be checked
-    # from rounds.jsonl alone (tests/netns_harness.py `batch_ledger`).
+    # from rounds.jsonl alone (netlab/netns_harness.py `batch_ledger`).
     batch_digest: str = ""  # our own batch of this round ("" when we published none)
     accepted_batches: Mapping[str, str] = attrs.field(factory=dict)  # sender -> digest
     trained_batches: tuple[str, ...] = ()  # digests with a group in this round's training update
     untrained_batches: Mapping[str, str] = attrs.field(factory=dict)  # digest -> why not (UNTRAINED)
+    fate: str = attrs.field(
+        default=attrs.Factory(lambda record: plain_fate(record.completed, record.skipped), takes_self=True),
+        validator=attrs.validators.in_(FATES),
+    )
+    """What became of the round (FATES): the round line and the busy-host measurement read it."""
 
     def to_json(self) -> dict[str, Any]:
         data = attrs.asdict(self)
@@ -96,6 +115,10 @@ class RoundWork:
     trained_external: int = 0
     train_metrics: dict[str, float] = attrs.Factory(dict)
     generate_s: float | None = None
+    updated: bool = False
+    """The training step ran an update (the policy's train returned)."""
+    train_started_ms: int | None = None
+    train_finished_ms: int | None = None
     eval: dict[str, Any] | None = None
     eval_deferred: dict[str, Any] | None = None
 
@@ -131,6 +154,8 @@ def untrained_of(work: RoundWork, accepted: Mapping[str, str], *, completed: boo
 
 
 def record_of(work: RoundWork, *, completed: bool, finished_ms: int) -> RoundRecord:
+    """The record of a round that ended: reported (`completed`), or overtaken by the next
+    round, which loses only the report when its training step had already run."""
     inbox = work.inbox
     accepted = accepted_digests(inbox)
     return RoundRecord(
@@ -154,6 +179,7 @@ def record_of(work: RoundWork, *, completed: bool, finished_ms: int) -> RoundRec
         accepted_batches=accepted,
         trained_batches=work.trained_batches,
         untrained_batches=untrained_of(work, accepted, completed=completed),
+        fate="completed" if completed else "trained_report_late" if work.updated else "abandoned",
     )
 
 

@@ -160,6 +160,7 @@ async def train(
         try:
             metrics = await offload(policy.train, groups)
             work.train_metrics = {str(k): float(v) for k, v in dict(metrics or {}).items()}
+            work.updated = True
             counters["trained"] += 1
         except Exception:
             if stopping():

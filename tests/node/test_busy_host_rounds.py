@@ -1,0 +1,158 @@
+"""Rounds on a busy host, on a virtual clock: a round whose training step ran but whose report
+missed the round's end is recorded and printed as trained (not abandoned), and a peer whose
+generate + train keeps overrunning the round does less of its own work until rounds fit again.
+
+A Peer runs its real round loop on stub ports; the policy advances the clock by the time its
+work would take, so a busy host is a policy that takes longer per question and per group.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+import trio
+
+from protocol.messages import Completion, QuestionGroup, QuestionRef
+from swarmp2p.peer import Peer, PeerSettings
+from swarmp2p.ports import InboundMessage, RoundInfo
+from swarmp2p.round_log import RoundLog
+from tests.protocol.test_admission_rules import ME, SEED, SWARM, EchoRegistry, pid
+
+ROUND_MS = 10_000
+
+
+class LoopClock:
+    """Virtual time: it moves by each idle wait and by the policy's work (never really sleeps)."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def now_ms(self) -> int:
+        return self.now
+
+    async def sleep_wakeable(self, seconds: float, set_waker: Callable[[Callable[[], None]], None]) -> None:
+        self.now += max(1, round(seconds * 1000))
+        await trio.lowlevel.checkpoint()
+
+
+class Schedule:
+    """Round r runs from r * ROUND_MS to (r + 1) * ROUND_MS; reported rounds are kept."""
+
+    def __init__(self, clock: LoopClock) -> None:
+        self.clock = clock
+        self.reported: list[int] = []
+
+    async def current(self) -> RoundInfo:
+        r = self.clock.now // ROUND_MS
+        return RoundInfo(r, 0, 1, (r + 1) * ROUND_MS)
+
+    async def register(self, peer_id: str) -> None:
+        pass
+
+    async def submit_reward(self, round: int, stage: int, reward: float, peer_id: str) -> None:
+        self.reported.append(round)
+
+    async def submit_winners(self, round: int, winners: Sequence[str], peer_id: str) -> None:
+        pass
+
+
+class TimedWork:
+    """A policy whose generation takes `generate_ms` per question and whose training step takes
+    `train_ms` per group, on the virtual clock (what a busy host stretches)."""
+
+    def __init__(self, clock: LoopClock, generate_ms: int, train_ms: int) -> None:
+        self.clock, self.generate_ms, self.train_ms = clock, generate_ms, train_ms
+        self.asked: list[int] = []  # questions per generate call
+        self.trained: list[int] = []  # groups per train call
+
+    def generate(self, questions: Sequence[QuestionRef]) -> list[QuestionGroup]:
+        self.clock.now += self.generate_ms * len(questions)
+        self.asked.append(len(questions))
+        return [QuestionGroup(q, (Completion(str(q.index), 1.0), Completion("no", 0.0))) for q in questions]
+
+    def train(self, groups: Sequence[QuestionGroup]) -> dict[str, float]:
+        self.clock.now += self.train_ms * len(groups)
+        self.trained.append(len(groups))
+        return {"updated": 1.0}
+
+    def save(self) -> None:
+        pass
+
+    def load(self) -> bool:
+        return False
+
+
+class QuietNetwork:
+    bounds_waits = True
+    push_max_bytes = 0
+
+    def __init__(self, peer_id: str) -> None:
+        self.local_peer_id = peer_id
+
+    def connected_peers(self) -> Sequence[str]:
+        return ()
+
+    def subscribe_inline(self, topic: str, handler: Callable[[InboundMessage], None]) -> bool:
+        return True
+
+    async def publish(self, topic: str, data: bytes) -> None:
+        await trio.lowlevel.checkpoint()
+
+    async def dht_put(self, key: str, value: bytes) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+async def inline(fn: Callable[..., object], *args: object) -> object:
+    return fn(*args)
+
+
+def make_peer(policy: TimedWork, clock: LoopClock, **settings: object) -> tuple[Peer, Schedule]:
+    schedule = Schedule(clock)
+    peer = Peer(
+        PeerSettings(swarm_id=SWARM, seed=SEED, tasks=("echo",), **settings),  # type: ignore[arg-type]
+        ME,
+        QuietNetwork(pid(ME)),  # type: ignore[arg-type]
+        schedule,  # type: ignore[arg-type]
+        policy,  # type: ignore[arg-type]
+        EchoRegistry(),
+        clock,  # type: ignore[arg-type]
+        offload=inline,
+    )
+    return peer, schedule
+
+
+def run_until(peer: Peer, clock: LoopClock, until_ms: int, *, then: Callable[[], None] | None = None) -> None:
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(peer._round_loop)
+            while clock.now < until_ms:
+                await trio.lowlevel.checkpoint()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+
+
+def test_a_round_trained_after_its_end_is_recorded_and_printed_as_trained_report_late(tmp_path: Path) -> None:
+    clock = LoopClock()
+    policy = TimedWork(clock, generate_ms=0, train_ms=4_500)  # 2 groups from 6 s: ends at 15 s
+    peer, schedule = make_peer(policy, clock, questions_per_round=2, n_local=2, n_external=0)
+    run_until(peer, clock, 12_000)
+    first = peer.history[0]
+    assert first.round == 0 and policy.trained[0] == 2
+    assert not first.completed and 0 not in schedule.reported  # the report did miss the round
+    assert first.fate == "trained_report_late"
+    lines: list[str] = []
+    RoundLog(tmp_path / "rounds.jsonl", "me", lambda: (), lines.append)(first)
+    assert lines[0].startswith("round 0 (trained, report late) |")
+
+
+def test_a_round_overrun_before_training_is_still_abandoned() -> None:
+    clock = LoopClock()
+    policy = TimedWork(clock, generate_ms=6_000, train_ms=0)  # generation alone outlasts the round
+    peer, _ = make_peer(policy, clock, questions_per_round=2, n_local=2, n_external=0)
+    run_until(peer, clock, 13_000)
+    first = peer.history[0]
+    assert (first.round, first.fate, policy.trained) == (0, "abandoned", [])
