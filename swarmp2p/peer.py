@@ -9,7 +9,7 @@ through four ports (swarmp2p/ports.py): NetworkPort, CoordinatorPort, PolicyPort
 
 One round end to end, and how the parts fit: docs/architecture.md.
 
-Over 400 lines (427): the driver itself is ~330; the rest is the surface tools and tests use
+Over 400 lines (471): the driver itself is ~340; the rest is the surface tools and tests use
 (`status`, the settings setter, `_state`, `_early`, `_serve_fetch`, `_on_announcement`, the
 re-exports in `__all__`).
 
@@ -57,6 +57,7 @@ from swarmp2p.peer_settings import (
 )
 from swarmp2p.ports import Clock, CoordinatorError, CoordinatorPort, InboundMessage, NetworkPort, PolicyPort
 from swarmp2p.publisher import Publisher
+from swarmp2p.round_pace import Pace, times_of
 from swarmp2p.round_record import RoundHistory, RoundRecord, RoundWork, record_of
 from swarmp2p.round_steps import Offload
 
@@ -160,6 +161,7 @@ class Peer:
         self._work: RoundWork | None = None
         self._abandoned: RoundWork | None = None
         self._actions: deque[ev.Action] = deque()
+        self.pace = Pace()  # how much of its own work fits a round here (swarmp2p/round_pace.py)
 
     # ---- public surface -------------------------------------------------------------------
 
@@ -200,6 +202,9 @@ class Peer:
             "rejections": dict(sorted(self.rejections.items())),
             "banned": self.banned_peers(),
             **self.evaluation.status(),
+            "pace": self.pace.status(
+                self.settings.questions_per_round, self.settings.n_local, self.settings.n_external
+            ),
         }
 
     @property
@@ -325,6 +330,7 @@ class Peer:
             opened_ms=now_ms,
             inbox=inbox,
             sweep_at_ms=self.machine.sweep_at_ms,
+            round_ends_ms=self.machine.round_ends_ms,
         )
 
     def _skip(self, action: ev.SkipRound, now_ms: int) -> None:
@@ -360,6 +366,8 @@ class Peer:
         if work is None:
             return
         has_work = steps.stage_questions(work, self.game, self.peer_id, self.inbox.store, self.counters)
+        if self.game.stage_count == 1:  # a multi-stage game's later stages build on every answer
+            work.questions = self.pace.own_questions(work.questions)
         for decision in self.inbox.release_early(round_number):
             self.fetcher.take(decision)
         if not has_work:  # a later stage with nothing to build on: publish nothing, go on
@@ -408,7 +416,7 @@ class Peer:
             work,
             self.inbox.training_pool(work.inbox),
             self.sampling_state,
-            settings=self.settings,
+            settings=self.pace.settings_for(self.settings),
             peer_id=self.peer_id,
             policy=self.policy,
             offload=self._offload,
@@ -443,7 +451,7 @@ class Peer:
             )
             work.eval = evaluated or work.eval  # (or the one run in this round's collect window)
             work.eval_deferred = work.eval_deferred or deferred  # a probe stopped while collecting says more
-        self.rounds.add(record_of(work, completed=True, finished_ms=self.clock.now_ms()))
+        self._ended(work, completed=True)
         self._feed(ev.ReportFinished(round_number, stage))
 
     def _abandon(self, round_number: int, stage: int = 0) -> None:
@@ -451,4 +459,13 @@ class Peer:
         work, self._abandoned = self._abandoned, None
         self.counters["abandoned"] += 1
         if work is not None and (work.round, work.stage) == (round_number, stage):
-            self.rounds.add(record_of(work, completed=False, finished_ms=self.clock.now_ms()))
+            self._ended(work, completed=False)
+
+    def _ended(self, work: RoundWork, *, completed: bool) -> None:
+        """Record a round that ended, and let its timings set how much of our own work the
+        next round takes on (said once, when that changes)."""
+        self.rounds.add(record_of(work, completed=completed, finished_ms=self.clock.now_ms()))
+        if self.game.stage_count == 1 and self.pace.observe(work.round, times_of(work)) is not None:
+            self.counters["pace_changes"] += 1
+            level = logging.WARNING if self.pace.level > 0 else logging.INFO
+            log.log(level, "%s", self.pace.line(self.settings))

@@ -100,6 +100,7 @@ class RoundWork:
     opened_ms: int
     inbox: RoundInbox
     sweep_at_ms: int = 0
+    round_ends_ms: int = 0
     questions: tuple[QuestionRef, ...] = ()
     items: tuple[Any, ...] = ()
     """A later stage's items (protocol.acr.StageItem): what `questions` name, with their inputs."""

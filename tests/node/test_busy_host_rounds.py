@@ -156,3 +156,46 @@ def test_a_round_overrun_before_training_is_still_abandoned() -> None:
     run_until(peer, clock, 13_000)
     first = peer.history[0]
     assert (first.round, first.fate, policy.trained) == (0, "abandoned", [])
+
+
+def test_a_peer_that_keeps_overrunning_does_less_of_its_own_work_and_goes_back_when_rounds_fit(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = LoopClock()
+    # 4 groups at 1.5 s from the collect deadline (6 s): 12 s, past the 10 s round; half of
+    # them (3 s) fits.
+    policy = TimedWork(clock, generate_ms=200, train_ms=1_500)
+    peer, schedule = make_peer(policy, clock, questions_per_round=4, n_local=4, n_external=0)
+    with caplog.at_level(logging.INFO, logger="swarmp2p.peer"):
+        run_until(peer, clock, 12 * ROUND_MS)
+    busy = [r for r in caplog.messages if r.startswith("busy host:")]
+    assert len(busy) == 1  # said once, not every round
+    assert "answering 2 of 4 questions and training on 2 local + 0 external groups" in busy[0]
+    assert peer.status()["pace"]["level"] == 1 and peer.status()["pace"]["questions"] == 2
+    late = [r.round for r in peer.history if r.fate == "trained_report_late"]
+    assert late and max(late) < 5  # overruns stop once the peer does half
+    settled = [r for r in peer.history if r.round >= 6]
+    assert settled and all(r.fate == "completed" for r in settled)
+    assert policy.asked[-1] == 2 and policy.trained[-1] == 2
+    assert {r.round for r in settled} <= set(schedule.reported)
+
+    policy.generate_ms, policy.train_ms = 50, 200  # the host is idle again
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="swarmp2p.peer"):
+        run_until(peer, clock, 20 * ROUND_MS)
+    assert [m for m in caplog.messages if m.startswith("rounds fit again")] == [
+        "rounds fit again: back to answering 4 of 4 questions and training on 4 local + 0 external groups"
+    ]
+    assert peer.status()["pace"] == {**peer.status()["pace"], "level": 0, "questions": 4, "since_round": None}
+    assert policy.asked[-1] == 4 and policy.trained[-1] == 4
+    assert all(r.fate == "completed" for r in peer.history if r.round >= 13)
+
+
+def test_a_round_that_fits_changes_nothing() -> None:
+    clock = LoopClock()
+    policy = TimedWork(clock, generate_ms=200, train_ms=500)
+    peer, _ = make_peer(policy, clock, questions_per_round=4, n_local=4, n_external=0)
+    run_until(peer, clock, 8 * ROUND_MS)
+    assert peer.pace.level == 0 and peer.counters["pace_changes"] == 0
+    assert set(policy.asked) == {4} and set(policy.trained) == {4}
+    assert all(r.fate == "completed" for r in peer.history)

@@ -1,0 +1,162 @@
+"""How much of its own work a peer takes on per round, so that generate + train fit the round.
+
+On a busy host a peer's generation and training step can outlast the round: its training ends
+after the round did, the report misses it, and the next round starts late. The swarm's rules
+let a peer answer any subset of its assigned questions (verification checks that each question
+is assigned, never that all are) and choose its own sampling split (`n_local`, `n_external`),
+so a peer that keeps overrunning halves both, and doubles them back once a round shows room for
+the larger share. Nothing else changes: the questions it does answer, its completions and the
+batches it trains on are exactly what the rules ask of any peer.
+
+Sans-IO: `Pace.observe` takes a round's timings and returns the change to say, if any; the
+Peer applies `share` to the next round. Each verdict moves the level only after a run of
+rounds in a row (`STREAK`), by `STEP`: one late round (a slow checkpoint save, a burst of
+load) changes nothing.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import attrs
+
+from swarmp2p.peer_settings import PeerSettings
+from swarmp2p.round_record import RoundWork
+
+
+class Verdict(enum.Enum):
+    OVERRAN = "overran"  # the round ended before its training step did (or before it ran)
+    TIGHT = "tight"  # it fit, with too little room to double the work
+    ROOMY = "roomy"  # it fit, and would have with the next larger share too
+
+
+STREAK: dict[Verdict, int] = {Verdict.OVERRAN: 2, Verdict.ROOMY: 3}
+"""Rounds in a row with this verdict before the level moves (a TIGHT round ends every run)."""
+
+STEP: dict[Verdict, int] = {Verdict.OVERRAN: +1, Verdict.ROOMY: -1}
+"""How the level moves after such a run: down to half the work, or back up to twice."""
+
+MAX_LEVEL = 3
+"""Level k does 1/2**k of the work; at 3 (an eighth) a default peer answers one question and
+trains on one group of each side, the least that still takes part in the swarm."""
+
+T = TypeVar("T")
+
+
+@attrs.frozen
+class RoundTimes:
+    """When one round's work ran, in the clock's milliseconds (None: it did not get there)."""
+
+    opened_ms: int
+    round_ends_ms: int
+    generate_ms: int | None
+    train_started_ms: int | None
+    train_finished_ms: int | None
+
+
+def judge(times: RoundTimes, growth: float) -> Verdict:
+    """OVERRAN when the training step did not finish by the round's end; ROOMY when the time
+    left after it would absorb the round's work growing by `growth` (2.0: doubled) even with
+    the extra generation and training run back to back, which is conservative: generation
+    overlaps the collect window, so a ROOMY round really has that room."""
+    finished = times.train_finished_ms
+    if finished is None or finished > times.round_ends_ms:
+        return Verdict.OVERRAN
+    started = times.train_started_ms if times.train_started_ms is not None else finished
+    work_ms = (times.generate_ms or 0) + (finished - started)
+    return Verdict.ROOMY if times.round_ends_ms - finished >= (growth - 1.0) * work_ms else Verdict.TIGHT
+
+
+def scaled(count: int, share: float) -> int:
+    """`count` at `share`, rounded up, never below 1 unless it was 0 (a side the peer does not
+    train on stays off)."""
+    return 0 if count <= 0 else max(1, math.ceil(count * share))
+
+
+@attrs.define
+class Pace:
+    """The level of a peer's own work (0: everything the settings ask)."""
+
+    level: int = 0
+    verdict: Verdict | None = None
+    streak: int = 0
+    since_round: int | None = None
+    """The first round played at the current level (None at level 0)."""
+    reason: str = ""
+
+    @property
+    def share(self) -> float:
+        return 2.0**-self.level
+
+    def observe(self, round_number: int, times: RoundTimes) -> str | None:
+        """Take one round's timings; returns the line to say when the level changes."""
+        verdict = judge(times, growth=2.0 if self.level > 0 else 1.0)
+        self.streak = self.streak + 1 if verdict is self.verdict else 1
+        self.verdict = verdict
+        needed = STREAK.get(verdict)
+        if needed is None or self.streak < needed:
+            return None
+        level = min(MAX_LEVEL, max(0, self.level + STEP[verdict]))
+        if level == self.level:
+            return None
+        self.level, self.streak, self.verdict = level, 0, None
+        self.since_round = round_number + 1 if level > 0 else None
+        if verdict is Verdict.OVERRAN:
+            self.reason = f"generate + train overran {needed} rounds in a row"
+        else:
+            self.reason = f"{needed} rounds in a row had room for twice the work" if level > 0 else ""
+        return self.reason
+
+    def own_questions(self, questions: Sequence[T]) -> tuple[T, ...]:
+        """The first `share` of the assigned questions (a subset verifies like the whole)."""
+        return tuple(questions[: scaled(len(questions), self.share)])
+
+    def status(self, questions: int, n_local: int, n_external: int) -> dict[str, Any]:
+        """For /api/status: the level, and what the peer does at it out of what it would."""
+        return {
+            "level": self.level,
+            "share": self.share,
+            "questions": scaled(questions, self.share),
+            "of_questions": questions,
+            "n_local": scaled(n_local, self.share),
+            "n_external": scaled(n_external, self.share),
+            "since_round": self.since_round,
+            "reason": self.reason,
+        }
+
+    def settings_for(self, settings: PeerSettings) -> PeerSettings:
+        """`settings` with the training split at this level's share."""
+        if self.level == 0:
+            return settings
+        return attrs.evolve(
+            settings,
+            n_local=scaled(settings.n_local, self.share),
+            n_external=scaled(settings.n_external, self.share),
+        )
+
+    def line(self, settings: PeerSettings) -> str:
+        """What the node says once when the level changes."""
+        now = self.status(settings.questions_per_round, settings.n_local, settings.n_external)
+        doing = (
+            f"answering {now['questions']} of {now['of_questions']} questions and training on "
+            f"{now['n_local']} local + {now['n_external']} external groups"
+        )
+        if self.level == 0:
+            return f"rounds fit again: back to {doing}"
+        return (
+            f"busy host: {self.reason}: from round {self.since_round} {doing} "
+            f"({self.share:g} of the work) until rounds fit again"
+        )
+
+
+def times_of(work: RoundWork) -> RoundTimes:
+    return RoundTimes(
+        opened_ms=work.opened_ms,
+        round_ends_ms=work.round_ends_ms,
+        generate_ms=None if work.generate_s is None else round(work.generate_s * 1000),
+        train_started_ms=work.train_started_ms,
+        train_finished_ms=work.train_finished_ms,
+    )
