@@ -39,6 +39,7 @@ from swarmp2p.chain.client import ContractClient
 from swarmp2p.chain.coordinator import ChainCoordinator
 from swarmp2p.chain.embedded import EmbeddedChain
 from swarmp2p.clocks import RealClock
+from trainer.percentile import percentile
 
 REPO = Path(__file__).resolve().parents[1]
 V1_SOURCE = REPO / "bench/fixtures/SwarmCoordinator_v1.vy"
@@ -63,8 +64,7 @@ class Row:
         return len(self.latencies_s) / sum(self.latencies_s)
 
     def percentile_ms(self, q: float) -> float:
-        ordered = sorted(self.latencies_s)
-        return ordered[min(int(q * len(ordered)), len(ordered) - 1)] * 1000
+        return percentile(self.latencies_s, q) * 1000
 
 
 def timed(n: int, action: Callable[[int], Any], progress: Progress, label: str) -> tuple[float, ...]:

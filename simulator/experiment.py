@@ -60,6 +60,7 @@ import attrs
 
 from protocol.messages import QuestionGroup
 from trainer.intervals import Interval, grid_interval, paired_interval
+from trainer.percentile import percentile
 
 PUBLISHED = {
     "source": "SAPO (Gensyn, arXiv:2509.08721): 8 agents, Qwen2.5 0.5B, reasoning-gym, "
@@ -772,21 +773,13 @@ def summarize(settings: ExperimentSettings, jobs: list[dict[str, Any]]) -> dict[
     return {"rows": rows, "curves": _curves(settings, jobs)}
 
 
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    position = q * (len(ordered) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
 def _band(values: list[float]) -> dict[str, float] | None:
     if not values:
         return None
     return {
         "mean": statistics.fmean(values),
-        "p10": _quantile(values, 0.1),
-        "p90": _quantile(values, 0.9),
+        "p10": percentile(values, 0.1),
+        "p90": percentile(values, 0.9),
         "min": min(values),
         "max": max(values),
     }

@@ -17,6 +17,7 @@ from typing import Any
 from protocol.acr import STAGE_NAMES, TRAIN_STAGES
 from protocol.games import stage_count_of
 from simulator.runner import HONEST, SimulationResult
+from trainer.percentile import percentile
 
 REPORT_VERSION = 1
 
@@ -25,14 +26,6 @@ def _r(value: float | None) -> float | None:
     if value is None or not math.isfinite(value):
         return None
     return round(value, 6)
-
-
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    position = q * (len(ordered) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 def build_report(result: SimulationResult) -> dict[str, Any]:
@@ -68,8 +61,8 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
                 "reward_mean": _r(statistics.fmean(rewards)) if rewards else None,
                 "reward_std": _r(statistics.pstdev(rewards)) if rewards else None,
                 "reward_min": _r(min(rewards)) if rewards else None,
-                "reward_p10": _r(_quantile(rewards, 0.1)) if rewards else None,
-                "reward_p90": _r(_quantile(rewards, 0.9)) if rewards else None,
+                "reward_p10": _r(percentile(rewards, 0.1)) if rewards else None,
+                "reward_p90": _r(percentile(rewards, 0.9)) if rewards else None,
                 "reward_max": _r(max(rewards)) if rewards else None,
                 "rollouts_in_mean": _r(statistics.fmean(r.rollouts_in for r in done)) if done else None,
                 "external_peers_trained_on_mean": _r(
