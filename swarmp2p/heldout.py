@@ -24,6 +24,20 @@ Peer (swarmp2p/peer.py) WHEN to call it, so that `swarmp2p node` and the simulat
 - Probed: after `probe_after` deferrals in a row it is tried anyway (stopped at the deadline if
   it does not finish), so that one duration measured under a load spike cannot defer it forever.
 
+Sliced (`EvalSettings.sliced`, what `swarmp2p node` uses): instead of one whole evaluation that
+must fit in one stretch, the worker answers the held-out set a generation batch (a unit) at a
+time in every spare moment (the collect window after publishing, the rest of the round after
+the report), as many units as fit, each stopped at the deadline like a whole evaluation; one
+evaluation completes over several rounds (heldout_slices.py; trainer.evaluation.SlicedEvaluation).
+The questions and the sampling are those of a whole evaluation, so the per-question results and
+their interval are computed alike; the weights are not one set: training goes on between the
+units. The result says which rounds' weights answered how many questions (`slices`), and the
+point is that of the newest weights it includes: its `round` is the round whose train step
+came before its last unit (None when every unit ran on the weights the node started with: the
+start point). A new evaluation starts `every` rounds after the previous one started (at once
+when that one took longer), and the evaluation before training is just the first: it starts
+with the first spare moment, so the round loop never waits for it.
+
 A result as it lands in a round record, the status and the dashboard is the policy's dict
 (`step`, `accuracy`, `reward`, `questions`, `per_task`, `samples`, `seconds`, and `simulated`
 from the simulated learner) plus `round`, the round after whose train step the model was
@@ -43,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
+from swarmp2p.heldout_slices import slicer_of, slices_of
 from trainer.evaluation import evaluation_due
 from trainer.intervals import Interval, gain_interval
 
@@ -77,6 +92,9 @@ class EvalSettings:
     probe_after: int = attrs.field(default=3, validator=attrs.validators.ge(0))
     """After this many deferrals in a row, try anyway (stopped at the deadline if it does not
     finish): a measurement taken under a load spike must not defer evaluation forever. 0: never."""
+    sliced: bool = False
+    """Evaluate in slices in the worker's spare moments of several rounds (see the module); False:
+    whole evaluations, deferred when one does not fit."""
 
 
 def _never() -> bool:
@@ -111,6 +129,13 @@ class HeldOutEvaluation:
         self.deferred_in_a_row = 0
         self.estimate_s: float | None = None
         self.tried_before_train = False  # set by `run(round_number=None)`, or by the node
+        # Sliced: the evaluation in progress, the round whose weights each answered unit used,
+        # `rounds_done` when it started, and the seconds one unit is expected to take.
+        self.cycle: Any = None
+        self.cycle_rounds: list[int | None] = []
+        self.cycle_started_at = 0
+        self.unit_estimate_s: float | None = None
+        self.weights_round: int | None = None  # the round whose train step made the weights
 
     @property
     def enabled(self) -> bool:
@@ -181,6 +206,8 @@ class HeldOutEvaluation:
         node is stopping."""
         if round_number is None:
             self.tried_before_train = True
+            if self.settings.sliced:
+                return None, False  # it starts in the first spare moment: no round waits for it
         started = now_ms()
         try:
             result, stopped = await _bounded(policy, offload, budget_s, self.stopping)
@@ -209,6 +236,9 @@ class HeldOutEvaluation:
         """A round finished (trained and reported): evaluate if due and it fits before
         `round_ends_ms`. Returns (the result, None), (None, the deferral) or (None, None)."""
         self.rounds_done += 1
+        self.weights_round = round_number
+        if self.settings.sliced:
+            return await self.slices(policy, offload, now_ms, round_ends_ms), None
         if not self.due():
             return None, None
         needed = self.needed_s(generate_s, generated_questions)
@@ -228,6 +258,8 @@ class HeldOutEvaluation:
         """Round `round_number`'s batch is out and the worker idles until `collect_until_ms`:
         the evaluation deferred after the previous train step runs now if it fits (the model
         is still the one that step left). Silent when it does not fit (already said)."""
+        if self.settings.sliced:
+            return await self.slices(policy, offload, now_ms, collect_until_ms), None
         deferred = self.last_deferred
         if deferred is None or not self.due():
             return None, None
@@ -300,13 +332,105 @@ class HeldOutEvaluation:
         self.counters["eval_deferred"] += 1
         return deferred
 
+    @property
+    def in_progress(self) -> bool:
+        """Sliced: an evaluation has started and is not complete yet."""
+        return self.cycle is not None
+
+    def sliced_due(self) -> bool:
+        """Sliced: whether a new evaluation starts now (`every` rounds after the last one started)."""
+        if self.cycle is not None or not self.enabled:
+            return False
+        if self.first is None and self.last_at is None:
+            return self.settings.before_train or self.rounds_done >= self.settings.every
+        return self.rounds_done - (self.last_at or 0) >= self.settings.every
+
+    async def slices(
+        self,
+        policy: PolicyPort,
+        offload: Callable[..., Awaitable[Any]],
+        now_ms: Callable[[], int],
+        until_ms: int,
+    ) -> dict[str, Any] | None:
+        """Sliced: answer units of the evaluation in progress (starting one when due) while the
+        next fits before `until_ms`; returns the result when this completes it, else None."""
+        settings = self.settings
+        if self.cycle is None:
+            if not self.sliced_due():
+                return None
+            try:
+                self.cycle = await offload(slicer_of, policy)
+            except Exception:
+                return self._slice_failed()
+            self.cycle_rounds = []
+            self.cycle_started_at = self.last_at = self.rounds_done
+        cycle = self.cycle
+        answered = 0
+        while not cycle.complete:
+            budget = (until_ms - now_ms()) / 1000 - settings.slack_s
+            needed = None if self.unit_estimate_s is None else settings.margin * self.unit_estimate_s
+            fits = budget >= (PROBE_MIN_S if needed is None else needed)
+            probe = 0 < settings.probe_after <= self.deferred_in_a_row and budget >= PROBE_MIN_S
+            if budget <= 0 or not (fits or probe):
+                if answered == 0:
+                    self.deferred_in_a_row += 1
+                break
+            started = now_ms()
+            try:
+                _, stopped = await _bounded(policy, offload, budget, self.stopping, cycle.answer_next)
+            except Exception:
+                return self._slice_failed()
+            elapsed = (now_ms() - started) / 1000
+            if stopped:  # a slow unit: stopped at the deadline, answered again from the start later
+                self.counters["eval_stopped"] += 1
+                self.unit_estimate_s = max(self.unit_estimate_s or 0.0, elapsed)
+                self.deferred_in_a_row = 0  # the next probe after `probe_after` more misses
+                break
+            answered += 1
+            self.deferred_in_a_row = 0
+            self.cycle_rounds.append(self.weights_round)
+            # The last unit's time, or more while the estimate comes down from a slow one.
+            previous = self.unit_estimate_s
+            self.unit_estimate_s = elapsed if previous is None else max(elapsed, (previous + elapsed) / 2)
+        self.counters["eval_units"] += answered
+        if not cycle.complete:
+            return None
+        return self._complete(policy, cycle)
+
+    def _complete(self, policy: PolicyPort, cycle: Any) -> dict[str, Any]:
+        self.cycle = None
+        result = cycle.result()
+        result["slices"] = slices_of(cycle.units, cycle.unit_steps, self.cycle_rounds)
+        keep = getattr(policy, "keep_sliced_result", None)
+        if callable(keep) and not getattr(cycle, "keeps_itself", False):
+            keep(result)
+        entry = self.record(result, self.cycle_rounds[-1], float(result.get("seconds") or 0.0))
+        self.last_at = self.cycle_started_at  # the next starts `every` rounds after this one did
+        return entry
+
+    def _slice_failed(self) -> None:
+        self.cycle = None
+        if self.stopping():
+            return None
+        log.exception("%s: held-out evaluation failed", self.name)
+        self.counters["eval_failed"] += 1
+        self.last_at = self.rounds_done  # not retried every round: it waits for its next turn
+        return None
+
     def status(self) -> dict[str, Any]:
         """The status keys: `eval` (last result), `eval_history`, `eval_deferred` (the latest
-        deferral since the last evaluation, else None)."""
+        deferral since the last evaluation, else None), `eval_progress` (sliced: the evaluation
+        in progress, `{"units", "done", "since_round"}`, else None)."""
+        progress = None
+        cycle = self.cycle
+        if cycle is not None:
+            first_weights = self.cycle_rounds[0] if self.cycle_rounds else self.weights_round
+            progress = {"units": len(cycle.units), "done": cycle.done, "since_round": first_weights}
         return {
             "eval": self.last,
             "eval_history": list(self.history),
             "eval_deferred": self.last_deferred,
+            "eval_progress": progress,
         }
 
 
@@ -315,8 +439,9 @@ async def _bounded(
     offload: Callable[..., Awaitable[Any]],
     budget_s: float,
     stopping: Callable[[], bool] = _never,
-) -> tuple[dict[str, Any] | None, bool]:
-    """`policy.evaluate` through `offload`, stopped after `budget_s`: (result, False) or
+    call: Callable[[], Any] | None = None,
+) -> tuple[Any, bool]:
+    """`policy.evaluate` (or `call`) through `offload`, stopped after `budget_s`: (result, False) or
     (None, True). Stopping takes both a cancel scope (it ends the simulator's virtual compute
     time) and, for a `cancellable` policy (trainer/policy.py), a call to `cancel()` from a
     watchdog task: a worker thread is not interrupted by a cancel scope, and the trainer stops
@@ -330,14 +455,14 @@ async def _bounded(
         fired = True
         policy.cancel()
 
-    result: dict[str, Any] | None = None
+    result: Any = None
     error: Exception | None = None
     async with trio.open_nursery() as nursery:
         if policy.cancellable and math.isfinite(budget_s):
             nursery.start_soon(watchdog)
         try:
             with trio.move_on_after(budget_s):
-                result = await offload(policy.evaluate)
+                result = await offload(call or policy.evaluate)
         except Exception as caught:  # raised after the nursery: never wrapped in a group
             error = caught
         nursery.cancel_scope.cancel()

@@ -10,7 +10,7 @@ by +-0.04 between two evaluations of one model with different sampler seeds).
 
 Disjoint by construction: held-out items are `QuestionRef(task, eval_seed, EVAL_INDEX_BASE + i)`;
 training indices are below TRAIN_INDEX_LIMIT and pre-training drops any item whose question text
-is in the held-out set (trainer/pretrain.py). tests/test_trainer_evaluation.py checks both.
+is in the held-out set (trainer/pretrain.py). tests/trainer/test_trainer_evaluation.py checks both.
 """
 
 from __future__ import annotations
@@ -147,6 +147,101 @@ def evaluate(
     }
     result["seconds"] = time.perf_counter() - started
     return result
+
+
+AnswerUnit = Callable[[Sequence[QuestionRef], int, Any], tuple[list[str], Any]]
+"""`answer_unit(refs, k, sampler_state) -> (texts, sampler_state after)`: one generation batch
+answered from a given sampler state (None: seeded afresh from `eval_seed`)."""
+
+
+def unit_ranges(questions: int, samples: int, chunk: int) -> list[range]:
+    """The held-out set's generation batches: `chunk` completions each (at least one question),
+    in the set's fixed order. A whole evaluation answers them one after the other."""
+    per_batch = max(1, chunk // samples)
+    return [range(start, min(start + per_batch, questions)) for start in range(0, questions, per_batch)]
+
+
+class SlicedEvaluation:
+    """One held-out evaluation answered a generation batch (a unit) at a time, so that it can run
+    in the worker's spare moments of several rounds: `answer_next()` answers the next unit with
+    the weights of the moment, `result()` summarizes once every unit is answered.
+
+    Same questions, same sampling: the units are the batches a whole evaluation answers, in the
+    same order, and each starts from the sampler state the previous one left (the first from
+    `eval_seed`), so with unchanged weights the texts, the per-question results and the interval
+    over questions are those of `evaluate()`. What differs is only the weights: each unit notes
+    the step it was answered at (`result()["slices"]`). A unit stopped part-way (a cancel raised
+    out of `answer_unit`) leaves no trace: the next call answers it again from the same state."""
+
+    def __init__(
+        self,
+        registry: ReasoningGymRegistry,
+        config: TrainerConfig,
+        answer_unit: AnswerUnit,
+        step: Callable[[], int],
+        chunk: int,
+        split: str | None = None,
+    ) -> None:
+        self.registry = registry
+        self.config = config
+        self.split = split or config.eval_split
+        self.refs = eval_questions(registry, config, self.split)
+        self.units = unit_ranges(len(self.refs), config.eval_samples, chunk)
+        self._answer_unit = answer_unit
+        self._step = step
+        self._texts: list[str] = []
+        self._state: Any = None
+        self.unit_steps: list[int] = []
+        """The policy's step when each answered unit ran (its weights), in unit order."""
+        self.unit_seconds: list[float] = []
+
+    @property
+    def done(self) -> int:
+        """Units answered so far."""
+        return len(self.unit_steps)
+
+    @property
+    def complete(self) -> bool:
+        return self.done == len(self.units)
+
+    def answer_next(self) -> int:
+        """Answer the next unit with the current weights; returns how many questions it held."""
+        if self.complete:
+            raise RuntimeError("every unit of this evaluation is answered")
+        started = time.perf_counter()
+        unit = self.units[self.done]
+        refs = self.refs[unit.start : unit.stop]
+        texts, state = self._answer_unit(refs, self.config.eval_samples, self._state)
+        if len(texts) != len(refs) * self.config.eval_samples:
+            raise ValueError(f"{len(texts)} completions for {len(refs)} questions")
+        self._texts.extend(texts)
+        self._state = state
+        self.unit_steps.append(self._step())
+        self.unit_seconds.append(time.perf_counter() - started)
+        return len(refs)
+
+    def result(self) -> dict[str, Any]:
+        """The evaluation's result, as `evaluate()` gives it, labelled with the step of its last
+        unit; `slices` says which steps' weights answered how many questions."""
+        if not self.complete:
+            raise RuntimeError(f"{self.done} of {len(self.units)} units answered")
+        config = self.config
+        slices: list[dict[str, int]] = []
+        for unit, step in zip(self.units, self.unit_steps, strict=True):
+            if slices and slices[-1]["step"] == step:
+                slices[-1]["questions"] += len(unit)
+            else:
+                slices.append({"step": step, "questions": len(unit)})
+        return {
+            "step": self.unit_steps[-1],
+            **summarize(
+                self.registry, self.refs, self._texts, config.eval_generations_to_log, config.eval_samples
+            ),
+            "samples_per_question": config.eval_samples,
+            "split": self.split,
+            "seconds": sum(self.unit_seconds),
+            "slices": slices,
+        }
 
 
 def gain(before: dict[str, Any], after: dict[str, Any]) -> Interval:

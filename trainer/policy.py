@@ -430,26 +430,42 @@ class TrainerPolicy:
         the evaluation temperature and top-p, with a sampler seeded afresh from `eval_seed`: the
         same model always gets the same result. Appends the result to `<data_dir>/eval.jsonl`.
         `step` labels weights restored from an earlier step (default: the current step)."""
-        import torch
-
-        from trainer.evaluation import evaluate
-
-        def answer(refs: Sequence[QuestionRef], samples: int) -> list[str]:
-            generator = torch.Generator(device="cpu").manual_seed(self.config.eval_seed)
-            texts = []
-            per_batch = max(1, _EVAL_CHUNK // samples)
-            for start in range(0, len(refs), per_batch):
-                chunk = refs[start : start + per_batch]
-                rows = self._sample_ids(
-                    chunk, samples, self.config.eval_temperature, generator, top_p=self.config.eval_top_p
-                )
-                texts.extend(self.tokenizer.decode(ids, skip_special_tokens=True) for ids in rows)
-            return texts
-
-        step = self.step if step is None else step
-        result = evaluate(self.registry, self.config, answer, step, split)
+        evaluation = self.sliced_evaluation(split)
+        while not evaluation.complete:
+            evaluation.answer_next()
+        result = evaluation.result()
+        del result["slices"]  # one set of weights answered it all
+        result["step"] = self.step if step is None else step
         self._keep_eval(result)
         return result
+
+    def sliced_evaluation(self, split: str | None = None) -> Any:
+        """The held-out evaluation as units to answer one at a time (trainer.evaluation.
+        SlicedEvaluation): the node spreads it over the worker's spare time in several rounds.
+        `evaluate()` is the same units answered back to back."""
+        import torch
+
+        from trainer.evaluation import SlicedEvaluation
+
+        def answer_unit(refs: Sequence[QuestionRef], samples: int, state: Any) -> tuple[list[str], Any]:
+            generator = torch.Generator(device="cpu")
+            if state is None:
+                generator.manual_seed(self.config.eval_seed)
+            else:
+                generator.set_state(state)
+            rows = self._sample_ids(
+                refs, samples, self.config.eval_temperature, generator, top_p=self.config.eval_top_p
+            )
+            texts = [self.tokenizer.decode(ids, skip_special_tokens=True) for ids in rows]
+            return texts, generator.get_state()
+
+        return SlicedEvaluation(
+            self.registry, self.config, answer_unit, lambda: self.step, chunk=_EVAL_CHUNK, split=split
+        )
+
+    def keep_sliced_result(self, result: dict[str, Any]) -> None:
+        """A sliced evaluation's result, kept as `evaluate()` keeps its own (eval.jsonl, log)."""
+        self._keep_eval(result)
 
     def evaluate_remembered(self, cache_dir: Path | None = None) -> dict[str, Any]:
         """`evaluate()`, or the stored result of the same evaluation (trainer/eval_results.py: the
