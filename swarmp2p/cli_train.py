@@ -187,7 +187,8 @@ def train(
     except OSError as error:
         console.print(f"[red]cannot use data dir {escape(config.data_dir)}: {escape(str(error))}[/red]")
         raise typer.Exit(2) from None
-    from swarmp2p.scalar_log import ScalarLogUnavailable, open_scalar_log
+    from swarmp2p.scalar_log import ScalarLogUnavailable
+    from swarmp2p.scalar_writers import open_scalar_log
 
     try:
         board = open_scalar_log(

@@ -444,7 +444,8 @@ class Node:
 
     def _open_scalar_log(self) -> Any:
         """The scalar log for --tensorboard and/or --wandb (swarmp2p/scalar_log.py), else None."""
-        from swarmp2p.scalar_log import ScalarLogUnavailable, open_scalar_log
+        from swarmp2p.scalar_log import ScalarLogUnavailable
+        from swarmp2p.scalar_writers import open_scalar_log
 
         try:
             self.board = open_scalar_log(

@@ -137,25 +137,3 @@ def ensure_writable_folder(log_dir: Path | str, what: str, error: type[ScalarLog
         raise error(f"cannot write {what} to {log_dir}: {reason}") from None
     if not os.access(log_dir, os.W_OK):
         raise error(f"cannot write {what} to {log_dir}: not writable")
-
-
-def open_scalar_log(
-    *, tensorboard: str, wandb: str, name: str, job_type: str, config: Mapping[str, Any]
-) -> ScalarLog | None:
-    """The logs asked for (`--tensorboard DIR`, `--wandb DIR`; "" = not asked), as one ScalarLog,
-    or None when none is. Raises ScalarLogUnavailable."""
-    logs: list[ScalarLog] = []
-    if tensorboard:
-        from swarmp2p.tblog import TensorBoardLog
-
-        logs.append(TensorBoardLog(tensorboard))
-    if wandb:
-        from swarmp2p.wandblog import WandbLog
-
-        try:
-            logs.append(WandbLog(wandb, name=name, job_type=job_type, config=config))
-        except ScalarLogUnavailable:
-            for log in logs:
-                log.close()
-            raise
-    return combined(logs)
