@@ -40,7 +40,7 @@ from swarmp2p.hello import OwnHello, open_hellos, publish_hellos, receive_hellos
 from swarmp2p.join_command import join_lines
 from swarmp2p.node_config import NODE_TRAINER_DEFAULTS, DataDirBusy, NodeConfig, NodeError
 from swarmp2p.node_logging import configure_logging, thread_counts
-from swarmp2p.node_policy import build_policy, eval_fit_advice, evaluate_before_train, save_policy
+from swarmp2p.node_policy import build_policy, save_policy, start_point
 from swarmp2p.node_setup import (
     SwarmSetup,
     choose_coordinator,
@@ -103,8 +103,9 @@ class Node:
         self._run_scope = trio.CancelScope()
         self.phase = "starting"
         """Where start-up is: starting (network, coordinator, swarm rules), loading (the model),
-        evaluating (held-out, before joining), joining (waiting for a round start), playing.
-        `/healthz`, `/api/status` and `/metrics` say it from the moment the network is up."""
+        joining (waiting for a round start), playing. `/healthz`, `/api/status` and `/metrics`
+        say it from the moment the network is up, and `evaluating` while the node plays and its
+        first held-out evaluation is still answered in slices (`_phase`)."""
         self._status: Callable[[], dict[str, Any]] | None = None  # the full status, once playing
 
     def stop(self, reason: str = "stop requested") -> None:
@@ -211,8 +212,8 @@ class Node:
         clock = RealClock()
         network.set_record_check(record_check)
         async with trio.open_nursery() as nursery:
-            # Served before the model loads and the held-out evaluation runs (a minute on a busy
-            # host): a supervisor or a browser must see a node that is starting, not a dead one.
+            # Served before the model loads (a minute on a busy host): a supervisor or a browser
+            # must see a node that is starting, not a dead one.
             dashboard_port = await self._serve_dashboard(nursery, identity, network)
             try:
                 await self._start_and_play(identity, network, clock, nursery, dashboard_port, task_status)
@@ -299,10 +300,9 @@ class Node:
         policy = self.policy = TimedPolicy(await trio.to_thread.run_sync(built))
         if self._stopping.is_set():
             return  # stopped while the model loaded (a worker thread, not cancellable): start nothing
-        self.phase = "evaluating"
-        initial_eval = await evaluate_before_train(
-            policy, setup.peer_settings.evaluation, self._stopping, echo
-        )
+        # Remembered or not, the start point never holds the node up: without a stored result it
+        # is answered in slices while the node plays (swarmp2p/heldout.py).
+        initial_eval = await start_point(policy, setup.peer_settings.evaluation, echo)
         self.phase = "joining"
         if self._stopping.is_set():
             return
@@ -315,9 +315,9 @@ class Node:
         peer = self._make_peer(
             identity=identity, network=network, coordinator=coordinator, clock=clock, setup=setup
         )
-        peer.evaluation.tried_before_train = True  # done above (or failed, said): not again after joining
         if initial_eval is not None:
-            self._report_initial_eval(peer, initial_eval, setup=setup, round_s=schedule.round_ms / 1000)
+            peer.evaluation.tried_before_train = True
+            self._report_initial_eval(peer, initial_eval)
 
         def current_round() -> int:
             try:
@@ -351,7 +351,7 @@ class Node:
 
         def status() -> dict[str, Any]:
             snapshot = peer.status()
-            snapshot["node_phase"] = self.phase
+            snapshot["node_phase"] = _phase(self.phase, peer)
             snapshot["rollouts"] = feed.observe(peer.current_work, identity.peer_id)
             snapshot["peer_rewards"] = feed.peer_rewards()  # the leaderboard's rewards of others
             snapshot["peer_rejections"] = peer_faults(peer)  # per peer: messages blamed on it
@@ -463,11 +463,8 @@ class Node:
             self.echo(f"wandb: offline run in {Path(self.config.wandb) / 'wandb'} (upload later: wandb sync)")
         return self.board
 
-    def _report_initial_eval(
-        self, peer: Peer, initial_eval: tuple[dict[str, Any], float], *, setup: SwarmSetup, round_s: float
-    ) -> None:
-        """Record the evaluation run before joining as the peer's first, and say whether evaluations
-        will fit into this swarm's rounds."""
+    def _report_initial_eval(self, peer: Peer, initial_eval: tuple[dict[str, Any], float]) -> None:
+        """Record the remembered evaluation of the start weights as the peer's first."""
         assert self.policy is not None
         result, seconds = initial_eval
         self.policy.take_timings()  # not part of the first round's timings
@@ -479,14 +476,6 @@ class Node:
             f"eval {'at start' if recorded.get('step') else 'before training'}: "
             f"{describe_eval(recorded)} on {recorded.get('questions')} held-out questions ({took})"
         )
-        advice = eval_fit_advice(
-            setup.peer_settings.evaluation,
-            peer.evaluation.estimate_s or seconds,
-            round_s,
-            setup.trainer_config.eval_questions,
-        )
-        if advice:
-            self.echo(advice)
 
     def _write_node_file(self, info: dict[str, Any]) -> None:
         node_file = self.data_dir / NODE_FILE
@@ -501,6 +490,16 @@ async def _watch_signals(stop: Callable[[str], None]) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
             stop(signal.Signals(signum).name)
+
+
+def _phase(phase: str, peer: Peer) -> str:
+    """The node's phase as `/healthz` says it: `evaluating` while it plays and its first held-out
+    evaluation (the start point) is still being answered in slices."""
+    evaluation = peer.evaluation
+    answering = evaluation.in_progress or evaluation.sliced_due()
+    if phase == "playing" and evaluation.first is None and answering:
+        return "evaluating"
+    return phase
 
 
 def _first_leaf(group: BaseExceptionGroup) -> BaseException:

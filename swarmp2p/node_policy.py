@@ -1,6 +1,5 @@
-"""The node's trainer: built (resumed, or warmed up on a first start), saved on the way out, and
-evaluated once on the held-out set before the node joins; plus the advice printed when an
-evaluation will not fit into a round."""
+"""The node's trainer: built (resumed, or warmed up on a first start), saved on the way out; its
+held-out schedule, and the start point when the trainer remembers it."""
 
 from __future__ import annotations
 
@@ -24,50 +23,36 @@ def eval_settings(trainer_config: Any) -> EvalSettings:
         every=trainer_config.eval_every,
         before_train=trainer_config.eval_before_train,
         questions=trainer_config.eval_questions * len(trainer_config.tasks),
+        sliced=True,
     )
 
 
-EVAL_WINDOW_SHARE = 0.4
-"""About the share of a round the worker idles in one stretch (the collect window after
-generating, or the rest of the round after training) on a CPU peer: what an evaluation must fit."""
-
-
-def eval_fit_advice(settings: EvalSettings, seconds: float, round_s: float, per_task: int) -> str | None:
-    """A line of advice when an evaluation lasting `seconds` will rarely fit into a round of
-    `round_s` (so it would be deferred round after round); None when it fits."""
-    window = EVAL_WINDOW_SHARE * round_s
-    needed = settings.margin * seconds + settings.slack_s
-    if needed <= window or seconds <= 0:
-        return None
-    fits = int(per_task * (window - settings.slack_s) / (settings.margin * seconds))
-    fix = f"--eval-questions {fits} (per task) or " if fits >= 1 else ""
-    return (
-        f"held-out evaluation needs about {needed:.0f} s but a {round_s:g} s round leaves the worker "
-        f"about {window:.0f} s at a stretch: it will mostly be deferred; use {fix}"
-        f"--round-seconds {needed / EVAL_WINDOW_SHARE:.0f} or more for a new swarm"
-    )
-
-
-async def evaluate_before_train(
-    policy: PolicyPort, settings: EvalSettings, stopping: trio.Event, echo: Callable[[str], None]
+async def start_point(
+    policy: PolicyPort, settings: EvalSettings, echo: Callable[[str], None]
 ) -> tuple[dict[str, Any], float] | None:
-    """The held-out evaluation before the first round, run before the node joins (and before a
-    new swarm's genesis), so it never eats into a round. (result, seconds) or None. A trainer that
-    remembers evaluations (`evaluate_remembered`, trainer/eval_results.py) answers from its store
-    when these weights were evaluated on these questions before (a new data dir on the same base)."""
+    """The held-out evaluation of the weights the node starts with when the trainer remembers it
+    (`remembered_evaluation`, trainer/eval_results.py: these weights were evaluated on these
+    questions before, e.g. by another data dir on the same base): (result, seconds), at once.
+    Otherwise None, and the node says that the evaluation runs in slices while it plays: the
+    round loop never waits for it (swarmp2p/heldout.py)."""
     if not (settings.every > 0 and settings.before_train):
         return None
-    # "up to": a task with fewer distinct held-out questions gives fewer (the result line's count)
-    echo(f"held-out evaluation before joining (up to {settings.questions} questions)…")
+    remembered = getattr(policy, "remembered_evaluation", None)
     started = time.monotonic()
-    try:
-        remembered = getattr(policy, "evaluate_remembered", None)
-        result = await trio.to_thread.run_sync(remembered if callable(remembered) else policy.evaluate)
-    except Exception as error:
-        if not stopping.is_set():
-            echo(f"held-out evaluation failed: {error}")
-        return None
-    return result, time.monotonic() - started
+    result = None
+    if callable(remembered):
+        try:
+            result = await trio.to_thread.run_sync(remembered)
+        except Exception as error:  # a lookup only: the sliced evaluation still runs
+            echo(f"remembered held-out evaluation unreadable ({error})")
+    if result is not None:
+        return result, time.monotonic() - started
+    # "up to": a task with fewer distinct held-out questions gives fewer (the result line's count)
+    echo(
+        f"held-out evaluation: up to {settings.questions} questions, answered a batch at a time in "
+        "the worker's spare moments while the node plays (the start point when it completes)"
+    )
+    return None
 
 
 def build_policy(

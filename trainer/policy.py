@@ -220,9 +220,21 @@ class TrainerPolicy:
         return None
 
     def generate_items(self, items: Sequence[Any]) -> list[QuestionGroup]:
-        """G completions per item of a later stage of answer -> critique -> resolve, from its
-        critique or resolve prompt (trainer/stage_items.py)."""
+        """G completions per item of a later stage of a multi-stage game, from the prompt its
+        game's registry row words (trainer/stage_items.py)."""
         return generate_items(self, items)
+
+    def sample_texts(self, refs: Sequence[QuestionRef], prompts: Sequence[str]) -> list[list[str]]:
+        """`num_generations` sampled completion texts for each prompt text (`refs` name them to
+        the sampler); stops at the next step when cancelled, like every other call."""
+        self._check_cancel()
+        if not prompts:
+            return []
+        repeats = self.config.num_generations
+        ids = [self.text_prompt_ids(text) for text in prompts]
+        rows = self._sample_ids(list(refs), repeats, self.config.temperature, self.sampler, prompts=ids)
+        texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in rows]
+        return [texts[index * repeats : (index + 1) * repeats] for index in range(len(prompts))]
 
     def train(self, groups: Sequence[QuestionGroup]) -> dict[str, float]:
         """One GRPO update on `groups` (local and external alike, all as text)."""
@@ -484,6 +496,24 @@ class TrainerPolicy:
             result = self.evaluate()
             eval_results.store(key, result, cache_dir)
             return result
+        result = {**found, "step": self.step, "remembered": True}
+        self._keep_eval(result)
+        return result
+
+    def remembered_evaluation(self, cache_dir: Path | None = None) -> dict[str, Any] | None:
+        """The stored result of `evaluate()` on these weights (trainer/eval_results.py), as
+        `evaluate_remembered` gives it, or None without evaluating: a node looks it up before
+        joining and otherwise evaluates in slices while it plays."""
+        from trainer import eval_results
+
+        try:
+            key = eval_results.result_key(self.model, self.config, self.config.eval_split, self.device)
+        except Exception as error:  # the cache is an optimisation: never a reason to fail
+            self.log(f"evaluation not looked up ({error})")
+            return None
+        found = eval_results.load(key, cache_dir)
+        if found is None:
+            return None
         result = {**found, "step": self.step, "remembered": True}
         self._keep_eval(result)
         return result

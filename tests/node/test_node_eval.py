@@ -469,7 +469,7 @@ def test_node_eval_flags_map_onto_the_trainer_config(monkeypatch: pytest.MonkeyP
     assert trainer.eval_before_train is defaults.eval_before_train
     assert trainer.eval_questions == defaults.eval_questions
     assert eval_settings(trainer) == EvalSettings(
-        every=5, before_train=True, questions=defaults.eval_questions * len(trainer.tasks)
+        every=5, before_train=True, questions=defaults.eval_questions * len(trainer.tasks), sliced=True
     )
 
     _, trainer = _node_configs(
@@ -520,36 +520,36 @@ def test_command_defaults_sit_between_class_defaults_and_the_file(tmp_path: Path
         load(env={}, defaults={"no_such_field": 1})
 
 
-def test_the_node_evaluates_before_joining_and_advises_when_evaluation_cannot_fit() -> None:
-    from swarmp2p.node_policy import eval_fit_advice, evaluate_before_train
+def test_the_node_takes_a_remembered_start_point_and_otherwise_says_it_evaluates_while_playing() -> None:
+    from swarmp2p.node_policy import eval_settings, start_point
 
     lines: list[str] = []
 
     class Policy:
-        fail = False
+        stored: dict[str, Any] | None = None
 
         def evaluate(self) -> dict[str, Any]:
-            if self.fail:
-                raise RuntimeError("out of memory")
-            return {"step": 0, "accuracy": 0.25, "reward": 0.5, "questions": 8, "seconds": 0.0}
+            raise AssertionError("the node never evaluates whole before joining")
+
+        def remembered_evaluation(self) -> dict[str, Any] | None:
+            return self.stored
 
     async def before(settings: EvalSettings, policy: Policy) -> Any:
-        return await evaluate_before_train(policy, settings, trio.Event(), lines.append)
+        return await start_point(policy, settings, lines.append)
 
-    result = trio.run(before, EvalSettings(every=5, questions=8), Policy())
-    assert result is not None and result[0]["accuracy"] == 0.25 and result[1] >= 0
-    assert lines == ["held-out evaluation before joining (up to 8 questions)…"]
-    assert trio.run(before, EvalSettings(every=5, before_train=False), Policy()) is None
-    assert trio.run(before, EvalSettings(every=0), Policy()) is None
-    broken = Policy()
-    broken.fail = True
-    assert trio.run(before, EvalSettings(every=5, questions=8), broken) is None
-    assert lines[-1] == "held-out evaluation failed: out of memory"
-
-    # 13.3 s (measured: 72 questions, tiny model, loaded 2-core machine) in 20 s rounds.
-    advice = eval_fit_advice(EvalSettings(every=5), 13.3, 20.0, 8)
-    assert advice is not None and "--eval-questions 3 (per task)" in advice and "--round-seconds 43" in advice
-    assert eval_fit_advice(EvalSettings(every=5), 2.0, 30.0, 8) is None
+    assert trio.run(before, EvalSettings(every=5, questions=8), Policy()) is None
+    assert lines == [
+        "held-out evaluation: up to 8 questions, answered a batch at a time in the worker's spare "
+        "moments while the node plays (the start point when it completes)"
+    ]
+    remembering = Policy()
+    remembering.stored = {"step": 0, "accuracy": 0.25, "remembered": True}
+    result = trio.run(before, EvalSettings(every=5, questions=8), remembering)
+    assert result is not None and result[0]["accuracy"] == 0.25 and len(lines) == 1
+    assert trio.run(before, EvalSettings(every=5, before_train=False), remembering) is None
+    assert trio.run(before, EvalSettings(every=0), remembering) is None
+    # The node's schedule is the sliced one.
+    assert eval_settings(TrainerConfig(tasks=("leg_counting",), eval_every=5)).sliced is True
 
 
 def test_a_probe_needs_a_window_worth_trying() -> None:

@@ -111,7 +111,7 @@ def test_an_unreadable_store_evaluates_and_says_so(tmp_path: Path, caplog: pytes
 
 
 def test_the_node_asks_a_trainer_that_remembers() -> None:
-    from swarmp2p.node_policy import evaluate_before_train
+    from swarmp2p.node_policy import start_point
 
     calls: list[str] = []
 
@@ -120,12 +120,23 @@ def test_the_node_asks_a_trainer_that_remembers() -> None:
             calls.append("evaluate")
             return {"accuracy": 0.1}
 
-        def evaluate_remembered(self) -> dict[str, Any]:
+        def remembered_evaluation(self) -> dict[str, Any] | None:
             calls.append("remembered")
             return {"accuracy": 0.2, "remembered": True}
 
     async def before() -> Any:
-        return await evaluate_before_train(Remembering(), EvalSettings(every=5), trio.Event(), lambda _: None)
+        return await start_point(Remembering(), EvalSettings(every=5), lambda _: None)
 
     result = trio.run(before)
     assert calls == ["remembered"] and result is not None and result[0]["remembered"] is True
+
+
+def test_remembered_evaluation_looks_up_without_evaluating(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    Counting.evaluations = 0
+    policy = Counting(config(tmp_path / "a", tmp_path / "models"))
+    assert policy.remembered_evaluation(store) is None and Counting.evaluations == 0
+    stored = policy.evaluate_remembered(store)
+    found = Counting(config(tmp_path / "b", tmp_path / "models")).remembered_evaluation(store)
+    assert found is not None and found["remembered"] is True and Counting.evaluations == 1
+    assert found["per_question"] == stored["per_question"]
