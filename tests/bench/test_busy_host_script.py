@@ -1,0 +1,50 @@
+"""scripts/busy_host.py's table: shares of rounds trained, updated and reported, and fates, from
+a node's rounds.jsonl records and log."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "busy_host.py"
+
+
+def load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("busy_host", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def record(round_number: int, fate: str, updated: float | None = None, **more: Any) -> dict[str, Any]:
+    metrics = {} if updated is None else {"updated": updated}
+    return {"round": round_number, "stage": 0, "fate": fate, "train_metrics": metrics, **more}
+
+
+def test_rows_count_trained_reported_and_missing_rounds() -> None:
+    busy_host = load_script()
+    records = [
+        record(3, "trained_report_late", 1.0),
+        record(4, "skipped"),
+        record(5, "completed", 0.0),
+        record(7, "completed", 1.0, eval={"accuracy": 0.25}),
+    ]
+    log = "round 3 (trained, report late) | ...\nwarning: busy host: generate + train overran 2 rounds\n"
+    row = busy_host.summarise(records, log)
+    assert row["rounds"] == 5  # rounds 3..7; round 6 left no record
+    assert (row["trained"], row["updated"], row["reported"]) == (3 / 5, 2 / 5, 2 / 5)
+    assert row["fates"] == {"completed": 2, "trained_report_late": 1, "skipped": 1, "no record": 1}
+    assert row["heldout"] == {"round": 7, "accuracy": 0.25}
+    assert row["pace"] == ["warning: busy host: generate + train overran 2 rounds"]
+    table = busy_host.table({"busy": {"nodes": {"node 1": row}}})
+    assert "| busy | node 1 | 5 | 60% | 40% | 40% |" in table
+
+
+def test_records_without_a_fate_read_it_from_their_flags() -> None:
+    busy_host = load_script()
+    assert busy_host.fate_of({"completed": False, "skipped": True}) == "skipped"
+    assert busy_host.fate_of({"completed": False}) == "abandoned"
+    assert busy_host.fate_of({"completed": True}) == "completed"
