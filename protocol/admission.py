@@ -24,6 +24,14 @@ The rules, in the order they are applied, are the methods `heard`, `consider`, `
 `top_up` and `fetched`. Nothing here does IO or reads a clock: the round's timing comes from
 the `RoundMachine` the inbox is given, cryptography and caching from an `Opener` (the
 runtime passes its VerifyCache; `PlainOpener` is the uncached reference).
+
+Its state is plain mappings behind small interfaces, so that one process can hold many inboxes
+cheaply: the per-sender maps come from `SenderMaps` (dicts by default; the simulator's
+numbered lists, protocol/sender_map.py), the connected peers may be a `SharedPeers` view (the
+simulator's one set for all), and a multi-stage game's accepted batches go to an `InputStore`.
+These rules are written only here: the simulator's fast delivery path
+(simulator/fastpath/) decides the common case itself and is held to `heard` and `consider`,
+decision by decision, by tests/simulator/test_fastpath_rules.py.
 """
 
 from __future__ import annotations
@@ -32,11 +40,11 @@ import hashlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 
-from protocol.acr import UNBLAMED_INPUT_REASONS, InputStore
+from protocol.acr import UNBLAMED_INPUT_REASONS
 from protocol.decisions import (
     Accept,
     Decision,
@@ -52,20 +60,13 @@ from protocol.decisions import (
 from protocol.deferred import DeferredStore
 from protocol.envelope import Opened, open_envelope
 from protocol.errors import ProtocolError
+from protocol.fetch_draw import FetchDraw, fetch_priority
 from protocol.game import Game, mean_reward
 from protocol.inputs import admit_input, need_inputs
 from protocol.messages import QuestionGroup, RolloutAnnouncement, RolloutBatch
-from protocol.peer_sets import PeersExcept
 from protocol.rounds import COLLECTING_PHASES, RoundMachine
 from protocol.scoring import PeerScores
-from protocol.sender_map import PeerNumbers, SenderMap, SenderRounds
-from protocol.shared_open import SharedOpen
 from protocol.verification import Verdict
-
-try:  # Inbox.heard_run's inner loop in C, built by `pip install` where a compiler is found
-    from protocol._hot_loops import run as _compiled_heard_run
-except ImportError:  # pragma: no cover - the Python loop below is the same loop
-    _compiled_heard_run = None
 
 __all__ = [
     "Accept",
@@ -80,21 +81,10 @@ __all__ = [
     "PlainOpener",
     "Reject",
     "RoundInbox",
+    "SenderMaps",
+    "fetch_priority",
     "job_for",
 ]
-
-SLOW = object()
-"""`Inbox.heard_run`: not the common case, nothing changed; take the usual path."""
-
-
-_NO_JOINED: dict[str, int] = {}
-"""heard_run's join index for a `connected` that is not a PeersExcept (its count is 0)."""
-
-
-class _Slow(Exception):
-    """Inside `Inbox.heard_run`: the receiver is not collecting now, or keeps dicts (a node's
-    Inbox): its items take the usual path."""
-
 
 PROOF_OF_LYING = frozenset({"forged_reward", "equivocation"})
 """Rejection reasons backed by the sender's own signature: a batch whose claimed rewards the
@@ -106,32 +96,6 @@ MAX_TOP_UPS_PER_ROUND = 64
 round with `fetch_sample` in the tens sees while the swarm works."""
 
 
-def _fetch_draw_suffix(sender: str) -> bytes:
-    """The sender's part of `fetch_priority`'s text, hashed after the round's prefix
-    (`Inbox._fetch_hash_prefix`)."""
-    return f"{sender}\x1ffetch".encode()
-
-
-def _announcement_facts(outcome: object, sender: str) -> tuple[Any, ...] | bool:
-    """What `Inbox.heard_run` needs of an opened gossip message, the same for all its receivers:
-    False unless it is an announcement signed by its transport sender, else (announcement,
-    round, stage, swarm id, size, batch digest, the sender's part of the fetch draw)."""
-    if type(outcome) is not Opened or outcome.signer != sender:
-        return False
-    announcement = outcome.message
-    if type(announcement) is not RolloutAnnouncement:
-        return False
-    return (
-        announcement,
-        announcement.round,
-        announcement.stage,
-        announcement.swarm_id,
-        announcement.size_bytes,
-        announcement.batch_digest,
-        _fetch_draw_suffix(sender),
-    )
-
-
 class Opener(Protocol):
     """Envelope opening, hashing and verdict memoizing (swarmp2p.peer_cache.VerifyCache)."""
 
@@ -141,16 +105,65 @@ class Opener(Protocol):
 
     def verdict(self, digest: bytes, compute: Callable[[], Any]) -> Any: ...
 
-    def reopened(self, data: bytes, times: int, *, max_size: int | None = None) -> None:
-        """Do to the opener's own state what `times` more `open(data, max_size=...)` calls, right
-        after one, would have done (their outcome is already known: protocol.shared_open)."""
+
+class OpenedOnce(Protocol):
+    """One message opened once for many receivers in one process (the simulator's SharedOpen):
+    what `opener.open(data, max_size=max_size)` returns or raises for the message's data."""
+
+    def open(self, opener: Opener, max_size: int) -> Opened: ...
+
+
+class InputStore(Protocol):
+    """What the inbox does with a multi-stage game's store of accepted batches (the batches
+    later stages build on); the game reads it in `resolve` and `inputs_needed`."""
+
+    def add(self, digest: bytes, batch: RolloutBatch, items: Sequence[Any] = ()) -> None: ...
+
+    def forget_before(self, round_number: int) -> None: ...
+
+
+class SenderMaps(Protocol):
+    """Where an inbox keeps its per-sender maps: `Inbox.known` (sender -> last round heard of)
+    and each round's `RoundInbox.announced` (sender -> announced digest). A node's are dicts
+    (`DictMaps`); the simulator's many inboxes share a numbering of peers and keep lists by
+    number (protocol/sender_map.py `PeerNumbers`), N x N entries at N peers."""
+
+    def rounds(self) -> MutableMapping[str, int]: ...
+
+    def digests(self) -> MutableMapping[str, bytes]: ...
+
+    def drop_below(self, rounds: MutableMapping[str, int], floor: int) -> None:
+        """Remove every entry of `rounds` (made by `rounds()`) whose round is below `floor`."""
         ...
 
-    def peek_opened(self, data: bytes) -> Opened | None:
-        """The opened envelope `open(data)` would answer from memory without opening `data`
-        again, or None (nothing remembered, or `open` would raise). Changes and counts nothing:
-        `Inbox.heard_run` peeks, and calls `open` only once it has decided."""
-        ...
+
+class DictMaps:
+    """SenderMaps as plain dicts (a node's)."""
+
+    def rounds(self) -> MutableMapping[str, int]:
+        return {}
+
+    def digests(self) -> MutableMapping[str, bytes]:
+        return {}
+
+    def drop_below(self, rounds: MutableMapping[str, int], floor: int) -> None:
+        for peer in [p for p, last in rounds.items() if last < floor]:
+            del rounds[peer]
+
+
+@runtime_checkable
+class SharedPeers(Protocol):
+    """A set of connected peers that many inboxes share (the simulator's PeersExcept): kept as
+    it is, not copied into a frozenset each (O(peers) per peer), and merged into a set by
+    itself (`union_into`: set operations in C, where iterating it would be a Python loop)."""
+
+    def __contains__(self, peer: object) -> bool: ...
+
+    def __iter__(self) -> Iterator[str]: ...
+
+    def __len__(self) -> int: ...
+
+    def union_into(self, target: set[str]) -> None: ...
 
 
 class PlainOpener:
@@ -164,12 +177,6 @@ class PlainOpener:
 
     def verdict(self, digest: bytes, compute: Callable[[], Any]) -> Any:
         return compute()
-
-    def reopened(self, data: bytes, times: int, *, max_size: int | None = None) -> None:
-        pass  # no state: nothing to account for
-
-    def peek_opened(self, data: bytes) -> Opened | None:
-        return None  # remembers nothing
 
 
 @attrs.frozen
@@ -205,13 +212,11 @@ class RoundInbox:
     round: int
     stage: int
     fetch_probability: float = 1.0
-    # sender -> announced digest: a dict, or a SenderMap where the Inbox numbers its peers
-    announced: MutableMapping[str, bytes] = attrs.Factory(dict)
+    announced: MutableMapping[str, bytes] = attrs.Factory(dict)  # sender -> digest (SenderMaps)
     duplicates: Counter[str] = attrs.Factory(Counter)
     fetches: int = 0
     unknown_fetches: int = 0  # of `fetches`, those for senders not `established`
-    fetch_hash_prefix: Any = None  # sha256 state over (seed, round, me), see `fetch_priority`
-    fetch_hash_text: bytes | None = None  # the bytes that state hashed (the compiled heard_run's)
+    fetch_draw: FetchDraw | None = None  # this round's draw, made at its first use
     # sampled out, the lowest kept for top-ups: sender -> (priority, announcement) (a `Defer`)
     deferred: DeferredStore = attrs.Factory(lambda: DeferredStore(MAX_TOP_UPS_PER_ROUND))
     rejected: Counter[str] = attrs.Factory(Counter)
@@ -224,13 +229,6 @@ def fetch_probability(fetch_sample: int, connected: int) -> float:
     if not fetch_sample:
         return 1.0
     return min(1.0, fetch_sample / max(1, connected))
-
-
-def fetch_priority(seed: int, round_number: int, me: str, sender: str) -> float:
-    """derive_seed(seed, round, me, sender, "fetch") / 2**63: an unbiased per-(round, peer,
-    sender) draw; fetched when below the round's fetch probability."""
-    text = f"{seed}\x1f{round_number}\x1f{me}\x1f{sender}\x1ffetch".encode()
-    return (int.from_bytes(hashlib.sha256(text).digest()[:8], "big") >> 1) / 2**63
 
 
 class Inbox:
@@ -246,7 +244,8 @@ class Inbox:
         opener: Opener | None = None,
         scores: PeerScores | None = None,
         counters: Counter[str] | None = None,
-        peer_numbers: PeerNumbers | None = None,
+        peer_numbers: SenderMaps | None = None,
+        store: InputStore | None = None,
     ) -> None:
         self.rules = rules
         self.machine = machine
@@ -257,12 +256,11 @@ class Inbox:
         self.rejections: Counter[str] = Counter()
         self.current: RoundInbox | None = None
         # The simulator's many inboxes share one numbering of peers and keep their per-sender
-        # maps (`known`, each round's `announced`) as lists by number (protocol/sender_map.py);
-        # a node keeps dicts.
-        self.peer_numbers = peer_numbers
+        # maps (`known`, each round's `announced`) as lists by number; a node keeps dicts.
+        self.sender_maps: SenderMaps = peer_numbers if peer_numbers is not None else DictMaps()
         # Peers heard from (announced or served a verified batch) -> last round: swept for in
         # the DHT when a round brings no announcement from them.
-        self.known: MutableMapping[str, int] = self._sender_rounds()
+        self.known: MutableMapping[str, int] = self.sender_maps.rounds()
         # Announcements for the NEXT position (round, or stage of a multi-stage game) that
         # arrived before our own poll saw it open, by round (one position per round is ever next).
         self.early: dict[int, dict[str, tuple[RolloutAnnouncement, bytes]]] = {}
@@ -271,7 +269,7 @@ class Inbox:
         # theirs verified, so a fresh swarm's first round is not left to the unknown share.
         self.connected: AbstractSet[str] = frozenset()
         # A multi-stage game's inputs: this round's accepted batches (and our own), by stage.
-        self.store = InputStore()
+        self.store: InputStore = store if store is not None else _staged_inputs()
 
     # ---- bookkeeping --------------------------------------------------------------------
 
@@ -293,16 +291,10 @@ class Inbox:
             round=round_number,
             stage=stage,
             fetch_probability=fetch_probability(self.rules.fetch_sample, connected),
-            announced=self._sender_map(),
+            announced=self.sender_maps.digests(),
             deferred=DeferredStore(self.rules.max_top_ups_per_round),
         )
         return self.current
-
-    def _sender_map(self) -> MutableMapping[str, Any]:
-        return {} if self.peer_numbers is None else SenderMap(self.peer_numbers)
-
-    def _sender_rounds(self) -> MutableMapping[str, int]:
-        return {} if self.peer_numbers is None else SenderRounds(self.peer_numbers)
 
     @property
     def unknown_fetch_limit(self) -> int:
@@ -313,9 +305,10 @@ class Inbox:
 
     def peers_connected(self, peers: Iterable[str]) -> None:
         """The runtime's connected peers, now (reported when a round opens)."""
-        # A PeersExcept (the simulator's) is immutable and shared by all peers: kept as it is,
-        # not copied (a frozenset each is O(peers) per peer).
-        self.connected = peers if isinstance(peers, (frozenset, PeersExcept)) else frozenset(peers)
+        if type(peers) is frozenset or isinstance(peers, SharedPeers):
+            self.connected = peers  # immutable: kept as it is, not copied
+        else:
+            self.connected = frozenset(peers)
 
     def established(self, sender: str) -> bool:
         """A sender with a reason to trust it: a batch of its verified before, or connected to us.
@@ -355,10 +348,11 @@ class Inbox:
 
     # ---- announcements ------------------------------------------------------------------
 
-    def heard(self, sender: str, data: bytes, shared: SharedOpen | None = None) -> Decision:
+    def heard(self, sender: str, data: bytes, shared: OpenedOnce | None = None) -> Decision:
         """An announcement arrived on the topic; `sender` is who the transport says sent it.
         `shared`: the same message is being handed to many receivers in this process, and its
-        envelope is opened once for all of them (the outcome is the same: see SharedOpen)."""
+        envelope is opened once for all of them (the outcome is the same: see
+        simulator/fastpath/shared_open.py)."""
         rules = self.rules
         if sender == rules.me:
             return None  # our own publish echoed back
@@ -400,202 +394,6 @@ class Inbox:
                 return Hold(announcement.round, announcement.stage)
         return self.reject("future_round", blame=None)
 
-    def heard_run(
-        self, items: Sequence[tuple[str, bytes, SharedOpen | None]]
-    ) -> Iterator[tuple[int, object]]:
-        """`heard(sender, data, shared)` for each `(sender, data, shared)` of `items` in order (the
-        gossip messages that reach this receiver at one instant), with the common case decided
-        here: a sender's first, well-formed announcement for the current round while we collect,
-        within the fetch budget (and, for a sender not established, within the unknown budget).
-        Yields `(index, SLOW)` for any other case, having changed nothing (the caller runs the
-        usual path, `heard` included, before the loop goes on), `(index, Fetch)` for a fetch to
-        carry out and `(index, exception)` if deciding failed; a sampled-out (deferred) delivery
-        yields nothing. The decisions and state are exactly `heard`'s: the same checks in the same
-        order, only without the rejecting branches and the calls between them
-        (tests/test_admission_many.py runs both on random receivers and messages).
-
-        Why a run of messages for one receiver: at 1000 simulated peers this runs a million
-        times per virtual round and nearly every delivery is a deferral. Taken message by message
-        across receivers, each delivery reaches into a dozen objects of another peer that are no
-        longer in the CPU's cache; here they are looked up once per run and stay warm.
-
-        Why unknown senders only while the unknown budget has room: once it is full, the fetcher
-        refreshes `connected` before `heard` for an unknown sender (the usual path does that);
-        before, it does nothing else for them. Unknown senders are common in round 0, when each
-        peer's connected set is the peers that came online before it.
-
-        The first receiver of a message at an instant has no SharedOpen entry yet: when the
-        opener remembers the envelope (`Opener.peek_opened`: an earlier instant opened it), the
-        item is decided here and, once decided, opened as `heard` opens it (a memo hit);
-        otherwise it yields SLOW and the usual path opens it.
-
-        The inner loop runs in C when protocol/_hot_loops.c is built (`pip install` builds it):
-        the same checks in the same order on the same objects; the Python loop below is the
-        fallback and the reference (tests/test_hot_loops.py runs the equivalence test on both).
-
-        Only an Inbox with `peer_numbers` (the simulator's) takes this path: it reads and writes
-        `known` and `announced` as list slots by sender number. With a node's dicts every item
-        yields SLOW."""
-        deferred_count = 0
-        index = -1
-        compiled = _compiled_heard_run  # None where it was not built: the Python loop below
-        while index + 1 < len(items):
-            start = index + 1  # the first item, or the one after the item last yielded
-            index = start  # what an error before the loop is reported for
-            outcome: object = None
-            try:
-                # The receiver's state, read again after each yield: the caller's usual path
-                # may have changed it (a ban, a fetch queued, a hold, the connected peers).
-                state = self.current
-                current, stage = self.machine.current_position()
-                if state is None or state.round != current or self.machine.phase not in COLLECTING_PHASES:
-                    raise _Slow
-                rules = self.rules
-                me = rules.me
-                swarm_id = rules.swarm_id
-                max_announce = rules.max_announce_bytes
-                max_batch = rules.max_batch_bytes
-                max_fetch = rules.max_fetch_per_round
-                banned = self.scores.banned
-                valid = self.scores.valid
-                connected = self.connected
-                if type(connected) is PeersExcept:
-                    # Its membership inline (`sender == me` is decided first, below).
-                    connected_base, join_index, joined_count = connected.membership_parts()
-                else:
-                    connected_base, join_index, joined_count = connected, _NO_JOINED, 0
-                opener = self.opener
-                opener_key = id(opener)
-                known = self.known
-                announced = state.announced
-                if (
-                    type(known) is not SenderRounds
-                    or type(announced) is not SenderMap
-                    or known.numbers is not announced.numbers
-                ):
-                    raise _Slow  # a node's dicts: this path is for the simulator's numbered maps
-                number_of = known.numbers.number.get
-                known_slots = known.slots
-                announced_slots = announced.slots
-                numbered = min(len(known_slots), len(announced_slots))  # senders with slots
-                stage_count = self.game.stage_count
-                ahead = stage + 1 if stage + 1 < stage_count else -1  # the next stage, if any
-                state_stage = state.stage
-                # Nothing in the loop below changes `state.fetches`: a Fetch ends it.
-                fetches_full = state.fetches >= max_fetch
-                # Fetcher._announced refreshes `connected` for an unknown sender when this is
-                # true; nothing here changes it before the loop breaks (on a Fetch, or SLOW).
-                unknown_budget_full = self.unknown_budget_full()
-                probability = state.fetch_probability
-                deferred = state.deferred
-                prefix = state.fetch_hash_prefix
-                if prefix is None and probability < 1.0:
-                    prefix = self._fetch_hash_prefix(state)
-                if compiled is not None and type(items) is list:
-                    # The same loop in C (protocol/_hot_loops.c), when it is built.
-                    index, kind, value, deferred_now = compiled(
-                        items, start, me, banned, max_announce, opener_key, _announcement_facts,
-                        known.numbers.number, swarm_id, current, ahead, state_stage, numbered,
-                        announced_slots, known_slots, max_batch, fetches_full, connected_base,
-                        join_index, joined_count, valid, unknown_budget_full, probability,
-                        state.fetch_hash_text, deferred, Defer,
-                        deferred.fast_offer_parts() if type(deferred) is DeferredStore else None, opener,
-                    )  # fmt: skip
-                    deferred_count += deferred_now
-                    if kind == 1:
-                        outcome = SLOW
-                    elif kind == 2:
-                        announcement, unknown = value
-                        if unknown:
-                            state.unknown_fetches += 1
-                        outcome = Fetch(job_for(announcement))
-                    elif kind == 3:
-                        outcome = value  # deciding this item raised: reported as below
-                else:
-                    from_bytes = int.from_bytes
-                    for index in range(start, len(items)):  # read after the loop
-                        sender, data, shared = items[index]
-                        if (
-                            shared is None  # a pushed batch: the usual path unwraps it
-                            or sender == me
-                            or sender in banned
-                            or len(data) > max_announce
-                        ):
-                            outcome = SLOW
-                            break
-                        entry = shared.by_opener.get(opener_key)  # SharedOpen.peek, inlined
-                        if entry is None:
-                            # The first receiver with this opener at this instant: when the opener
-                            # remembers the envelope (an earlier instant opened it), decided here
-                            # and opened below; otherwise the usual path opens it.
-                            peeked = opener.peek_opened(data)
-                            if peeked is None:
-                                outcome = SLOW
-                                break
-                            facts = _announcement_facts(peeked, sender)
-                        else:
-                            facts = entry[4]
-                            if facts is None:
-                                facts = entry[4] = _announcement_facts(entry[1], sender)
-                        if facts is False:
-                            outcome = SLOW  # an error outcome, another kind or a relayed message
-                            break
-                        announcement, a_round, a_stage, a_swarm, a_size, a_digest, suffix = facts
-                        number = number_of(sender)
-                        if (
-                            a_swarm != swarm_id
-                            or a_round != current
-                            or a_stage == ahead
-                            or a_stage != state_stage
-                            or number is None  # not numbered yet, or its slots are not there yet:
-                            or number >= numbered  # the usual path numbers it and grows the lists
-                            or announced_slots[number] is not None  # `sender in announced`
-                            or a_size > max_batch
-                            or fetches_full
-                        ):
-                            outcome = SLOW
-                            break
-                        unknown = not (  # not established: `sender in connected or valid.get(...) > 0`
-                            sender in connected_base
-                            or (joined_count and join_index.get(sender, joined_count) < joined_count)
-                            or valid.get(sender, 0) > 0
-                        )
-                        if unknown and unknown_budget_full:
-                            outcome = SLOW  # the usual path refreshes `connected` first
-                            break
-                        # Decided: from here on, what `heard` -> `consider` does.
-                        if entry is None:
-                            shared.open(opener, max_announce)  # as `heard` opens: a memo hit
-                            shared.by_opener[opener_key][4] = facts
-                        else:
-                            entry[3] += 1  # the open we would have made (SharedOpen.settle accounts it)
-                        announced_slots[number] = a_digest
-                        known_slots[number] = current
-                        if probability < 1.0:
-                            hasher = prefix.copy()  # Inbox._priority, inlined
-                            hasher.update(suffix)
-                            priority = (from_bytes(hasher.digest()[:8], "big") >> 1) / 2**63
-                            if priority >= probability:
-                                if priority <= deferred.cutoff:
-                                    deferred.offer(_new_tuple(Defer, (priority, announcement)))
-                                deferred_count += 1
-                                continue
-                        if unknown:
-                            state.unknown_fetches += 1
-                        outcome = Fetch(job_for(announcement))
-                        break
-                    else:
-                        index = len(items)
-            except _Slow:  # not collecting this round now: each item on the usual path
-                outcome = SLOW
-            except Exception as error:  # a bug: reported for this delivery, the rest go on
-                outcome = error
-            if deferred_count:
-                self.counters["fetch_deferred"] += deferred_count
-                deferred_count = 0
-            if outcome is not None:
-                yield index, outcome
-
     def release_early(self, round_number: int) -> list[Decision]:
         """The round (or stage) opened and its questions are known: consider the announcements
         that came before it did (in sender order), and forget older ones."""
@@ -633,7 +431,7 @@ class Inbox:
         state.announced[sender] = announcement.batch_digest
         self.known[sender] = state.round
         if state.fetch_probability < 1.0:
-            priority = self._priority(state, sender)
+            priority = self.fetch_draw(state)(sender)
             if priority >= state.fetch_probability:
                 deferred = _new_tuple(Defer, (priority, announcement))
                 if priority <= state.deferred.cutoff:  # else never taken: spare the call
@@ -644,22 +442,13 @@ class Inbox:
             state.unknown_fetches += 1
         return Fetch(job_for(announcement))
 
-    def _fetch_hash_prefix(self, state: RoundInbox) -> Any:
-        """The round's sha256 state over `seed, round, me` (kept in `state`)."""
-        text = f"{self.rules.seed}\x1f{state.round}\x1f{self.rules.me}\x1f".encode()
-        state.fetch_hash_text = text
-        state.fetch_hash_prefix = hashlib.sha256(text)
-        return state.fetch_hash_prefix
-
-    def _priority(self, state: RoundInbox, sender: str) -> float:
-        """`fetch_priority`, from a per-round hash prefix: it runs for every announcement of
-        every round, and hashing the shared prefix once per round halves its cost."""
-        prefix = state.fetch_hash_prefix
-        if prefix is None:
-            prefix = self._fetch_hash_prefix(state)
-        hasher = prefix.copy()
-        hasher.update(_fetch_draw_suffix(sender))
-        return (int.from_bytes(hasher.digest()[:8], "big") >> 1) / 2**63
+    def fetch_draw(self, state: RoundInbox) -> FetchDraw:
+        """The round's fetch draw (protocol/fetch_draw.py), made once per round: it runs for every
+        announcement of every round, and hashing the shared prefix once halves its cost."""
+        draw = state.fetch_draw
+        if draw is None:
+            draw = state.fetch_draw = FetchDraw(self.rules.seed, state.round, self.rules.me)
+        return draw
 
     # ---- the DHT sweep and top-ups ------------------------------------------------------
 
@@ -671,13 +460,9 @@ class Inbox:
         if state is None:
             return
         oldest = state.round - self.rules.known_peer_rounds
-        if isinstance(self.known, SenderMap):
-            self.known.drop_below(oldest)
-        else:
-            for peer in [p for p, last in self.known.items() if last < oldest]:
-                del self.known[peer]
+        self.sender_maps.drop_below(self.known, oldest)
         candidates = set(self.known)
-        if isinstance(connected, PeersExcept):
+        if isinstance(connected, SharedPeers):
             connected.union_into(candidates)  # the simulator's shared set, without a walk in Python
         else:
             candidates.update(connected)  # now, not at round open: peers join
@@ -687,7 +472,7 @@ class Inbox:
         for peer in sorted(candidates):
             if peer == self.rules.me or peer in state.announced or self.scores.is_banned(peer):
                 continue
-            if state.fetch_probability < 1.0 and self._priority(state, peer) >= state.fetch_probability:
+            if state.fetch_probability < 1.0 and self.fetch_draw(state)(peer) >= state.fetch_probability:
                 continue  # sampled out: we would not have fetched its batch had we heard of it
             if state.fetches >= self.rules.max_fetch_per_round:
                 break
@@ -797,3 +582,10 @@ class Inbox:
         """A batch a later-stage batch references (a `NeedInputs` job) came back: see
         `protocol.inputs.admit_input`."""
         return admit_input(self, job, envelope, last=last)
+
+
+def _staged_inputs() -> InputStore:
+    """The store of a game built on inputs, for a caller that passes none (the node's driver)."""
+    from protocol.acr import InputStore as StagedInputStore  # the games' one store class
+
+    return StagedInputStore()

@@ -10,7 +10,7 @@ peers, a round's deferred entries were ~100M tuples).
 Why keeping the lowest `limit` loses nothing: an entry is dropped only when `limit` kept
 entries are lower; each take removes one, so while fewer than `limit` takes were made, one of
 those lower entries is still kept, and the lowest of all entries is always a kept one
-(tests/test_admission_deferred.py checks this against the unbounded store).
+(tests/protocol/test_admission_deferred.py checks this against the unbounded store).
 """
 
 from __future__ import annotations
@@ -19,11 +19,6 @@ from collections.abc import Iterator
 from operator import itemgetter
 
 from protocol.decisions import Defer
-
-try:  # built with the admission inbox's compiled loop
-    from protocol._hot_loops import trim as _compiled_trim
-except ImportError:  # pragma: no cover - the sort below does the same
-    _compiled_trim = None
 
 
 class DeferredStore:
@@ -61,23 +56,20 @@ class DeferredStore:
             self._trim()
 
     def fast_offer_parts(self) -> tuple[list[Defer], int]:
-        """(the entries list, the length that calls for a trim): for `Inbox.heard_run`'s
-        compiled loop, which does `offer` itself (append below `cutoff`, `_trim` at that
-        length) for most sampled-out deliveries of a simulated round."""
+        """(the entries list, the length that calls for a trim): for the simulator's compiled
+        fast path (simulator/fastpath/), which does `offer` itself (append below `cutoff`,
+        `_trim` at that length) for most sampled-out deliveries of a simulated round."""
         return self._entries, self._trim_at
 
     def _trim(self) -> None:
         """Sort the entries by (priority, sender) and keep the lowest `limit`."""
         entries = self._entries
-        if _compiled_trim is not None:
-            _compiled_trim(entries, self.limit)  # the same, in C (protocol/_hot_loops.c)
-        else:
-            # By priority alone (a C key); only equal priorities (~never: 53 bits of a sha256)
-            # need the sender's order too.
-            entries.sort(key=_priority_of)
-            if len(set(map(_priority_of, entries))) < len(entries):
-                entries.sort(key=_order_key)
-            del entries[self.limit :]
+        # By priority alone (a C key); only equal priorities (~never: 53 bits of a sha256) need
+        # the sender's order too.
+        entries.sort(key=_priority_of)
+        if len(set(map(_priority_of, entries))) < len(entries):
+            entries.sort(key=_order_key)
+        del entries[self.limit :]
         if entries and len(entries) >= self.limit:
             self.cutoff = entries[-1][0]
 

@@ -25,7 +25,8 @@ V = TypeVar("V")
 
 
 class PeerNumbers:
-    """Peer id -> a small int, in order of first use; shared by every SenderMap of a run."""
+    """Peer id -> a small int, in order of first use; shared by every SenderMap of a run. The
+    admission inbox's `SenderMaps`: its maps are made here."""
 
     __slots__ = ("ids", "number")
 
@@ -45,12 +46,24 @@ class PeerNumbers:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def rounds(self) -> SenderRounds:
+        return SenderRounds(self)
+
+    def digests(self) -> SenderMap[bytes]:
+        return SenderMap(self)
+
+    def drop_below(self, rounds: MutableMapping[str, int], floor: int) -> None:
+        if not isinstance(rounds, SenderMap):
+            raise TypeError("PeerNumbers.drop_below takes the map its rounds() made")
+        rounds.drop_below(floor)
+
 
 class SenderMap(MutableMapping[str, V]):
     """A dict from peer id to a value that is never None, stored as `slots[number]` (None: no
     entry). Iterates in numbering order, not insertion order: no reader depends on the order
-    (the sweep and the round record sort). `Inbox.heard_run` reads and writes `slots` directly
-    for senders already numbered, within `len(slots)`.
+    (the sweep and the round record sort). The simulator's fast path
+    (simulator/fastpath/) reads and writes `slots` directly for senders already
+    numbered, within `len(slots)`.
 
     A subclass may store its slots otherwise: it names its empty marker (`EMPTY`), how a slot
     is told from it (`FILLED`, in C: `is_not` for None), how slots are made (`_new_slots`) and
@@ -131,7 +144,7 @@ class SenderMap(MutableMapping[str, V]):
 class SenderRounds(SenderMap[int]):
     """A SenderMap of round numbers (ints in [0, 2**31)), stored as 4-byte ints in an
     `array("i")` with -1 for no entry: `Inbox.known`, N x N entries in the simulator, 400 MB
-    less than a list's pointers at 10,000 peers. `Inbox.heard_run` writes `slots` directly."""
+    less than a list's pointers at 10,000 peers. The simulator's fast path writes `slots` directly."""
 
     __slots__ = ()
 

@@ -39,7 +39,8 @@ import attrs
 import numpy as np
 import trio
 
-from protocol.peer_sets import PeersExcept
+from simulator.fastpath.delivery import fast_handler
+from simulator.fastpath.peer_sets import PeersExcept
 from simulator.pair_latency import PairLatencies
 from simulator.uniform_stream import UniformStream
 from swarmp2p.ports import InboundMessage, InlineHandler, NetworkError, RequestHandler
@@ -515,7 +516,7 @@ class SimWorld:
         """Hand the gossip of one instant to its receivers: receiver by receiver, each with its
         messages in delivery order. Receivers subscribed with an `InlineHandler` sharing one
         `many` get theirs in one call (each message opened once; see
-        Fetcher.handle_announcement_many); any other sink, one call per message.
+        simulator/fastpath/delivery.py); any other sink, one call per message.
 
         Why receiver by receiver: at 1000 peers an instant brings ~125 messages to each peer, and
         a peer's admission state (its inbox, round, dicts of 1000 senders) is then looked up once
@@ -551,7 +552,7 @@ class SimWorld:
     def _hand_over(self, topic: str, runs: list[tuple[_Node, list[InboundMessage]]]) -> None:
         """Hand each node of `runs` its messages on `topic`, in order. Consecutive nodes
         subscribed with an `InlineHandler` sharing one `many` get theirs in one call (each
-        message judged once, then each receiver: see Fetcher.handle_announcement_many); any
+        message judged once, then each receiver: see simulator/fastpath/delivery.py); any
         other sink, one call per message. A node offline or not subscribed drops its messages."""
         dropped = 0
         batch: list[tuple[Any, list[InboundMessage]]] = []
@@ -711,7 +712,8 @@ class SimNetwork:
         if not self._world.inline_gossip:
             return False
         node = self._node()
-        node.sinks[topic] = handler
+        # A fetcher's handler gets the fast path for many receivers at once (the same decisions).
+        node.sinks[topic] = fast_handler(handler) if type(handler) is InlineHandler else handler
         self._world._membership_changed()
         return True
 

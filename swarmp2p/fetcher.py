@@ -12,37 +12,19 @@ from typing import Any
 
 import trio
 
-from protocol.admission import SLOW, Accept, Fetch, FetchJob, Hold, Inbox, NeedInputs
+from protocol.admission import Accept, Fetch, FetchJob, Hold, Inbox, NeedInputs, OpenedOnce
 from protocol.errors import ProtocolError
 from protocol.messages import FetchRequest, FetchResponse
-from protocol.shared_open import SharedOpen
 from swarmp2p.fetch_queue import LaneQueue
 from swarmp2p.peer_cache import VerifyCache
 from swarmp2p.peer_settings import PeerSettings, batch_dht_key
 from swarmp2p.ports import InboundMessage, InlineHandler, NetworkError, NetworkPort
-from swarmp2p.pushed import PUSHED_PREFIX, PushedBatches, unwrap
-
-try:  # built with Inbox.heard_run's compiled loop (protocol/_hot_loops.c)
-    from protocol._hot_loops import items as _compiled_items
-except ImportError:  # pragma: no cover - the list comprehension below does the same
-    _compiled_items = None
+from swarmp2p.pushed import PushedBatches, unwrap
 
 log = logging.getLogger("swarmp2p.peer")
 
 Fetched = tuple[bytes, bool] | None
 """(envelope, came directly from the announcer) or None: found nowhere."""
-
-
-def _shared_item(
-    message: InboundMessage, item_by_message: dict[int, tuple[str, bytes, SharedOpen | None]]
-) -> tuple[str, bytes, SharedOpen | None]:
-    """The (sender, data, shared open) that `Inbox.heard_run` takes for `message`, made once and
-    kept in `item_by_message` for its other receivers. A pushed batch (swarmp2p/pushed.py) has
-    no shared open: each receiver unwraps and keeps its own, on the usual path."""
-    data = message.data
-    shared = None if data.startswith(PUSHED_PREFIX) else SharedOpen(data)
-    item = item_by_message[id(message)] = (message.transport_sender, data, shared)
-    return item
 
 
 class Fetcher:
@@ -128,45 +110,12 @@ class Fetcher:
 
     @staticmethod
     def handle_announcement_many(deliveries: list[tuple[Fetcher, list[InboundMessage]]]) -> None:
-        """`handle_announcement(message)` for each fetcher and each of its messages in order,
-        with each envelope opened once for all fetchers (SharedOpen): for every fetcher the
-        same decisions as one message at a time. Never raises."""
-        # id(message) -> (sender, data, SharedOpen or None), one tuple per message shared by all
-        # its receivers: at 1000 peers this loop runs a million times a virtual round.
-        item_by_message: dict[int, tuple[str, bytes, SharedOpen | None]] = {}
-        item_of = item_by_message.get
-        items_of = _compiled_items
+        """`handle_announcement(message)` for each fetcher and each of its messages in order.
+        An in-process transport may put a faster call with the same decisions in its place (the
+        simulator's, simulator/fastpath/delivery.py). Never raises."""
         for fetcher, messages in deliveries:
-            if items_of is not None and type(messages) is list:
-                items = items_of(messages, item_by_message, _shared_item)  # the same, in C
-            else:
-                items = [item_of(id(m)) or _shared_item(m, item_by_message) for m in messages]
-            # The common case is decided inside `heard_run` (a deferral yields nothing); what
-            # comes out is a Fetch to carry out, SLOW (the usual path, before the run goes on,
-            # so each message meets the state it would have alone), or an error.
-            try:
-                decisions = fetcher.inbox.heard_run(items)  # type: ignore[arg-type]
-                for index, decision in decisions:
-                    sender, data, shared = items[index]
-                    try:
-                        if decision is SLOW:
-                            if shared is None:
-                                fetcher.handle_announcement(messages[index])
-                            else:
-                                fetcher._announced(sender, data, shared)
-                        elif type(decision) is Fetch:
-                            fetcher.enqueue(decision.job)
-                        else:
-                            raise decision  # type: ignore[misc]  # deciding for this message failed
-                    except Exception:
-                        log.exception("%s: handling an announcement failed", fetcher.peer_id)
-                        fetcher.inbox.reject("internal_error", blame=None)
-            except Exception:  # heard_run reports its own errors per item: this is a last resort
-                log.exception("%s: handling announcements failed", fetcher.peer_id)
-                fetcher.inbox.reject("internal_error", blame=None)
-        for _, _, shared in item_by_message.values():
-            if shared is not None:
-                shared.settle()
+            for message in messages:
+                fetcher.handle_announcement(message)
 
     def on_announcement(self, message: InboundMessage) -> None:
         sender = message.transport_sender
@@ -176,11 +125,12 @@ class Fetcher:
         except ProtocolError as error:
             self.inbox.reject(error.reason, blame=sender)
             return
-        self._announced(sender, announcement, None, pushed)
+        self.announced(sender, announcement, None, pushed)
 
-    def _announced(
-        self, sender: str, data: bytes, shared: SharedOpen | None, pushed: bytes | None = None
+    def announced(
+        self, sender: str, data: bytes, shared: OpenedOnce | None, pushed: bytes | None = None
     ) -> None:
+        """An announcement (its envelope `data`, unwrapped) from `sender`: the inbox decides."""
         inbox = self.inbox
         if inbox.unknown_budget_full() and not inbox.established(sender):
             # Peers connect during a round too (a node opens round 0 before the others are up):
@@ -284,7 +234,7 @@ class Fetcher:
         stream of its own, so a gossip link held up for seconds by a flood does not matter), else
         or then from the DHT. Measured in the flood test on one busy core: the neighbour's gossip
         arrived 3-7 s late while its fetch streams answered in a millisecond, and the DHT lookup
-        timed out (tests/test_peer_inbound.py)."""
+        timed out (tests/node/test_peer_inbound.py)."""
         if job.sender in self.network.connected_peers():
             return await self._fetch(job)
         return await self._from_dht(job)

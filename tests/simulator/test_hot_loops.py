@@ -1,47 +1,44 @@
-"""The simulator's compiled loops (protocol/_hot_loops.c) against the same loops in Python:
-`Inbox.heard_run`'s inner loop, the items it takes, and the deferred store's trim.
+"""The simulator's compiled loops (simulator/fastpath/_hot_loops.c) against the same loops in
+Python: `heard_run`'s inner loop and the items it takes.
 
-tests/test_admission_many.py checks that the simulator's many-receiver path decides what the
-per-delivery path does; with the extension built, that path runs the C loops. Here the same
-checks run with all three in Python (where no compiler is found), the extension is required to
+tests/simulator/test_fastpath_many.py checks that the simulator's many-receiver path decides
+what the per-delivery path does; with the extension built, that path runs the C loops. Here the
+same checks run with both in Python (where no compiler is found), the extension is required to
 be built (the README's install builds it, and a missing compiler would otherwise quietly make
 a 1000-peer round ~1.5x dearer), and an error inside the C loop is reported for its item, as
-the Python loop reports it.
+the Python loop reports it. tests/simulator/test_fastpath_rules.py holds both loops to the
+admission rules decision by decision.
 """
 
 from __future__ import annotations
 
-import hashlib
 from array import array
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
-import protocol.admission as admission
+import simulator.fastpath.heard_run as fast
+from protocol.admission import PlainOpener
 from protocol.decisions import Defer
 from protocol.deferred import DeferredStore
-from protocol.shared_open import SharedOpen
-from tests import test_admission_many
+from protocol.fetch_draw import FetchDraw, sender_suffix
+from simulator.fastpath import delivery
+from simulator.fastpath.shared_open import SharedOpen
+from tests.simulator import test_fastpath_many as test_admission_many
 
 
 def test_the_compiled_loop_is_built() -> None:
-    assert admission._compiled_heard_run is not None, (
-        "protocol._hot_loops is not built: `pip install -e .` needs a C compiler and OpenSSL's "
-        "headers (libssl-dev)"
+    assert fast._compiled_heard_run is not None and delivery._compiled_items is not None, (
+        "simulator.fastpath._hot_loops is not built: `pip install -e .` needs a C compiler and "
+        "OpenSSL's headers (libssl-dev)"
     )
 
 
 @pytest.fixture
 def python_loop(monkeypatch: pytest.MonkeyPatch) -> None:
-    from protocol import deferred
-    from swarmp2p import fetcher
-
-    monkeypatch.setattr(admission, "_compiled_heard_run", None)
-    monkeypatch.setattr(deferred, "_compiled_trim", None)
-    monkeypatch.setattr(fetcher, "_compiled_items", None)
+    monkeypatch.setattr(fast, "_compiled_heard_run", None)
+    monkeypatch.setattr(delivery, "_compiled_items", None)
 
 
 def test_the_python_loop_decides_what_the_per_delivery_path_does(python_loop: None) -> None:
@@ -59,7 +56,7 @@ def test_both_loops_yield_the_same_outcomes_for_one_run(monkeypatch: pytest.Monk
         return [_outcome_key(outcome) for outcome in found]
 
     compiled = outcomes()
-    monkeypatch.setattr(admission, "_compiled_heard_run", None)
+    monkeypatch.setattr(fast, "_compiled_heard_run", None)
     python = outcomes()
     assert compiled == python and compiled  # some fetched, some deferred at 2 of 6
 
@@ -85,16 +82,19 @@ class _Deferred:
 
 
 def _run(items: list[Any], facts_of: Any, probability: float = 1.0, deferred: Any = None) -> tuple[Any, ...]:
-    run = admission._compiled_heard_run
+    run = fast._compiled_heard_run
     assert run is not None
     deferred = _Deferred() if deferred is None else deferred
     parts = deferred.fast_offer_parts() if isinstance(deferred, DeferredStore) else None
     result = run(
         items, 0, "me", set(), 1000, 1, facts_of, {"a": 0, "b": 1}, "swarm", 3, -1, 0, 2,
         [None, None], array("i", [-1, -1]), 10_000, False, frozenset({"a", "b"}), {}, 0, {},
-        False, probability, b"prefix\x1f", deferred, Defer, parts, admission.PlainOpener(),
+        False, probability, DRAW.prefix, deferred, Defer, parts, PlainOpener(),
     )  # fmt: skip
     return (*result, deferred)
+
+
+DRAW = FetchDraw(7, 3, "me")
 
 
 def _item(sender: str) -> tuple[str, bytes, _Shared]:
@@ -103,7 +103,8 @@ def _item(sender: str) -> tuple[str, bytes, _Shared]:
 
 
 def _facts(sender: str) -> tuple[Any, ...]:
-    return (f"announcement of {sender}", 3, 0, "swarm", 10, b"digest-" + sender.encode(), sender.encode())
+    suffix = sender_suffix(sender)
+    return (f"announcement of {sender}", 3, 0, "swarm", 10, b"digest-" + sender.encode(), suffix)
 
 
 def test_the_compiled_loop_reports_an_error_for_its_item_and_counts_the_deferrals_before_it() -> None:
@@ -147,9 +148,7 @@ def test_the_compiled_loop_keeps_a_deferred_store_as_its_offer_does() -> None:
             _run(items, lambda outcome, sender: facts[sender], probability=0.0, deferred=store)
         else:  # the same priorities offered one by one
             for sender in senders:
-                text = b"prefix\x1f" + facts[sender][6]
-                draw = (int.from_bytes(hashlib.sha256(text).digest()[:8], "big") >> 1) / 2**63
-                store.offer(Defer(draw, facts[sender][0]))
+                store.offer(Defer(DRAW(sender), facts[sender][0]))
         stores.append((list(store.items()), store.cutoff))
     assert stores[0] == stores[1]
     assert len(stores[0][0]) == 1 and stores[0][1] < 2.0  # trimmed to one, the cutoff lowered
@@ -160,35 +159,20 @@ def test_an_envelope_opened_at_an_earlier_instant_is_decided_without_the_usual_p
     compiled: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if not compiled:
-        monkeypatch.setattr(admission, "_compiled_heard_run", None)
+        monkeypatch.setattr(fast, "_compiled_heard_run", None)
     many = test_admission_many
     plan = {**many._PLAN, "connected": set(many.SENDERS), "max_fetch_per_round": 64}
     (first, second), _, cache = many._build([{**plan, "me": "r1"}, {**plan, "me": "r2"}], many.SENDERS)
     message = many.MESSAGES[many.COMMON[0]]
     # Instant 1: the first receiver opens the envelope on the usual path (nothing remembered).
     item = (message.transport_sender, message.data, SharedOpen(message.data))
-    assert list(first.inbox.heard_run([item])) == [(0, admission.SLOW)]
-    first._announced(*item)
+    assert list(fast.heard_run(first.inbox, [item])) == [(0, fast.SLOW)]
+    first.announced(*item)
     hits, misses = cache.hits, cache.misses
     # Instant 2, a new SharedOpen: the cache remembers the envelope, so it is decided in the run
     # and opened once, as the usual path would open it (a memo hit).
     shared = SharedOpen(message.data)
-    outcomes = list(second.inbox.heard_run([(message.transport_sender, message.data, shared)]))
+    outcomes = list(fast.heard_run(second.inbox, [(message.transport_sender, message.data, shared)]))
     assert len(outcomes) == 1 and type(outcomes[0][1]).__name__ == "Fetch"
     assert (cache.hits, cache.misses) == (hits + 1, misses)
     assert shared.by_opener[id(cache)][3] == 0  # its own open, not a repeat to settle
-
-
-@given(
-    st.lists(st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0]), max_size=40),  # ties are the rule here
-    st.integers(0, 45),
-)
-def test_the_compiled_trim_keeps_what_the_sort_keeps(priorities: list[float], limit: int) -> None:
-    from protocol import deferred
-
-    assert deferred._compiled_trim is not None
-    entries = [Defer(p, SimpleNamespace(peer_id=f"peer{(i * 7) % 41:02d}")) for i, p in enumerate(priorities)]
-    compiled = list(entries)
-    deferred._compiled_trim(compiled, limit)
-    expected = sorted(entries, key=deferred._order_key)[:limit]
-    assert [(e[0], e[1].peer_id) for e in compiled] == [(e[0], e[1].peer_id) for e in expected]

@@ -55,7 +55,7 @@ class PeersExcept(Set[str], Sequence[str]):  # type: ignore[misc]
 
     def membership_parts(self) -> tuple[frozenset[str], Mapping[str, int], int]:
         """(base, join index, count): for a caller that tests many peers other than `me`, as
-        `peer in base or index.get(peer, count) < count` inline (Inbox.heard_run: a method call
+        `peer in base or index.get(peer, count) < count` inline (heard_run: a method call
         per test was ~5% of a 1000-peer simulation)."""
         return self._base, self._index, self._count
 

@@ -1,4 +1,4 @@
-"""PeersExcept (protocol/peer_sets.py) is frozenset(base | joined[:count]) - {me}, without the
+"""PeersExcept (simulator/fastpath/peer_sets.py) is frozenset(base | joined[:count]) - {me}, without the
 copy; SimWorld hands out views that equal the online peers at the time of the ask."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocol.admission import Inbox
-from protocol.peer_sets import PeersExcept
+from simulator.fastpath.peer_sets import PeersExcept
 from simulator.network import LinkModel, SimWorld
-from tests.test_admission_rules import make_inbox
+from tests.protocol.test_admission_rules import make_inbox
 
 names = st.sampled_from([f"p{i}" for i in range(8)])
 PEERS = [f"p{i}" for i in range(8)]

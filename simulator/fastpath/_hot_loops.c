@@ -1,13 +1,13 @@
 /* The simulator's per-delivery loops, compiled: the inner loop of
-`protocol.admission.Inbox.heard_run` (`run`), the items it takes (`items`), and the deferred
-store's trim (`trim`, protocol.deferred.DeferredStore._trim).
+`simulator.fastpath.heard_run.heard_run` (`run`) and the items it takes (`items`).
 
 Why C: at 1000 simulated peers the loop runs a million times a virtual round (10,000 peers:
 100 million) and was half of the simulator's CPU at ~2.2 us a delivery, nearly all of it the
 interpreter's own work (a dozen lookups, compares and the sha256 fetch draw through hashlib's
 Python API). This is the same loop: the same checks in the same order on the same Python
 objects, with the same results and side effects; `heard_run` falls back to its Python loop
-when this module is not built, and tests/test_hot_loops.py runs both on random runs.
+when this module is not built, and tests/simulator/test_fastpath_rules.py holds both, decision by
+decision, to the admission rules (`Inbox.heard` and `consider`) on random message streams.
 
 run(items, start, me, banned, max_announce, opener_key, facts_of, number_dict, swarm_id,
     current, ahead, state_stage, numbered, announced_slots, known_slots, max_batch,
@@ -21,7 +21,7 @@ kind 2: items[index] is decided a fetch, value = (announcement, unknown);
 kind 3: deciding items[index] raised, value = the exception.
 deferred_count counts the deferrals of items before `index`.
 
-`prefix` is the bytes hashed before each sender's suffix (`Inbox._fetch_hash_prefix`'s text),
+`prefix` is the bytes hashed before each sender's suffix (`protocol.fetch_draw.FetchDraw.prefix`),
 or None when probability >= 1.0 (no draw). `known_slots` is an array("i") (SenderRounds),
 `announced_slots` a list (SenderMap). `store_parts` is `deferred.fast_offer_parts()` when
 `deferred` is a DeferredStore (its offer is then done here), else None (`deferred.offer`).
@@ -30,10 +30,7 @@ entry for it yet, `opener.peek_opened(data)` decides whether the loop can decide
 calls `shared.open(opener, max_announce)`, as `heard` would, once decided).
 
 items(messages, item_by_message, make_item) -> list: `item_by_message.get(id(message)) or
-make_item(message, item_by_message)` for each message (Fetcher.handle_announcement_many).
-
-trim(entries, limit) -> None: sort the Defer entries by (priority, announcement.peer_id) and
-keep the lowest `limit`, in place (DeferredStore._trim).
+make_item(message, item_by_message)` for each message (simulator.fastpath.delivery).
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -521,124 +518,16 @@ error:
     return NULL;
 }
 
-typedef struct {
-    double priority;
-    PyObject *entry;
-    PyObject *peer_id;  /* fetched only when two priorities are equal */
-} Ranked;
-
-static int sort_failed;
-
-static PyObject *
-peer_id_of(Ranked *ranked)
-{
-    if (ranked->peer_id == NULL) {
-        PyObject *announcement = PySequence_GetItem(ranked->entry, 1);
-        if (announcement == NULL)
-            return NULL;
-        ranked->peer_id = PyObject_GetAttrString(announcement, "peer_id");
-        Py_DECREF(announcement);
-    }
-    return ranked->peer_id;
-}
-
-/* (priority, announcement.peer_id), as protocol.deferred._order_key */
-static int
-compare_ranked(const void *a, const void *b)
-{
-    Ranked *x = (Ranked *)a, *y = (Ranked *)b;
-    if (x->priority < y->priority)
-        return -1;
-    if (x->priority > y->priority)
-        return 1;
-    PyObject *px = peer_id_of(x), *py = peer_id_of(y);
-    if (px == NULL || py == NULL) {
-        sort_failed = 1;
-        return 0;
-    }
-    int less = PyObject_RichCompareBool(px, py, Py_LT);
-    if (less < 0) {
-        sort_failed = 1;
-        return 0;
-    }
-    if (less)
-        return -1;
-    int greater = PyObject_RichCompareBool(px, py, Py_GT);
-    if (greater < 0) {
-        sort_failed = 1;
-        return 0;
-    }
-    return greater ? 1 : 0;
-}
-
-/* trim(entries, limit): sort `entries` (Defer tuples) by (priority, sender) and keep the lowest
-   `limit`, in place (DeferredStore._trim). */
-static PyObject *
-trim(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 2 || !PyList_CheckExact(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "trim() takes a list of Defer entries and a limit");
-        return NULL;
-    }
-    PyObject *entries = args[0];
-    Py_ssize_t limit = PyLong_AsSsize_t(args[1]);
-    if (limit == -1 && PyErr_Occurred())
-        return NULL;
-    Py_ssize_t count = PyList_GET_SIZE(entries);
-    Ranked *ranked = PyMem_Malloc(sizeof(Ranked) * (size_t)(count ? count : 1));
-    if (ranked == NULL)
-        return PyErr_NoMemory();
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *entry = PyList_GET_ITEM(entries, i);
-        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) != 2 || !PyFloat_Check(PyTuple_GET_ITEM(entry, 0))) {
-            PyMem_Free(ranked);
-            PyErr_SetString(PyExc_TypeError, "a deferred entry must be a (float priority, announcement) tuple");
-            return NULL;
-        }
-        ranked[i].priority = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(entry, 0));
-        ranked[i].entry = entry;
-        ranked[i].peer_id = NULL;
-    }
-    sort_failed = 0;
-    qsort(ranked, (size_t)count, sizeof(Ranked), compare_ranked);
-    PyObject *kept = NULL;
-    if (!sort_failed) {
-        Py_ssize_t keep = count < limit ? count : (limit < 0 ? 0 : limit);
-        kept = PyList_New(keep);
-        if (kept != NULL)
-            for (Py_ssize_t i = 0; i < keep; i++) {
-                Py_INCREF(ranked[i].entry);
-                PyList_SET_ITEM(kept, i, ranked[i].entry);
-            }
-    }
-    for (Py_ssize_t i = 0; i < count; i++)
-        Py_XDECREF(ranked[i].peer_id);
-    PyMem_Free(ranked);
-    if (kept == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_RuntimeError, "sorting the deferred entries failed");
-        return NULL;
-    }
-    /* entries[:] = kept */
-    int replaced = PyList_SetSlice(entries, 0, count, kept);
-    Py_DECREF(kept);
-    if (replaced < 0)
-        return NULL;
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef methods[] = {
-    {"trim", (PyCFunction)(void (*)(void))trim, METH_FASTCALL,
-     "Sort Defer entries by (priority, sender) and keep the lowest `limit`, in place."},
     {"items", (PyCFunction)(void (*)(void))items_of, METH_FASTCALL,
      "The (sender, data, shared) item of each message, made once per message."},
     {"run", (PyCFunction)(void (*)(void))heard_run, METH_FASTCALL,
-     "The inner loop of Inbox.heard_run (see the module source)."},
+     "The inner loop of simulator.fastpath.heard_run (see the module source)."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "protocol._hot_loops",
+    PyModuleDef_HEAD_INIT, "simulator.fastpath._hot_loops",
     "The simulator's per-delivery loops, compiled (same checks, same order, same effects).", -1, methods,
 };
 

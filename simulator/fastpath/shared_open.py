@@ -4,10 +4,10 @@ A simulated gossip message reaches hundreds of virtual peers as the SAME bytes o
 receiver's `Inbox.heard` would open it through its `Opener`; with a `SharedOpen` the first
 receiver that gets that far opens it and the others reuse the outcome. What the skipped calls
 would have done to the opener (a memo hit each, in `VerifyCache`) is settled afterwards with
-`Opener.reopened`, so the opener's state and counters end up exactly as with one call per
-receiver (tests/test_admission_many.py). The simulator settles at the end of each virtual
-instant, so its VerifyCache's identity memo is sized to hold an instant's messages until then
-(simulator/runner.py): a message it had dropped would be opened again, a miss, not a hit.
+`FastOpener.reopened`, so the opener's state and counters end up exactly as with one call per
+receiver (tests/protocol/test_admission_many.py). The simulator settles at the end of each
+virtual instant, so its VerifyCache's identity memo is sized to hold an instant's messages
+until then (simulator/runner.py): a message it had dropped would be opened again, a miss, not a hit.
 
 Why the outcome may be shared: `heard` opens only data no longer than the receiver's
 `max_announce_bytes`, and below that bound the outcome of opening does not depend on the bound.
@@ -29,7 +29,7 @@ class SharedOpen:
     def __init__(self, data: bytes) -> None:
         self.data = data
         # id(opener) -> [opener, outcome, max_size, calls answered from the memo, facts]: read
-        # directly (not through `peek`) by Inbox.heard_run, once per delivery; `facts` is that
+        # directly (not through `peek`) by heard_run, once per delivery; `facts` is that
         # method's own note of what it found in the outcome (None until it looks).
         self.by_opener: dict[int, list[Any]] = {}
 
@@ -52,7 +52,7 @@ class SharedOpen:
     def peek(self, opener: Any) -> list[Any] | None:
         """The memo entry `[opener, outcome, max_size, repeats, facts]` once `opener` opened the data,
         else None. Counts nothing: a caller that uses the outcome in place of `open` adds 1 to
-        `entry[3]` (Inbox.heard_run does, once it is sure to decide)."""
+        `entry[3]` (heard_run does, once it is sure to decide)."""
         return self.by_opener.get(id(opener))
 
     def settle(self) -> None:

@@ -1,12 +1,12 @@
 """The simulator's fast delivery path decides exactly what the per-delivery path does.
 
-`Fetcher.handle_announcement_many([(fetcher, messages), ...])` (one call per instant of the
-simulated world, each receiver with the messages that reach it then, each envelope opened once:
-protocol/shared_open.py) against `handle_announcement(message)` once per receiver and message:
-on random receivers (rounds, phases, bans, sampling, connected peers, what
-they heard before) and random messages (valid, duplicate, equivocating, next round, stale,
-wrong swarm, relayed, garbage, oversized), the decisions, every inbox's state and the shared
-VerifyCache's counters must be identical.
+`simulator.fastpath.delivery.handle_announcement_many([(fetcher, messages), ...])` (one call per
+instant of the simulated world, each receiver with the messages that reach it then, each
+envelope opened once: simulator/fastpath/shared_open.py) against
+`handle_announcement(message)` once per receiver and message: on random receivers (rounds,
+phases, bans, sampling, connected peers, what they heard before) and random messages (valid,
+duplicate, equivocating, next round, stale, wrong swarm, relayed, garbage, oversized), the
+decisions, every inbox's state and the shared VerifyCache's counters must be identical.
 """
 
 from __future__ import annotations
@@ -18,17 +18,19 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocol.admission import SLOW, AdmissionRules, Inbox
+from protocol.admission import AdmissionRules, Inbox
 from protocol.envelope import seal
 from protocol.messages import RolloutAnnouncement
 from protocol.rounds import Phase, RolloutsReady, RoundMachine, RoundOpened, Tick
 from protocol.scoring import PeerScores
 from protocol.sender_map import PeerNumbers
-from protocol.shared_open import SharedOpen
+from simulator.fastpath.delivery import fast_handler, handle_announcement_many
+from simulator.fastpath.heard_run import SLOW, heard_run
+from simulator.fastpath.shared_open import SharedOpen
 from swarmp2p.fetcher import Fetcher
 from swarmp2p.peer_cache import VerifyCache
 from swarmp2p.ports import InboundMessage, InlineHandler
-from tests.test_admission_rules import GAME, ROUND, SEED, SWARM, key, pid
+from tests.protocol.test_admission_rules import GAME, ROUND, SEED, SWARM, key, pid
 
 SIGNERS = [key(f"signer{i}") for i in range(12)]
 SENDERS = [pid(k) for k in SIGNERS]
@@ -190,7 +192,7 @@ def test_the_many_path_decides_what_the_per_delivery_path_does(
         for fetcher, messages in zip(one, runs, strict=True):
             for message in messages:
                 fetcher.handle_announcement(message)
-        Fetcher.handle_announcement_many([(f, m) for f, m in zip(many, runs, strict=True) if m])
+        handle_announcement_many([(f, m) for f, m in zip(many, runs, strict=True) if m])
     assert one_taken == many_taken
     assert [_state(f) for f in one] == [_state(f) for f in many]
     assert (one_cache.hits, one_cache.misses) == (many_cache.hits, many_cache.misses)
@@ -202,6 +204,16 @@ def test_the_inline_handler_is_the_fetchers_per_message_handler_too() -> None:
     assert isinstance(handler, InlineHandler) and handler.receiver is fetcher
     handler(MESSAGES[0])
     assert len(taken) == 1 and taken[0].sender == SENDERS[0]  # type: ignore[attr-defined]
+
+
+def test_the_simulated_network_puts_the_fast_path_in_a_fetchers_handler() -> None:
+    (fetcher,), _, _ = _build([{**_PLAN}])
+    plain = fetcher.inline_handler()
+    fast = fast_handler(plain)
+    assert fast.many is handle_announcement_many and fast.many is not plain.many
+    assert (fast.one, fast.receiver) == (plain.one, plain.receiver)
+    other = InlineHandler(print, print, None)
+    assert fast_handler(other) is other  # not a fetcher's: left as it is
 
 
 _PLAN: dict[str, Any] = {
@@ -233,7 +245,7 @@ def _fast_path_outcomes(
         shared = SharedOpen(message.data)
         shared.open(inbox.opener, inbox.rules.max_announce_bytes)
         run.append((message.transport_sender, message.data, shared))
-    return [outcome for _, outcome in inbox.heard_run(run)]
+    return [outcome for _, outcome in heard_run(inbox, run)]
 
 
 def test_numbered_inboxes_take_the_fast_path_and_dicts_do_not() -> None:
