@@ -37,6 +37,7 @@ from simulator.policy import CheckpointStore, ForgingPolicy, SimPolicy, SimPolic
 from simulator.recording import RecordingCoordinator
 from simulator.registry import DEFAULT_TASKS, FORMAT_REWARD, SimTaskRegistry
 from simulator.scenario import Scenario
+from simulator.shards import ShardLink, exact_jump_clock, merge_counters, run_sharded
 from swarmp2p.clocks import TrioClock
 from swarmp2p.peer import Peer, RoundRecord, announce_topic
 from swarmp2p.peer_cache import VerifyCache
@@ -53,7 +54,7 @@ SIM_CACHE_FLOOR = 4096
 Not VerifyCache's own default of 50,000, sized for a node: at 1000 peers that kept 25 rounds of
 every peer's batch and announcement alive (one RolloutBatch, 16 completions and 2 opened
 envelopes per peer and round, ~11 MiB a round), where two rounds are what a fetch reaches.
-Evicting changes no outcome (a miss recomputes the same verdict): tests/test_sim_scale.py."""
+Evicting changes no outcome (a miss recomputes the same verdict): tests/simulator/test_sim_scale.py."""
 
 SIM_IDENTITY_FLOOR = 1024
 """The fewest entries of its identity memo (2 x peers above 512 peers): an instant's messages."""
@@ -299,6 +300,7 @@ def swarm_schedule(
         questions_per_round=scenario.questions_per_round,
         format_reward=format_reward,
         difficulty=difficulty,
+        game=scenario.game,
     )
 
 
@@ -390,8 +392,6 @@ def run_shard(
 ) -> dict[str, Any]:
     """Worker `index`'s part of a run over `scenario.workers` processes (simulator/shards.py):
     its own peers, in lockstep with the other workers through `connection`."""
-    from simulator.shards import ShardLink, exact_jump_clock
-
     schedule = swarm_schedule(scenario, tasks or scenario.tasks or DEFAULT_TASKS, FORMAT_REWARD)
     registry = SimTaskRegistry.for_schedule(schedule)
     shard = ShardLink(connection, index, scenario.workers)  # placed by _simulate, which plans
@@ -449,9 +449,7 @@ def _run_in_workers(
     peer_overrides: dict[str, Any],
 ) -> SimulationResult:
     """`run_simulation` over `scenario.workers` processes: the workers' parts in one result."""
-    from simulator.shards import merge_counters, run_sharded
-
-    parts = run_sharded(scenario, on_round=on_round, tasks=tasks, peer_overrides=peer_overrides)
+    parts = run_sharded(scenario, run_shard, on_round=on_round, tasks=tasks, peer_overrides=peer_overrides)
     plans = plan_peers(scenario)
     records: dict[str, list[RoundRecord]] = {plan.peer_id: [] for plan in plans}
     coordinator_log: dict[str, Any] = {"rewards": {}, "winners": {}}

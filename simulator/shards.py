@@ -235,13 +235,22 @@ class ShardLink:
 # ---- the parent --------------------------------------------------------------------------------
 
 
+# A worker's part of the run: (scenario, worker index, connection to the hub, tasks=, peer_overrides=)
+# -> its part of the result. simulator.runner passes its `run_shard`, so this module never imports
+# the runner back (a module-level function, so spawn pickles it by name).
+RunPart = Callable[..., dict[str, Any]]
+
+
 def _worker_main(
-    connection: Connection, scenario: Any, index: int, tasks: Any, peer_overrides: dict[str, Any]
+    connection: Connection,
+    run_part: RunPart,
+    scenario: Any,
+    index: int,
+    tasks: Any,
+    peer_overrides: dict[str, Any],
 ) -> None:
     try:
-        from simulator.runner import run_shard
-
-        part = run_shard(scenario, index, connection, tasks=tasks, peer_overrides=peer_overrides)
+        part = run_part(scenario, index, connection, tasks=tasks, peer_overrides=peer_overrides)
         connection.send_bytes(msgpack.packb(["e", pickle.dumps(part)]))
     except BaseException:  # the parent reports it; nothing else would
         connection.send_bytes(msgpack.packb(["x", traceback.format_exc()]))
@@ -251,13 +260,14 @@ def _worker_main(
 
 def run_sharded(
     scenario: Any,
+    run_part: RunPart,
     *,
     on_round: Callable[[int], None] | None = None,
     tasks: Any = None,
     peer_overrides: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """Run `scenario` over `scenario.workers` processes; each worker's part of the result, in
-    worker order (simulator.runner merges them). `on_round(r)` as round r ends."""
+    """Run `scenario` over `scenario.workers` processes, each calling `run_part`; each worker's part
+    of the result, in worker order (simulator.runner merges them). `on_round(r)` as round r ends."""
     # spawn, not fork: the parent may hold threads (torch's, a test runner's) that a fork copies
     # in whatever state they were.
     context = multiprocessing.get_context("spawn")
@@ -268,7 +278,7 @@ def run_sharded(
             ours, theirs = context.Pipe()
             process = context.Process(
                 target=_worker_main,
-                args=(theirs, scenario, index, tasks, dict(peer_overrides or {})),
+                args=(theirs, run_part, scenario, index, tasks, dict(peer_overrides or {})),
                 name=f"swarmp2p-sim-worker-{index}",
                 daemon=True,
             )
