@@ -1,0 +1,141 @@
+"""Evaluation and GRPO rules a plausible bug would bend without any other test noticing: which
+held-out split is answered, what accuracy counts, which questions count as trainable, and the
+scale of a group's advantages. Each test fails on the bug named in its docstring."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from protocol.messages import QuestionRef
+from trainer.config import TrainerConfig
+from trainer.evaluation import eval_questions, evaluate, summarize
+from trainer.grpo import group_advantages
+from trainer.tasks import ReasoningGymRegistry
+
+TASKS = ("leg_counting", "basic_arithmetic")
+
+
+@pytest.fixture(scope="module")
+def registry() -> ReasoningGymRegistry:
+    # Half the reward is the answer's format: a right answer in a sloppy format scores < 1.
+    return ReasoningGymRegistry(TASKS, difficulty=0, format_weight=0.5)
+
+
+def config_for(tmp_path: Path, **overrides: object) -> TrainerConfig:
+    return TrainerConfig(
+        data_dir=str(tmp_path),
+        tasks=TASKS,
+        difficulty=0,
+        eval_questions=4,
+        eval_samples=1,
+        **overrides,  # type: ignore[arg-type]
+    )
+
+
+def answer_right(registry: ReasoningGymRegistry) -> object:
+    """Answers every question with its reference answer, in a perfect format; records what it was asked."""
+    asked: list[QuestionRef] = []
+
+    def answer(refs: Sequence[QuestionRef], k: int) -> list[str]:
+        asked.extend(refs)
+        return [f"<answer>{registry.question(ref)[1]}</answer>" for ref in refs for _ in range(k)]
+
+    answer.asked = asked  # type: ignore[attr-defined]
+    return answer
+
+
+@pytest.mark.parametrize("how", ["argument", "config"])
+def test_a_test_evaluation_answers_the_test_split_not_validation(
+    registry: ReasoningGymRegistry, tmp_path: Path, how: str
+) -> None:
+    """Bug: the split asked for (as an argument, or as `eval_split`) is dropped and the
+    validation set answered instead, with the report still saying "test"."""
+    config = config_for(tmp_path, eval_split="test" if how == "config" else "validation")
+    answer = answer_right(registry)
+    result = evaluate(registry, config, answer, step=0, split="test" if how == "argument" else None)  # type: ignore[arg-type]
+    test_set = registry.eval_questions(config.eval_questions, config.eval_seed, "test")
+    validation = registry.eval_questions(config.eval_questions, config.eval_seed, "validation")
+    assert answer.asked == test_set  # type: ignore[attr-defined]
+    assert not set(test_set) & set(validation)
+    assert result["split"] == "test" and result["questions"] == len(test_set)
+
+
+def test_the_held_out_set_follows_the_configured_split(
+    registry: ReasoningGymRegistry, tmp_path: Path
+) -> None:
+    """Bug: `eval_questions` (what the node's held-out evaluation asks) ignores `eval_split`."""
+    config = config_for(tmp_path, eval_split="test")
+    test_set = registry.eval_questions(config.eval_questions, config.eval_seed, "test")
+    assert eval_questions(registry, config) == test_set
+    assert eval_questions(registry, config, "validation") != test_set
+
+
+def test_validation_stays_the_default_split(registry: ReasoningGymRegistry, tmp_path: Path) -> None:
+    config = config_for(tmp_path)
+    answer = answer_right(registry)
+    result = evaluate(registry, config, answer, step=0)  # type: ignore[arg-type]
+    assert answer.asked == registry.eval_questions(config.eval_questions, config.eval_seed, "validation")  # type: ignore[attr-defined]
+    assert result["split"] == "validation"
+
+
+def test_accuracy_counts_right_answers_not_the_format_weighted_reward(registry: ReasoningGymRegistry) -> None:
+    """Bug: accuracy counted from the swarm's reward (format included) instead of correctness.
+    A right answer in a sloppy format is right (reward < 1); a wrong one in a perfect format is
+    wrong (reward 0.5)."""
+    refs = registry.eval_questions(2, 7)[:2]
+    right_answer = registry.question(refs[0])[1]
+    sloppy_but_right = f"<answer>{right_answer}</answer> and more text after the tag"
+    tidy_but_wrong = "<answer>not a number at all</answer>"
+    result = summarize(registry, refs, [sloppy_but_right, tidy_but_wrong], generations_to_log=2)
+    assert registry.score(refs[0], sloppy_but_right) < 0.999  # the format costs reward here
+    assert registry.score(refs[1], tidy_but_wrong) == pytest.approx(0.5)
+    assert result["accuracy"] == pytest.approx(0.5)
+    assert result["per_question"] == [1.0, 0.0]
+    assert [sample["correct"] for sample in result["samples"]] == [True, False]
+    assert result["reward"] == pytest.approx(
+        (registry.score(refs[0], sloppy_but_right) + registry.score(refs[1], tidy_but_wrong)) / 2
+    )
+
+
+def test_a_question_that_cannot_be_generated_is_never_trainable(registry: ReasoningGymRegistry) -> None:
+    """Bug: a question whose generation fails counts as trainable (not held out), so a broken
+    item could be assigned for training and scored 0 for everyone."""
+    broken = [
+        QuestionRef("leg_counting", 3, -1),  # no such index
+        QuestionRef("chain_sum", 3, 0),  # a task this registry does not have
+    ]
+    for ref in broken:
+        assert registry.is_heldout(ref)
+    # A question that generates is held out or not by its content, and both kinds exist.
+    verdicts = {registry.is_heldout(QuestionRef("leg_counting", 3, i)) for i in range(200)}
+    assert verdicts == {True, False}
+
+
+def test_the_advantage_divides_by_the_unbiased_group_std() -> None:
+    """Bug: the biased (population) std, which makes every advantage of a small group larger
+    (by sqrt(n / (n - 1)): x1.41 for a pair)."""
+    low, high = group_advantages([0.0, 1.0])
+    assert high == pytest.approx(1 / math.sqrt(2), rel=1e-3)  # std of {0, 1} with n - 1: 0.707
+    assert low == pytest.approx(-high)
+    # mean 3, centred (-2, -1, 0, 3), unbiased variance 14 / 3
+    assert group_advantages([1.0, 2.0, 3.0, 6.0]) == pytest.approx(
+        [c / math.sqrt(14 / 3) for c in (-2.0, -1.0, 0.0, 3.0)], rel=1e-3, abs=1e-9
+    )
+
+
+@given(st.lists(st.floats(0.0, 1.0, allow_nan=False), min_size=2, max_size=16))
+def test_advantages_have_unit_unbiased_spread_unless_the_group_is_uniform(rewards: list[float]) -> None:
+    """Scale, beside the centring and sign another property checks: the advantages' own
+    unbiased std is 1 (up to the epsilon that keeps a uniform group at 0)."""
+    advantages = group_advantages(rewards)
+    n = len(rewards)
+    mean = sum(rewards) / n
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1))
+    spread = math.sqrt(sum(a * a for a in advantages) / (n - 1))
+    assert spread == pytest.approx(std / (std + 1e-4), abs=1e-6)
