@@ -182,6 +182,8 @@ SWARM_SCHEDULE = Record(
         "questions_per_round": Int(1, limits.MAX_GROUPS_PER_BATCH),
         "format_reward": REWARD,
         "difficulty": Int(limits.MIN_DIFFICULTY, limits.MAX_DIFFICULTY),
+        # The swarm's game by name (PROTOCOL_VERSION 4); a peer that lacks it refuses to join.
+        "game": Str(1, limits.MAX_GAME_NAME_BYTES),
     },
     check=_check_swarm_rules,
 )

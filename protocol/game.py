@@ -1,22 +1,23 @@
 """What a round asks of a peer: the game. A pluggable rule set behind one small interface.
 
-A `Game` says how many stages a round has, which questions a peer must answer in each
-(round, stage), how a peer's batch for a stage is verified, and which stages train. The
-round machine (protocol/rounds.py) only orders (round, stage) pairs and the admission inbox
-(protocol/admission.py) only asks the game for a verdict, so a second game (for example
-answer -> critique -> resolve, whose later stages build their questions from the previous
-stage's accepted batches, referenced by digest) plugs in here without touching either.
+A `Game` says which questions a peer must answer in each (round, stage), which items a stage
+that builds on the previous stage's batches answers, how a peer's batch for a stage is
+verified, and how its groups are trained on. The round machine (protocol/rounds.py) only
+orders (round, stage) pairs, taking the stages that train and vote from the game's registry
+row (protocol/games.py `GameSpec`), and the admission inbox (protocol/admission.py) only asks
+the game for a verdict, so a game plugs in as one registry row without touching either.
 
 `SingleStageGame` is the reasoning-gym game: one stage, questions derived from (swarm seed,
-round, stage, peer id), every completion re-scored. `AnswerCritiqueResolveGame`
-(protocol/acr.py) is the second; `protocol.games.make_game` picks one by name.
+round, stage, peer id), every completion re-scored. Games built on inputs share
+protocol/staged.py: answer -> critique -> resolve (protocol/acr.py) and answer -> verify
+(protocol/answer_verify.py).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
@@ -24,6 +25,9 @@ from protocol.messages import QuestionGroup, QuestionRef, RolloutBatch
 from protocol.questions import questions_for, specialty
 from protocol.tasks import TaskRegistry
 from protocol.verification import Verdict, VerificationLimits, verify_batch
+
+if TYPE_CHECKING:  # protocol/staged.py builds on this module
+    from protocol.staged import InputStore, StageItem
 
 
 class Game(Protocol):
@@ -40,21 +44,27 @@ class Game(Protocol):
         instead of derived questions (`questions`)."""
         ...
 
-    def items(self, round_number: int, stage: int, peer_id: str, store: Any) -> tuple[Any, ...]:
+    def items(self, round_number: int, stage: int, peer_id: str, store: InputStore) -> tuple[StageItem, ...]:
         """The items `peer_id` answers in a stage that builds on inputs, from the batches of
-        the previous stage in `store` (protocol.acr.InputStore); () for other stages."""
+        the previous stage in `store`; () for other stages."""
         ...
 
-    def resolve(self, batch: RolloutBatch, store: Any) -> tuple[Any, ...] | Verdict:
+    def resolve(self, batch: RolloutBatch, store: InputStore) -> tuple[StageItem, ...] | Verdict:
         """Re-derive the items a later-stage batch answers from the batches in `store`, or a
         rejecting Verdict. Per verifier (what it holds): never cached. () for other stages."""
         ...
 
-    def inputs_needed(self, batch: RolloutBatch, store: Any) -> tuple[tuple[int, int, str], ...]:
+    def inputs_needed(self, batch: RolloutBatch, store: InputStore) -> tuple[tuple[int, int, str], ...]:
         """(round, stage, author) of the referenced batches `store` lacks; () for other stages."""
         ...
 
-    def verify(self, batch: RolloutBatch, items: Sequence[Any] = ()) -> Verdict:
+    def remember(
+        self, store: InputStore, digest: bytes, batch: RolloutBatch, items: Sequence[StageItem]
+    ) -> None:
+        """Keep our own batch where the next stage builds on it (nothing, in a one-stage game)."""
+        ...
+
+    def verify(self, batch: RolloutBatch, items: Sequence[StageItem] = ()) -> Verdict:
         """Whether `batch` (signed by `batch.peer_id`) is an honest answer to its stage, given
         the items `resolve` re-derived (a function of the batch alone: cacheable by digest)."""
         ...
@@ -64,7 +74,7 @@ class Game(Protocol):
         ...
 
     def training_groups(
-        self, stage: int, items: Sequence[Any], groups: Iterable[QuestionGroup]
+        self, stage: int, items: Sequence[StageItem], groups: Iterable[QuestionGroup]
     ) -> tuple[QuestionGroup, ...]:
         """The groups of a stage as the trainer takes them (named by the question they answer)."""
         ...
@@ -107,21 +117,26 @@ class SingleStageGame:
     def builds_on_inputs(self, stage: int) -> bool:
         return False
 
-    def items(self, round_number: int, stage: int, peer_id: str, store: Any) -> tuple[Any, ...]:
+    def items(self, round_number: int, stage: int, peer_id: str, store: InputStore) -> tuple[StageItem, ...]:
         return ()
 
-    def resolve(self, batch: RolloutBatch, store: Any) -> tuple[Any, ...] | Verdict:
+    def resolve(self, batch: RolloutBatch, store: InputStore) -> tuple[StageItem, ...] | Verdict:
         return ()
 
-    def inputs_needed(self, batch: RolloutBatch, store: Any) -> tuple[tuple[int, int, str], ...]:
+    def inputs_needed(self, batch: RolloutBatch, store: InputStore) -> tuple[tuple[int, int, str], ...]:
         return ()
+
+    def remember(
+        self, store: InputStore, digest: bytes, batch: RolloutBatch, items: Sequence[StageItem]
+    ) -> None:
+        return None
 
     def training_groups(
-        self, stage: int, items: Sequence[Any], groups: Iterable[QuestionGroup]
+        self, stage: int, items: Sequence[StageItem], groups: Iterable[QuestionGroup]
     ) -> tuple[QuestionGroup, ...]:
         return tuple(groups)
 
-    def verify(self, batch: RolloutBatch, items: Sequence[Any] = ()) -> Verdict:
+    def verify(self, batch: RolloutBatch, items: Sequence[StageItem] = ()) -> Verdict:
         return verify_batch(
             batch,
             self.registry,

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import attrs
 
-PROTOCOL_VERSION = 3
-"""Version 3: every `Completion` carries `logprobs`, its author's per-token sampling
+PROTOCOL_VERSION = 4
+"""Version 4: `SwarmSchedule` names the swarm's game (`game`, a row of protocol/games.py), which
+a version-3 peer took from the stage count; a version-3 schedule lacks the key.
+Version 3: every `Completion` carries `logprobs`, its author's per-token sampling
 log-probabilities (empty when it has none), which receivers use for importance sampling; a
 version-2 batch lacks the key and would be rejected field by field, so the version says it first.
 Version 2: `SwarmSchedule` carries the swarm's scoring rules (tasks, weights, questions per
@@ -78,6 +80,8 @@ class SwarmSchedule:
     questions_per_round: int = 4
     format_reward: float = 0.0
     difficulty: int = -1
+    game: str = "single"
+    """The swarm's game, by its registry name (protocol/games.py): what every peer plays."""
 
 
 @attrs.frozen

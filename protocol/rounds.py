@@ -39,12 +39,14 @@ Round-number rules, applied before the table so they are uniform:
 - Idle (the runtime ran out of work and is about to sleep) changes no phase; in GENERATING
   or COLLECTING past the sweep deadline it emits SweepDht(r), once per round.
 
-Stages: with `RoundTiming.stages` the machine orders POSITIONS (round, stage), compared as
-tuples, and "round" above reads "position" everywhere; without it (a single-stage game) a
-round is one cycle whatever the coordinator's stage count. A multi-stage game
-(protocol/game.py, protocol/acr.py) opens one (round, stage) after another through the same
-table, each a full cycle (generate, publish, collect, train, report); the game says how many
-stages a round has and which of them train. Events and actions carry the stage (default 0).
+Stages: the machine takes what it needs of the game from its registry row
+(protocol/games.py `GameSpec.plan`, a `StagePlan`). In a game of several stages it orders
+POSITIONS (round, stage), compared as tuples, and "round" above reads "position" everywhere;
+in a one-stage game a round is one cycle whatever the coordinator's stage count. A multi-stage
+game opens one (round, stage) after another through the same table, each a full cycle
+(generate, publish, collect, train, report). A stage the plan does not train passes TRAINING
+through (`PASS_THROUGH`: COLLECTING -> REPORTING, no Train), and `Report` says whether its
+stage is the one that votes. Events and actions carry the stage (default 0).
 """
 
 from __future__ import annotations
@@ -160,10 +162,12 @@ class Train:
 
 @attrs.frozen
 class Report:
-    """Report reward and winners for `round`."""
+    """Report the reward of `round`; with `votes` (the game's voting stage, once a round) also
+    the winners, then the held-out evaluation when it is due."""
 
     round: int
     stage: int = 0
+    votes: bool = True
 
 
 @attrs.frozen
@@ -219,13 +223,20 @@ GUARDS: dict[tuple[Phase, type], _Guard] = {
 """A transition whose guard is false is taken as a self-loop with no actions (not illegal):
 a Tick before the collect deadline is simply early."""
 
-ON_ENTER: dict[Phase, Callable[[int, int], Action]] = {
-    Phase.GENERATING: Generate,
-    Phase.COLLECTING: Publish,
-    Phase.TRAINING: Train,
-    Phase.REPORTING: Report,
+ON_ENTER: dict[Phase, Callable[[RoundMachine], Action]] = {
+    Phase.GENERATING: lambda machine: Generate(machine.round, machine.stage),
+    Phase.COLLECTING: lambda machine: Publish(machine.round, machine.stage),
+    Phase.TRAINING: lambda machine: Train(machine.round, machine.stage),
+    Phase.REPORTING: lambda machine: Report(machine.round, machine.stage, machine.plan.votes(machine.stage)),
 }
 """The action emitted on entering a phase (from another phase, or a newly opened round)."""
+
+PASS_THROUGH: dict[Phase, tuple[Callable[[RoundMachine], bool], type]] = {
+    Phase.TRAINING: (lambda machine: not machine.plan.trains(machine.stage), TrainingFinished),
+}
+"""A phase entered while its predicate holds is left at once, as if the event beside it had
+arrived, and emits nothing: a stage the game does not train goes from COLLECTING straight to
+REPORTING."""
 
 IN_PROGRESS = frozenset({Phase.GENERATING, Phase.COLLECTING, Phase.TRAINING, Phase.REPORTING})
 """Phases a newer round abandons (emitting AbandonRound for the old one)."""
@@ -253,8 +264,28 @@ class RoundTiming:
     min_round_remaining: float = attrs.field(default=0.5, validator=_fraction)
     """Skip a round with less than this share of its stage left (0: never skip)."""
     dht_sweep: bool = True
-    stages: bool = False
-    """Each stage of a round is a cycle of its own (the game has several stages): see `_at`."""
+
+
+@attrs.frozen
+class StagePlan:
+    """What the machine takes from the game's registry row: how many stages a round has, which
+    of them train and which one votes. The default is the one-stage game."""
+
+    stage_count: int = 1
+    train_stages: frozenset[int] = frozenset({0})
+    vote_stage: int = 0
+
+    @property
+    def staged(self) -> bool:
+        """Each stage of a round is a cycle of its own: see `RoundMachine._at`."""
+        return self.stage_count > 1
+
+    def trains(self, stage: int) -> bool:
+        # A one-stage game plays a round once, in whichever stage of the coordinator it opened.
+        return stage in self.train_stages if self.staged else True
+
+    def votes(self, stage: int) -> bool:
+        return stage == self.vote_stage if self.staged else True
 
 
 def learn_stage_ms(known_ms: int | None, earlier: Any, later: Any) -> int | None:
@@ -296,6 +327,7 @@ class RoundMachine:
     sweep_at_ms: int = 0
     swept: bool = False
     timing: RoundTiming = attrs.field(factory=RoundTiming)
+    plan: StagePlan = attrs.field(factory=StagePlan)
     stage_ms: int | None = None
     """The stage length learned from the coordinator's stage ends (`learn_stage_ms`)."""
     last_said: CoordinatorSaid | None = None
@@ -345,9 +377,11 @@ class RoundMachine:
                 actions.append(SweepDht(self.round, self.stage))
             return tuple(actions)
         entering = after is not self.phase or isinstance(event, RoundOpened)
+        while entering and after in PASS_THROUGH and PASS_THROUGH[after][0](self):
+            after = TRANSITIONS[(after, PASS_THROUGH[after][1])]
         self.phase = after
         if entering and after in ON_ENTER:
-            actions.append(ON_ENTER[after](self.round, self.stage))
+            actions.append(ON_ENTER[after](self))
         return tuple(actions)
 
     def _coordinator_said(self, now_ms: int, said: CoordinatorSaid) -> tuple[Action, ...]:
@@ -400,7 +434,7 @@ class RoundMachine:
     def current_position(self) -> tuple[int, int]:
         """`current_round`, with its stage: (round, stage) of the newer of the open and the
         skipped position."""
-        if not self.timing.stages:
+        if not self.plan.staged:
             # `_at` is (round, 0) here: the same max without building four tuples (this runs
             # for every announcement delivered).
             newer = self.round if self.round >= self.skipped_round else self.skipped_round
@@ -409,10 +443,10 @@ class RoundMachine:
 
     def _at(self, round_number: int, stage: int) -> tuple[int, int]:
         """A position as this machine orders it: (round, stage) when each stage is a cycle of
-        its own (`RoundTiming.stages`, a multi-stage game); else (round, 0): a round is one
+        its own (`StagePlan.staged`, a multi-stage game); else (round, 0): a round is one
         cycle, opened in whichever stage it is first seen, as before games had stages (a
         single-stage game on a chain contract of 2 stages still plays once a round)."""
-        return (round_number, stage if self.timing.stages else 0)
+        return (round_number, stage if self.plan.staged else 0)
 
     def round_over(self, now_ms: int) -> bool:
         """Our work outlasted the round in progress: a newer round should abandon it now."""

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from protocol.games import SINGLE, stage_count_of
+from protocol.games import SINGLE
 from swarmp2p.hello import learn_schedule
 from swarmp2p.node_config import NodeConfig, NodeError
 from swarmp2p.node_policy import eval_settings
@@ -55,16 +55,19 @@ def swarm_setup(schedule: Any, config: NodeConfig, trainer_config: Any) -> Swarm
         registry = reasoning_gym_registry_for(schedule)
     except TaskError as error:
         raise NodeError(f"the swarm's rules cannot be followed here: {error}") from None
-    peer_settings = peer_settings_for(
-        schedule,
-        n_local=config.n_local,
-        n_external=config.n_external,
-        max_groups_per_peer=config.max_groups_per_peer,
-        fetch_timeout_s=config.fetch_timeout_s,
-        # One setting for both guards: the first round after a (re)join and every later one.
-        min_round_remaining=config.join_min_remaining,
-        evaluation=eval_settings(trainer_config),
-    )
+    try:
+        peer_settings = peer_settings_for(
+            schedule,
+            n_local=config.n_local,
+            n_external=config.n_external,
+            max_groups_per_peer=config.max_groups_per_peer,
+            fetch_timeout_s=config.fetch_timeout_s,
+            # One setting for both guards: the first round after a (re)join and every later one.
+            min_round_remaining=config.join_min_remaining,
+            evaluation=eval_settings(trainer_config),
+        )
+    except ValueError as error:  # a game this installation lacks, or stages that are not its own
+        raise NodeError(f"the swarm cannot be joined with these settings: {error}") from None
     return SwarmSetup(peer_settings, registry, trainer_config_for(schedule, trainer_config), notice)
 
 
@@ -121,9 +124,7 @@ async def choose_coordinator(
     else:
         schedule = load_saved_schedule(data_dir)
         if schedule is None:
-            schedule = new_schedule(
-                config.round_seconds, clock.now_ms(), local_rules, stage_count_of(config.game)
-            )
+            schedule = new_schedule(config.round_seconds, clock.now_ms(), local_rules, config.game)
             new_swarm = True
     try:
         return ScheduleCoordinator(schedule, clock), schedule, new_swarm, None

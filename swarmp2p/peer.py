@@ -54,6 +54,7 @@ from swarmp2p.peer_settings import (
     batch_dht_key,
     game_of,
     round_timing,
+    stage_plan,
 )
 from swarmp2p.ports import Clock, CoordinatorError, CoordinatorPort, InboundMessage, NetworkPort, PolicyPort
 from swarmp2p.publisher import Publisher
@@ -130,7 +131,7 @@ class Peer:
         self._offload = offload or steps.thread_offload()
         self.cache = verify_cache if verify_cache is not None else VerifyCache(max_entries=4096)
 
-        self.machine = RoundMachine(timing=round_timing(settings))
+        self.machine = RoundMachine(timing=round_timing(settings), plan=stage_plan(settings))
         self.game = game_of(settings, registry)
         self.scores = PeerScores(ban_threshold=settings.ban_threshold)
         self.counters: Counter[str] = Counter()
@@ -216,6 +217,7 @@ class Peer:
         """Replace the settings of a peer that has not started yet (tests vary one peer)."""
         self._settings = settings
         self.machine.timing = round_timing(settings)
+        self.machine.plan = stage_plan(settings)
         self.game = self.inbox.game = game_of(settings, self.registry)
         self.inbox.rules = admission_rules(settings, self.peer_id)
         self.scores.ban_threshold = settings.ban_threshold
@@ -351,7 +353,7 @@ class Peer:
         elif isinstance(action, ev.Train):
             await self._train(action.round, action.stage)
         elif isinstance(action, ev.Report):
-            await self._report(action.round, action.stage)
+            await self._report(action)
         elif isinstance(action, ev.AbandonRound):
             self._abandon(action.round, action.stage)
         elif isinstance(action, ev.SweepDht) and self._current(action.round, action.stage) is not None:
@@ -370,7 +372,7 @@ class Peer:
             work.questions = self.pace.own_questions(work.questions)
         for decision in self.inbox.release_early(round_number):
             self.fetcher.take(decision)
-        if not has_work:  # a later stage with nothing to build on: publish nothing, go on
+        if not has_work:  # nothing to answer (no inputs to build on): publish nothing, go on
             self._feed(ev.RolloutsReady(round_number, stage))
             return
         ready = await steps.generate(
@@ -385,9 +387,8 @@ class Peer:
         )
         if ready:
             self.publisher.keep(round_number, work.stage, work.envelope)
-            if self.game.stage_count > 1 and work.batch is not None:
-                # Our own batch is an input of the next stage too (others build on it).
-                self.inbox.store.add(work.batch_digest, work.batch, work.items)
+            if work.batch is not None:  # where the game's next stage builds on it
+                self.game.remember(self.inbox.store, work.batch_digest, work.batch, work.items)
             self._feed(ev.RolloutsReady(round_number, stage))
 
     async def _evaluate_while_collecting(self, work: RoundWork) -> None:
@@ -408,9 +409,6 @@ class Peer:
         work = self._current(round_number, stage)
         if work is None:
             return
-        if not self.game.trains(stage):  # the game says this stage is shared, not trained on
-            self._feed(ev.TrainingFinished(round_number, stage))
-            return
         work.train_started_ms = self.clock.now_ms()
         self.sampling_state, finished = await steps.train(
             work,
@@ -427,19 +425,19 @@ class Peer:
             work.train_finished_ms = self.clock.now_ms()
             self._feed(ev.TrainingFinished(round_number, stage))
 
-    async def _report(self, round_number: int, stage: int = 0) -> None:
+    async def _report(self, action: ev.Report) -> None:
+        round_number, stage = action.round, action.stage
         work = self._current(round_number, stage)
         if work is None:
             return
-        final = stage == self.game.stage_count - 1
         await steps.report(
             work,
             peer_id=self.peer_id,
-            winners_count=self.settings.winners_count if final else 0,  # one vote per round
+            winners_count=self.settings.winners_count if action.votes else 0,  # one vote per round
             coordinator=self.coordinator,
             counters=self.counters,
         )
-        if final:  # the held-out evaluation runs once a round, after its last stage
+        if action.votes:  # the held-out evaluation runs once a round, after the voting stage
             evaluated, deferred = await self.evaluation.after_round(
                 self.policy,
                 self._offload,

@@ -3,7 +3,7 @@
 `PeerSettings` holds what every peer of one swarm must agree on (swarm_id, seed, tasks,
 questions_per_round, verification limits) plus local knobs (sampling split, timeouts, caps).
 The functions below cut it into what each part of the core needs: the round machine's
-`RoundTiming`, the admission inbox's `AdmissionRules`, and the `Game`.
+`RoundTiming` and `StagePlan`, the admission inbox's `AdmissionRules`, and the `Game`.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import attrs
 
 from protocol.admission import AdmissionRules
 from protocol.game import Game, SingleStageGame
-from protocol.games import GAME_NAMES, SINGLE, make_game
+from protocol.games import GAME_NAMES, SINGLE, make_game, spec_of
 from protocol.messages import QuestionRef
-from protocol.rounds import RoundTiming
+from protocol.rounds import RoundTiming, StagePlan
 from protocol.sampling import SamplingRule
 from protocol.tasks import TaskRegistry
 from protocol.verification import VerificationLimits
@@ -102,8 +102,8 @@ class PeerSettings:
     stage ends, so it applies from the second round a Peer sees; `swarmp2p node` guards the
     first one itself (`join_min_remaining`)."""
     game: str = attrs.field(default=SINGLE, validator=attrs.validators.in_(GAME_NAMES))
-    """The swarm's game (protocol/games.py): "single", or "answer-critique-resolve" (three stages
-    a round; the coordinator's schedule must say 3 stages). A swarm rule: every peer must agree."""
+    """The swarm's game, a row of protocol/games.py's registry ("single", "answer-critique-resolve",
+    "answer-verify"); the signed schedule names it. A swarm rule: every peer must agree."""
     specialised: bool = False
     """Each peer answers one task of the swarm's list (protocol.questions.specialty): the
     specialised-peers setting of `swarmp2p experiment sharing`. A swarm rule: every peer must
@@ -119,8 +119,12 @@ def round_timing(settings: PeerSettings) -> RoundTiming:
         sweep_fraction=settings.sweep_fraction,
         min_round_remaining=settings.min_round_remaining,
         dht_sweep=settings.dht_sweep,
-        stages=settings.game != SINGLE,
     )
+
+
+def stage_plan(settings: PeerSettings) -> StagePlan:
+    """What the round machine takes from the swarm's game: its stages, which train, which votes."""
+    return spec_of(settings.game).plan
 
 
 def admission_rules(settings: PeerSettings, me: str) -> AdmissionRules:

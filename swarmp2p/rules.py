@@ -101,10 +101,19 @@ def trainer_config_for(schedule: SwarmSchedule, trainer_config: Any) -> Any:
 
 def peer_settings_for(schedule: SwarmSchedule, **local: Any) -> Any:
     """PeerSettings whose shared part (swarm id, seed, tasks, weights, questions per round, the
-    game, named by the stage count) is the schedule's; `local` holds the peer's own knobs
-    (n_local, fetch_timeout_s, ...)."""
-    from protocol.games import game_of_stage_count
+    game) is the schedule's; `local` holds the peer's own knobs (n_local, fetch_timeout_s, ...).
+    ValueError: a game this peer lacks, or a schedule whose stages are not the game's."""
+    from protocol.games import spec_of
     from swarmp2p.peer import PeerSettings
+
+    spec = spec_of(schedule.game)
+    if spec.stage_count > 1 and schedule.stage_count != spec.stage_count:
+        # A one-stage game plays once a round whatever the clock's stages (a chain's are its
+        # own); a game of several needs exactly its own.
+        raise ValueError(
+            f"game {spec.name} plays {spec.stage_count} stages a round, "
+            f"the schedule says {schedule.stage_count}"
+        )
 
     shared = {"swarm_id", "seed", "tasks", "questions_per_round", "weights", "game"}
     clash = shared & set(local)
@@ -116,7 +125,7 @@ def peer_settings_for(schedule: SwarmSchedule, **local: Any) -> Any:
         tasks=schedule.tasks,
         weights=schedule.weights,
         questions_per_round=schedule.questions_per_round,
-        game=game_of_stage_count(schedule.stage_count),
+        game=spec.name,
         **local,
     )
 

@@ -20,18 +20,20 @@ from swarmp2p.node_config import NodeError
 SWARM_FILE = "swarm.json"
 
 
-def new_schedule(round_seconds: float, now_ms: int, rules: dict[str, Any], stage_count: int = 1) -> Any:
+def new_schedule(round_seconds: float, now_ms: int, rules: dict[str, Any], game: str = "single") -> Any:
     """A new swarm: genesis now, a fresh id and seed, and `rules` (swarmp2p.rules.rules_of_config)
-    from this first peer's config; `stage_count` names its game (protocol.games). Raises
-    NodeError when the rules break a wire bound."""
+    from this first peer's config; it plays `game` (a row of protocol/games.py), whose stages
+    share a round. Raises NodeError when the rules break a wire bound."""
+    from protocol.games import stage_count_of
     from protocol.messages import SwarmSchedule
 
     schedule = SwarmSchedule(
         swarm_id=secrets.token_hex(6),
         genesis_ms=now_ms,
         round_ms=int(round_seconds * 1000),
-        stage_count=stage_count,
+        stage_count=stage_count_of(game),
         seed=secrets.randbits(62),
+        game=game,
         **rules,
     )
     check_schedule(schedule, "the swarm rules from your config")
