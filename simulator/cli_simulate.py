@@ -10,6 +10,8 @@ from typing import Any
 
 import typer
 
+from protocol.games import REGISTRY
+
 
 def register(app: typer.Typer) -> None:
     app.command(name="simulate")(simulate)
@@ -40,7 +42,10 @@ def simulate(
     game: str = typer.Option(
         None,
         "--game",
-        help="The swarm's game: single (default) or answer-critique-resolve (three stages a round).",
+        help="The swarm's game, by name: " + ", ".join(
+            f"{spec.name} ({' -> '.join(spec.stage_names)})" for spec in REGISTRY.values()
+        )
+        + "; default single.",
     ),
     workers: int = typer.Option(
         None,

@@ -30,10 +30,11 @@ from typing import Any
 
 import attrs
 
-from protocol.acr import CRITIQUE, StageItem, score_item
 from protocol.messages import Completion, QuestionGroup, QuestionRef
 from protocol.questions import EVAL_INDEX_BASE
 from protocol.seeds import derive_seed
+from protocol.staged import StageItem
+from simulator.answerers import answerer_of
 from simulator.registry import SimTaskRegistry, format_answer, reference_answer
 
 
@@ -103,10 +104,9 @@ class SimPolicy:
         return [self._group(question) for question in questions]
 
     def generate_items(self, items: Sequence[StageItem]) -> list[QuestionGroup]:
-        """Answer the items of a later stage of answer -> critique -> resolve (protocol/acr.py):
-        a critique picks a right candidate with the task's skill (else any), written in the
-        answer format with the format skill; a resolve mostly follows the critics' majority,
-        else answers the question itself. Rewards by `score_item`, as every verifier does."""
+        """Answer the items of a later stage of a multi-stage game by its answerer (the module
+        its registry row names: simulator/answerers/). Rewards by the item's own score, as
+        every verifier does."""
         self.pending_cost_s += self.params.generate_cost_s * len(items) * self.slowdown
         return [self._item_group(item) for item in items]
 
@@ -184,7 +184,7 @@ class SimPolicy:
             correct_sum = reward_sum = 0.0
             for i in range(params.eval_questions):
                 question = QuestionRef(task, params.eval_dataset_seed, EVAL_INDEX_BASE + i)
-                text = self._answer(question, rng)
+                text = self.answer(question, rng)
                 reward = self.registry.score(question, text)
                 correct = reward >= 1.0
                 correct_sum += correct
@@ -232,34 +232,23 @@ class SimPolicy:
         )
         completions = []
         for _ in range(self.params.group_size):
-            text = self._answer(question, rng)
+            text = self.answer(question, rng)
             completions.append(Completion(text=text, reward=self.registry.score(question, text)))
         return QuestionGroup(question=question, completions=tuple(completions))
 
     def _item_group(self, item: StageItem) -> QuestionGroup:
         ref = item.ref
         rng = random.Random(derive_seed(self.seed, self.name, self.steps, item.stage, ref.task, ref.index))
+        answer = answerer_of(item.game)
         completions = []
         for _ in range(self.params.group_size):
-            text = self._critique(item, rng) if item.stage == CRITIQUE else self._resolve(item, rng)
-            completions.append(Completion(text=text, reward=score_item(item, text, self.registry)))
+            text = answer(self, item, rng)
+            completions.append(Completion(text=text, reward=item.score(text, self.registry)))
         return QuestionGroup(question=ref, completions=tuple(completions))
 
-    def _critique(self, item: StageItem, rng: random.Random) -> str:
-        right = [
-            i for i, text in enumerate(item.candidates, 1) if self.registry.score(item.question, text) >= 1.0
-        ]
-        skilled = right and rng.random() < self.skills.get(item.question.task, 0.0)
-        pick = rng.choice(right) if skilled else rng.randrange(1, len(item.candidates) + 1)
-        return format_answer(str(pick)) if rng.random() < self.format_skill else str(pick)
-
-    def _resolve(self, item: StageItem, rng: random.Random) -> str:
-        majority = item.majority()
-        if majority and rng.random() < 0.8:
-            return item.candidates[majority - 1]
-        return self._answer(item.question, rng)
-
-    def _answer(self, question: QuestionRef, rng: random.Random) -> str:
+    def answer(self, question: QuestionRef, rng: random.Random) -> str:
+        """One answer to `question` drawn from the skills (what answerers of later stages use
+        when an item asks for an answer of the policy's own)."""
         answer = reference_answer(question)
         if rng.random() < self.format_skill:
             if rng.random() < self.skills.get(question.task, 0.0):

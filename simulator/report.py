@@ -14,8 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from protocol.acr import STAGE_NAMES, TRAIN_STAGES
-from protocol.games import stage_count_of
+from protocol.games import spec_of
 from simulator.runner import HONEST, SimulationResult
 from trainer.percentile import percentile
 
@@ -36,7 +35,7 @@ def build_report(result: SimulationResult) -> dict[str, Any]:
     byzantine = [plan for plan in plans if not plan.honest]
     honest_ids = {plan.peer_id for plan in honest}
     rounds: list[dict[str, Any]] = []
-    stage_count = stage_count_of(scenario.game)
+    stage_count = spec_of(scenario.game).stage_count
     for round_number in range(scenario.rounds):
         # A multi-stage game's round rows describe its answers (stage 0), comparable with the
         # single-stage game's; per-stage counts are in "stages" (below).
@@ -318,6 +317,7 @@ def stage_summary(result: SimulationResult, stage_count: int) -> list[dict[str, 
     the rejections, so a reader sees every stage run and what verification turned away."""
     round_ms = result.round_ms
     honest = [plan for plan in result.plans if plan.honest]
+    spec = spec_of(result.scenario.game)
     rows = []
     for stage in range(stage_count):
         present = sum(
@@ -336,8 +336,8 @@ def stage_summary(result: SimulationResult, stage_count: int) -> list[dict[str, 
         rows.append(
             {
                 "stage": stage,
-                "name": STAGE_NAMES[stage] if stage < len(STAGE_NAMES) else str(stage),
-                "trained": stage_trains(result.scenario.game, stage),
+                "name": spec.stage_names[stage] if stage < spec.stage_count else str(stage),
+                "trained": spec.plan.trains(stage),
                 "honest_present": present,
                 "honest_completed": len(done),
                 "rounds_completed": len({record.round for record in done}),
@@ -349,10 +349,6 @@ def stage_summary(result: SimulationResult, stage_count: int) -> list[dict[str, 
             }
         )
     return rows
-
-
-def stage_trains(game: str, stage: int) -> bool:
-    return game == "single" or stage in TRAIN_STAGES
 
 
 def summary_rows(report: dict[str, Any]) -> list[tuple[str, str]]:

@@ -10,7 +10,7 @@ does nothing):
     collect_fraction = 0.6  group_size = 4     fetch_sample = 8 (0 = fetch every batch)
     dht_sweep = true
     policy = "sim" | "trainer"   coordinator = "schedule" | "chain"   tasks = ["..."]
-    game = "single" | "answer-critique-resolve"
+    game = "single" | "answer-critique-resolve" | "answer-verify"   (protocol/games.py's registry)
     workers = 1           (processes to spread the peers over: simulator/shards.py)
 
     [network]   latency_min_ms, latency_max_ms, jitter_ms, loss, gossip_loss, upload_mbit, time_grid_ms
@@ -28,7 +28,7 @@ from typing import Any
 
 import attrs
 
-from protocol.games import GAME_NAMES
+from protocol.games import GAME_NAMES, SINGLE, spec_of
 
 MAX_TRAINER_PEERS = 32
 BYZANTINE_KINDS = ("forge", "malformed", "oversized", "replay", "impersonate", "flood")
@@ -135,8 +135,8 @@ class Scenario:
     """"schedule": chain-less round clock; "chain": the SwarmCoordinator contract on one in-process chain."""
     tasks: tuple[str, ...] = ()
     """Task names; empty: the policy's default (simulated tasks, or two reasoning-gym tasks)."""
-    game: str = attrs.field(default="single", validator=attrs.validators.in_(GAME_NAMES))
-    """The swarm's game (protocol/games.py): "single" or "answer-critique-resolve"."""
+    game: str = attrs.field(default=SINGLE, validator=attrs.validators.in_(GAME_NAMES))
+    """The swarm's game, a row of protocol/games.py's registry."""
     network: NetworkSpec = NetworkSpec()
     faults: FaultSpec = FaultSpec()
     byzantine: ByzantineSpec = ByzantineSpec()
@@ -152,8 +152,8 @@ class Scenario:
             )
         if self.workers > self.peers:
             raise ValueError(f"workers: {self.workers} is more than the {self.peers} peers")
-        if self.game != "single" and self.coordinator == "chain":
-            # The simulated chain has one stage a round: stages 1 and 2 would never open.
+        if spec_of(self.game).stage_count > 1 and self.coordinator == "chain":
+            # The simulated chain has one stage a round: later stages would never open.
             raise ValueError(f"game: {self.game} needs the schedule coordinator, not the chain")
         if self.policy == "trainer" and self.peers > MAX_TRAINER_PEERS:
             raise ValueError(
@@ -163,7 +163,7 @@ class Scenario:
 
     def to_json(self) -> dict[str, Any]:
         data = attrs.asdict(self, recurse=True)
-        if self.game == "single":
+        if self.game == SINGLE:
             del data["game"]  # reports of the single-stage game stay byte-identical to before
         if self.workers == 1:
             del data["workers"]  # so do reports of one-process runs
