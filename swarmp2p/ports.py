@@ -90,6 +90,12 @@ class NetworkPort(Protocol):
         0: never push (every peer fetches). Receiving pushes needs nothing from the port."""
         ...
 
+    def set_gossip_priority(self, established: Callable[[str], bool]) -> None:
+        """Say which senders' gossip a full inbound queue keeps (`established(sender)` true)
+        when it must drop some: a flood from fresh keys then cannot push out announcements of
+        peers this one has taken batches from. A transport without such a queue ignores it."""
+        ...
+
     def set_request_handler(self, handler: RequestHandler) -> None:
         """Serve direct requests from other peers (rollout batch fetches)."""
         ...
