@@ -102,13 +102,8 @@ def sharing(
     from rich.console import Console
     from rich.markup import escape
 
-    from simulator.experiment import (
-        ExperimentError,
-        ExperimentSettings,
-        parse_splits,
-        parse_variants,
-        write_settings_table,
-    )
+    from simulator.experiment import ExperimentError, ExperimentSettings, parse_splits, parse_variants
+    from simulator.experiment_report import write_settings_table
     from simulator.scenario import MAX_TRAINER_PEERS
 
     console = Console(stderr=True, soft_wrap=True)
@@ -166,7 +161,8 @@ def _run_one(settings: Any, out: Path, command: str, console: Any) -> None:
     """One setting: every arm with every seed, its outputs in `out`."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from simulator.experiment import run_experiment, write_outputs
+    from simulator.experiment import run_experiment
+    from simulator.experiment_report import write_outputs
 
     arms = settings.arms()
     per_arm = len(settings.seeds) * settings.rounds

@@ -12,7 +12,8 @@ import attrs
 import pytest
 from typer.testing import CliRunner
 
-from simulator.experiment import ExperimentError, ExperimentSettings, run_experiment, run_job, write_outputs
+from simulator.experiment import ExperimentError, ExperimentSettings, run_experiment, run_job
+from simulator.experiment_report import write_outputs
 from swarmp2p.cli import app
 
 # A small, fast trainer: one short-answer task, a 2-layer 64-wide tiny model, short completions.
@@ -244,7 +245,7 @@ def test_settings_rows_carry_intervals_and_paired_differences(tmp_path: Path, mo
     compared with the first on the same seeds, and the compute-matched arm that shares generates
     fewer questions of its own; the ratio-one row trains with no off-policy correction while the
     split it is compared with corrects external groups."""
-    from simulator.experiment import write_settings_table
+    from simulator.experiment_report import write_settings_table
 
     runs = []
     for name in ("identical", "compute-matched"):
@@ -305,7 +306,7 @@ def test_off_specialty_gain_reads_only_the_tasks_a_peer_never_answers() -> None:
     """In a specialised swarm a peer's gain on its own task says nothing about sharing; the
     off-specialty gain averages, per held-out question, only the peers of the other tasks."""
     from protocol.questions import specialty
-    from simulator.experiment import _off_specialty_gains
+    from simulator.experiment_report import _off_specialty_gains
 
     tasks = ("t1", "t2")
     settings = ExperimentSettings(setting="specialised", eval_questions=2, trainer=(("tasks", tasks),))
