@@ -1,0 +1,272 @@
+"""Protocol rules a plausible bug would bend without any other test noticing: the critics'
+majority tie-break, later stages' item cap and blame, which stage's batches a later stage takes,
+the stale-round rule while a skipped round is current, a deferred fetch's top-up after the
+collect window, one vote per round, and the schedule's consistency checks. Each test fails on
+the bug named in its docstring (checked by hand-made mutants and scripts/mutation.sh)."""
+
+from __future__ import annotations
+
+import attrs
+import msgpack
+import pytest
+
+from protocol import codec
+from protocol.acr import CRITIQUE, RESOLVE, InputRef, InputStore, StageItem, digest_prefix
+from protocol.admission import Accept, Defer, Fetch, Reject
+from protocol.envelope import seal
+from protocol.errors import ProtocolError
+from protocol.games import REGISTRY
+from protocol.messages import (
+    PROTOCOL_VERSION,
+    Hello,
+    QuestionRef,
+    RolloutAnnouncement,
+    RolloutBatch,
+    SwarmSchedule,
+)
+from protocol.rounds import (
+    CoordinatorSaid,
+    Report,
+    RolloutsReady,
+    RoundMachine,
+    SkipRound,
+    Tick,
+    TrainingFinished,
+)
+from swarmp2p.rules import peer_settings_for
+from tests.protocol.test_admission_rules import ROUND as INBOX_ROUND
+from tests.protocol.test_admission_rules import announce, batch_envelope, make_inbox
+from tests.protocol.test_protocol_acr import (
+    ALICE,
+    BOB,
+    CAROL,
+    GAME,
+    ME,
+    ROUND,
+    RULES,
+    SWARM,
+    acr_inbox,
+    answers,
+    fetch,
+    honest_batch,
+    pid,
+    sealed,
+    store_with_answers,
+)
+
+# ---- answer -> critique -> resolve: the later stages ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("picks", "majority"),
+    [
+        ((2, 1, 2, 1), 1),  # a tie goes to the lowest candidate...
+        ((3, 3, 1, 1, 2), 1),
+        ((3, 3, 1), 3),  # ...never past a strict majority
+        ((0, 9, 2), 2),  # picks outside 1..candidates do not count
+        ((), 0),
+    ],
+)
+def test_the_critics_majority_ties_to_the_lowest_candidate(picks: tuple[int, ...], majority: int) -> None:
+    """Bug: a tie broken to the highest (or first-seen) candidate: every resolver would be shown
+    another "majority pick" than its verifiers re-derive."""
+    item = StageItem(RESOLVE, QuestionRef("a", 1, 0), QuestionRef("echo", 1, 1), ("a", "b", "c"), picks)
+    assert item.majority() == majority
+
+
+def store_through_critiques(*critics: bytes) -> InputStore:
+    """Stage-0 answers of Alice, Bob and Carol, and an honest critique by each of `critics`, as a
+    peer holds them when the resolve stage opens."""
+    store = store_with_answers(ALICE, BOB, CAROL)
+    for critic in critics:
+        items = GAME.items(ROUND, CRITIQUE, pid(critic), store)
+        critique = honest_batch(critic, CRITIQUE, items)
+        store.add(sealed(critique, critic)[1], critique, items)
+    return store
+
+
+def test_a_resolve_batch_is_held_to_the_item_cap() -> None:
+    """Bug: the later stages' cap (`questions_per_round` items) not applied at stage 2, so a
+    peer could claim more resolve groups (and more of the swarm's training) than it is owed."""
+    store = store_through_critiques(BOB, CAROL)
+    wider = attrs.evolve(GAME, answer=attrs.evolve(RULES, questions_per_round=3))
+    too_many = wider.items(ROUND, RESOLVE, pid(ALICE), store)
+    assert len(too_many) == 3 and len(GAME.items(ROUND, RESOLVE, pid(ALICE), store)) == 2
+    over = honest_batch(ALICE, RESOLVE, too_many)
+    assert fetch(acr_inbox(store, RESOLVE), ALICE, over) == Reject("too_many_groups", pid(ALICE))
+    within = honest_batch(ALICE, RESOLVE, too_many[:2])
+    assert isinstance(fetch(acr_inbox(store, RESOLVE), ALICE, within), Accept)
+
+
+def test_bad_references_in_the_resolve_stage_are_blamed_and_missing_ones_are_not() -> None:
+    """Bug: stage 2's reference checks dropped or blamed differently from stage 1's."""
+    store = store_through_critiques(BOB, CAROL)
+    honest = honest_batch(ALICE, RESOLVE, GAME.items(ROUND, RESOLVE, pid(ALICE), store))
+    group = honest.groups[0]
+    ref = InputRef.of(group.question)
+
+    def with_ref(new: InputRef) -> RolloutBatch:
+        return attrs.evolve(honest, groups=(attrs.evolve(group, question=new.question()),))
+
+    cases = {
+        "input_mismatch": (with_ref(attrs.evolve(ref, prefix=ref.prefix ^ 1)), pid(ALICE)),
+        "bad_input": (with_ref(attrs.evolve(ref, group=7)), pid(ALICE)),
+        "missing_input": (with_ref(attrs.evolve(ref, author=pid(ME))), None),  # we hold no critique of ours
+        "self_reference": (with_ref(attrs.evolve(ref, author=pid(ALICE))), pid(ALICE)),
+    }
+    for reason, (batch, blame) in cases.items():
+        inbox = acr_inbox(store, RESOLVE)
+        assert fetch(inbox, ALICE, batch) == Reject(reason, blame), reason
+        assert inbox.scores.invalid[pid(ALICE)] == (1 if blame else 0), reason
+    assert isinstance(fetch(acr_inbox(store, RESOLVE), ALICE, honest), Accept)
+
+
+def test_a_resolve_builds_on_critiques_never_on_the_answers_before_them() -> None:
+    """Bug: a later stage takes a batch of an earlier stage than the one before it (stage 0's
+    answers at stage 2): items built on it, or a reference to it accepted."""
+    store = store_through_critiques(BOB)
+    critique = store.get(ROUND, CRITIQUE, pid(BOB))
+    assert critique is not None
+    items = GAME.items(ROUND, RESOLVE, pid(ME), store)
+    assert items
+    for item in items:
+        ref = InputRef.of(item.ref)
+        assert (ref.author, ref.prefix) == (pid(BOB), digest_prefix(critique.digest))
+    # A resolve group naming Bob's stage-0 answer batch (its true digest) is refused.
+    bobs_answers = answers(BOB)
+    to_answers = InputRef(pid(BOB), digest_prefix(sealed(bobs_answers, BOB)[1]), 0)
+    honest = honest_batch(ALICE, RESOLVE, items[:1])
+    wrong = attrs.evolve(honest, groups=(attrs.evolve(honest.groups[0], question=to_answers.question()),))
+    assert fetch(acr_inbox(store, RESOLVE), ALICE, wrong) == Reject("input_mismatch", pid(ALICE))
+
+
+def test_a_previous_stages_batch_is_not_taken_in_a_later_stage() -> None:
+    """Bug: while stage 1 collects, stage 0's announcements (or a stage-0 batch served for a
+    stage-1 fetch) are taken as this stage's."""
+    store = store_with_answers(ALICE, BOB, CAROL)
+    inbox = acr_inbox(store, CRITIQUE)
+    late = answers(CAROL)
+    envelope, digest = sealed(late, CAROL)
+    old_stage = RolloutAnnouncement(SWARM, ROUND, 0, pid(CAROL), digest, len(late.groups), len(envelope))
+    assert inbox.heard(pid(CAROL), seal(old_stage, CAROL)) == Reject("wrong_stage", None)
+    # Announced for stage 1, served a (valid, signed) stage-0 batch.
+    critique = honest_batch(ALICE, CRITIQUE, GAME.items(ROUND, CRITIQUE, pid(ALICE), store))
+    stage_one = RolloutAnnouncement(
+        SWARM, ROUND, CRITIQUE, pid(ALICE), digest, len(late.groups), len(envelope)
+    )
+    decision = inbox.heard(pid(ALICE), seal(stage_one, ALICE))
+    assert isinstance(decision, Fetch)
+    served = seal(answers(ALICE), ALICE)
+    job = attrs.evolve(decision.job, digest=b"")  # judged on what it is, not on its digest
+    assert inbox.fetched(job, served, direct=True) == Reject("batch_mismatch", pid(ALICE))
+    assert critique.stage == CRITIQUE and inbox.current is not None and inbox.current.external == {}
+
+
+# ---- the round machine and the inbox -------------------------------------------------------
+
+
+def test_announcements_for_the_round_in_hand_are_stale_once_a_newer_round_was_skipped() -> None:
+    """Bug: the single-stage position ignores the skipped round (takes only the open one), so
+    the round in hand keeps fetching after the swarm moved past it."""
+    machine = RoundMachine()
+    machine.handle(0, CoordinatorSaid(INBOX_ROUND, 0, 1, 10_000, stage_ms=10_000))
+    skip = machine.handle(19_000, CoordinatorSaid(INBOX_ROUND + 1, 0, 1, 20_000, stage_ms=10_000))
+    assert skip == (SkipRound(INBOX_ROUND + 1, 0, 1_000),)
+    assert machine.current_position() == (INBOX_ROUND + 1, 0)
+    inbox = make_inbox()
+    inbox.machine = machine  # still in the round it opened, which is no longer current
+    inbox.open_round(INBOX_ROUND, 0, connected=0)
+    envelope = batch_envelope(ALICE)
+    assert inbox.heard(pid(ALICE), announce(ALICE, envelope)) == Reject("stale_round", None)
+    assert inbox.scores.invalid[pid(ALICE)] == 0
+
+
+def test_a_deferred_fetch_is_not_topped_up_once_collecting_ends() -> None:
+    """Bug: `top_up` hands out a deferred fetch after the collect window (its batch would come
+    too late to train on, and take a fetch slot of the next round's work)."""
+    inbox = make_inbox(fetch_sample=1)
+    inbox.open_round(INBOX_ROUND, 0, connected=400)  # fetch about 1 in 400: nearly every one deferred
+    deferred = []
+    for i in range(8):
+        signer = bytes([i]) * 32
+        decision = inbox.heard(pid(signer), announce(signer, batch_envelope(signer)))
+        if isinstance(decision, Defer):
+            deferred.append(decision)
+    assert len(deferred) >= 2
+    assert isinstance(inbox.top_up(INBOX_ROUND), Fetch)  # while collecting: the next deferred one
+    inbox.machine.handle(1000, RolloutsReady(INBOX_ROUND))
+    inbox.machine.handle(1000, Tick())  # the collect deadline (make_inbox: 1000 ms)
+    assert not inbox.machine.collecting(INBOX_ROUND)
+    assert inbox.current is not None and inbox.current.deferred  # deferred ones are left...
+    assert inbox.top_up(INBOX_ROUND) is None  # ...and not fetched
+
+
+def play_round(machine: RoundMachine, round_number: int, stages: int, at: int) -> list[Report]:
+    """Every stage of `round_number` through the machine; the Reports it emits."""
+    reports: list[Report] = []
+    for stage in range(stages):
+        start = at + stage * 1000
+        actions = list(machine.handle(start, CoordinatorSaid(round_number, stage, stages, start + 1000)))
+        actions += machine.handle(start + 10, RolloutsReady(round_number, stage))
+        actions += machine.handle(start + 999, Tick())
+        if machine.plan.trains(stage):
+            actions += machine.handle(start + 999, TrainingFinished(round_number, stage))
+        reports += [a for a in actions if isinstance(a, Report)]
+    return reports
+
+
+def test_winners_are_voted_once_a_round_at_the_games_voting_stage() -> None:
+    """Bug: every stage's report votes (three votes a round for answer -> critique -> resolve)."""
+    spec = REGISTRY[GAME.name]
+    reports = play_round(RoundMachine(plan=spec.plan), ROUND, spec.stage_count, 0)
+    assert [(r.stage, r.votes) for r in reports] == [
+        (stage, stage == spec.vote_stage) for stage in range(spec.stage_count)
+    ]
+    single = RoundMachine()
+    assert [r.votes for r in play_round(single, ROUND, 1, 0) + play_round(single, ROUND + 1, 1, 1000)] == [
+        True,
+        True,
+    ]
+
+
+# ---- the schedule ----------------------------------------------------------------------------
+
+
+def schedule(**fields: object) -> SwarmSchedule:
+    base = {
+        "swarm_id": SWARM,
+        "genesis_ms": 0,
+        "round_ms": 60_000,
+        "stage_count": 1,
+        "seed": 1,
+        "tasks": ("a", "b", "c"),
+        "weights": (1.0, 2.0, 3.0),
+    }
+    return SwarmSchedule(**{**base, **fields})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("weights", [(1.0, 2.0), (1.0, 2.0, 3.0, 4.0)])
+def test_a_schedule_with_a_weight_count_other_than_its_tasks_is_refused(weights: tuple[float, ...]) -> None:
+    """Bug: only more weights than tasks refused; fewer would leave peers disagreeing on the mix."""
+    hello = Hello(PROTOCOL_VERSION, pid(ALICE), schedule(), -1, (), "tiny")
+    assert codec.decode(codec.encode(hello)) == hello
+    with pytest.raises(ProtocolError) as refused:
+        codec.encode(attrs.evolve(hello, schedule=schedule(weights=weights)))
+    assert refused.value.reason == "inconsistent"
+    # Received from a peer that does not check: refused on decode too.
+    top = msgpack.unpackb(codec.encode(hello))
+    top["b"]["schedule"]["weights"] = list(weights)
+    with pytest.raises(ProtocolError) as refused:
+        codec.decode(msgpack.packb(top, use_bin_type=True))
+    assert refused.value.reason == "inconsistent"
+
+
+@pytest.mark.parametrize("stage_count", [2, 4, 5])
+def test_a_multi_stage_game_needs_exactly_its_own_stage_count(stage_count: int) -> None:
+    """Bug: a schedule with more stages than the game plays (4 for answer -> critique -> resolve)
+    accepted: the game's stage 3 does not exist."""
+    spec = REGISTRY[GAME.name]
+    assert spec.stage_count == 3
+    assert peer_settings_for(schedule(stage_count=3, game=spec.name)).game == spec.name
+    with pytest.raises(ValueError, match="stages"):
+        peer_settings_for(schedule(stage_count=stage_count, game=spec.name))
