@@ -93,6 +93,9 @@ class EvalSettings:
     """After this many deferrals in a row, try anyway (stopped at the deadline if it does not
     finish): a measurement taken under a load spike must not defer evaluation forever. 0: never."""
     sliced: bool = False
+    unit_margin: float = attrs.field(default=1.05, validator=attrs.validators.ge(1.0))
+    """Sliced: safety factor on one unit's estimate. Smaller than `margin`: a unit still running
+    at the deadline is stopped like a whole evaluation, and costs only its own few seconds."""
     """Evaluate in slices in the worker's spare moments of several rounds (see the module); False:
     whole evaluations, deferred when one does not fit."""
 
@@ -368,20 +371,22 @@ class HeldOutEvaluation:
         answered = 0
         while not cycle.complete:
             budget = (until_ms - now_ms()) / 1000 - settings.slack_s
-            needed = None if self.unit_estimate_s is None else settings.margin * self.unit_estimate_s
+            needed = None if self.unit_estimate_s is None else settings.unit_margin * self.unit_estimate_s
             fits = budget >= (PROBE_MIN_S if needed is None else needed)
             probe = 0 < settings.probe_after <= self.deferred_in_a_row and budget >= PROBE_MIN_S
             if budget <= 0 or not (fits or probe):
                 if answered == 0:
                     self.deferred_in_a_row += 1
                 break
-            started = now_ms()
+            started, done = now_ms(), cycle.done
             try:
                 _, stopped = await _bounded(policy, offload, budget, self.stopping, cycle.answer_next)
             except Exception:
                 return self._slice_failed()
             elapsed = (now_ms() - started) / 1000
             if stopped:  # a slow unit: stopped at the deadline, answered again from the start later
+                if cycle.done > done:  # answered inline, its compute time cut short (the simulator)
+                    cycle.drop_last()
                 self.counters["eval_stopped"] += 1
                 self.unit_estimate_s = max(self.unit_estimate_s or 0.0, elapsed)
                 self.deferred_in_a_row = 0  # the next probe after `probe_after` more misses

@@ -16,7 +16,11 @@ if TYPE_CHECKING:
 
 
 class WholeAsOneUnit:
-    """A policy's whole `evaluate()` as a sliced evaluation of one unit."""
+    """A policy's whole `evaluate()` as a sliced evaluation of one unit.
+
+    A sliced evaluation has `units` (ranges of held-out questions), `unit_steps` (the policy
+    step each answered unit ran at), `done`, `complete`, `answer_next()`, `drop_last()` (forget
+    the last unit: it ran past its deadline) and `result()`."""
 
     keeps_itself = True
     """`evaluate()` already kept its result (the trainer's eval.jsonl): nothing to keep after."""
@@ -42,6 +46,10 @@ class WholeAsOneUnit:
         self.unit_steps = [int(result.get("step") or 0)]
         self._result = result
         return questions
+
+    def drop_last(self) -> None:
+        self._result = None
+        self.unit_steps = []
 
     def result(self) -> dict[str, Any]:
         if self._result is None:

@@ -191,6 +191,7 @@ class SlicedEvaluation:
         self._step = step
         self._texts: list[str] = []
         self._state: Any = None
+        self._state_before_last: Any = None
         self.unit_steps: list[int] = []
         """The policy's step when each answered unit ran (its weights), in unit order."""
         self.unit_seconds: list[float] = []
@@ -215,10 +216,19 @@ class SlicedEvaluation:
         if len(texts) != len(refs) * self.config.eval_samples:
             raise ValueError(f"{len(texts)} completions for {len(refs)} questions")
         self._texts.extend(texts)
-        self._state = state
+        self._state, self._state_before_last = state, self._state
         self.unit_steps.append(self._step())
         self.unit_seconds.append(time.perf_counter() - started)
         return len(refs)
+
+    def drop_last(self) -> None:
+        """Forget the last answered unit (it ran past its deadline and does not count): the
+        next `answer_next()` answers it again from the same sampler state."""
+        unit = self.units[self.done - 1]
+        del self._texts[-len(unit) * self.config.eval_samples :]
+        self._state = self._state_before_last
+        self.unit_steps.pop()
+        self.unit_seconds.pop()
 
     def result(self) -> dict[str, Any]:
         """The evaluation's result, as `evaluate()` gives it, labelled with the step of its last

@@ -451,10 +451,10 @@ class TrainerPolicy:
         self._keep_eval(result)
         return result
 
-    def sliced_evaluation(self, split: str | None = None) -> Any:
-        """The held-out evaluation as units to answer one at a time (trainer.evaluation.
-        SlicedEvaluation): the node spreads it over the worker's spare time in several rounds.
-        `evaluate()` is the same units answered back to back."""
+    def sliced_evaluation(self, split: str | None = None, chunk: int = _EVAL_CHUNK) -> Any:
+        """The held-out evaluation as units of `chunk` completions to answer one at a time
+        (trainer.evaluation.SlicedEvaluation): the node spreads it over the worker's spare time
+        in several rounds. `evaluate()` is the same units answered back to back."""
         import torch
 
         from trainer.evaluation import SlicedEvaluation
@@ -472,7 +472,7 @@ class TrainerPolicy:
             return texts, generator.get_state()
 
         return SlicedEvaluation(
-            self.registry, self.config, answer_unit, lambda: self.step, chunk=_EVAL_CHUNK, split=split
+            self.registry, self.config, answer_unit, lambda: self.step, chunk=chunk, split=split
         )
 
     def keep_sliced_result(self, result: dict[str, Any]) -> None:
