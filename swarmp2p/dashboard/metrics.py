@@ -33,9 +33,10 @@ def render_metrics(status: Mapping[str, Any] | None, source_errors: int) -> tupl
 
     if status is not None:
         info = InfoMetricFamily("swarmp2p_node", "Identity and phase of the node.")
-        info.add_metric(
-            [], {"peer_id": str(status.get("peer_id") or ""), "phase": str(status.get("phase") or "")}
-        )
+        # The node's phase as /healthz says it (starting ... evaluating, playing); a status
+        # without one (the simulator's) gives its round phase.
+        phase = status.get("node_phase") or status.get("phase") or ""
+        info.add_metric([], {"peer_id": str(status.get("peer_id") or ""), "phase": str(phase)})
         families.append(info)
         gauges = {
             "swarmp2p_round": ("Current round.", status.get("round")),
