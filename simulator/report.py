@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from protocol.games import spec_of
-from simulator.runner import HONEST, SimulationResult
+from simulator.plans import HONEST, SimulationResult
 from trainer.percentile import percentile
 
 REPORT_VERSION = 1
