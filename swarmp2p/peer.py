@@ -58,7 +58,7 @@ from swarmp2p.peer_settings import (
 )
 from swarmp2p.ports import Clock, CoordinatorError, CoordinatorPort, InboundMessage, NetworkPort, PolicyPort
 from swarmp2p.publisher import Publisher
-from swarmp2p.round_pace import Pace, times_of
+from swarmp2p.round_pace import Pace, deepest_level, times_of
 from swarmp2p.round_record import RoundHistory, RoundRecord, RoundWork, record_of
 from swarmp2p.round_steps import Offload
 
@@ -150,6 +150,7 @@ class Peer:
         self.evaluation = HeldOutEvaluation(
             settings.evaluation, self.counters, self.peer_id, stopping=stopping
         )
+        self._stopping = stopping or (lambda: False)
         self.topic = announce_topic(settings.swarm_id)
         self.idle = IdleWait(clock)
         self.fetcher = Fetcher(
@@ -437,6 +438,7 @@ class Peer:
             coordinator=self.coordinator,
             counters=self.counters,
         )
+        work.reported_ms = self.clock.now_ms()
         if action.votes:  # the held-out evaluation runs once a round, after the voting stage
             evaluated, deferred = await self.evaluation.after_round(
                 self.policy,
@@ -463,7 +465,9 @@ class Peer:
         """Record a round that ended, and let its timings set how much of our own work the
         next round takes on (said once, when that changes)."""
         self.rounds.add(record_of(work, completed=completed, finished_ms=self.clock.now_ms()))
-        if self.game.stage_count == 1 and self.pace.observe(work.round, times_of(work)) is not None:
+        if self.game.stage_count > 1 or self._stopping():  # a stop cuts the round short, not the load
+            return
+        if self.pace.observe(work.round, times_of(work), deepest_level(self.settings)) is not None:
             self.counters["pace_changes"] += 1
             level = logging.WARNING if self.pace.level > 0 else logging.INFO
             log.log(level, "%s", self.pace.line(self.settings))

@@ -108,6 +108,8 @@ class RoundLog:
         if out_of_round:
             rejected += f" ({out_of_round} out of round)"
         said = FATES.get(record.fate, record.fate)
+        if record.fate == "reported_late" and record.ends_ms:
+            said = f"reported {(record.finished_ms - record.ends_ms) / 1000:.0f} s late"
         state = f" ({said})" if said else ""
         evaluation = ""
         if record.eval is not None:

@@ -39,9 +39,10 @@ STREAK: dict[Verdict, int] = {Verdict.OVERRAN: 2, Verdict.ROOMY: 3}
 STEP: dict[Verdict, int] = {Verdict.OVERRAN: +1, Verdict.ROOMY: -1}
 """How the level moves after such a run: down to half the work, or back up to twice."""
 
-MAX_LEVEL = 3
-"""Level k does 1/2**k of the work; at 3 (an eighth) a default peer answers one question and
-trains on one group of each side, the least that still takes part in the swarm."""
+MAX_LEVEL = 6
+"""Level k does 1/2**k of the work, down to one question and one group of each side trained on
+(`deepest_level`: 2 for the defaults, 4 questions and 4 + 4 groups), the least that still takes
+part in the swarm; this bounds it for any settings."""
 
 T = TypeVar("T")
 
@@ -91,15 +92,16 @@ class Pace:
     def share(self) -> float:
         return 2.0**-self.level
 
-    def observe(self, round_number: int, times: RoundTimes) -> str | None:
-        """Take one round's timings; returns the line to say when the level changes."""
+    def observe(self, round_number: int, times: RoundTimes, deepest: int = MAX_LEVEL) -> str | None:
+        """Take one round's timings; returns the line to say when the level changes (never
+        below `deepest`, where every count is already 1)."""
         verdict = judge(times, growth=2.0 if self.level > 0 else 1.0)
         self.streak = self.streak + 1 if verdict is self.verdict else 1
         self.verdict = verdict
         needed = STREAK.get(verdict)
         if needed is None or self.streak < needed:
             return None
-        level = min(MAX_LEVEL, max(0, self.level + STEP[verdict]))
+        level = min(deepest, MAX_LEVEL, max(0, self.level + STEP[verdict]))
         if level == self.level:
             return None
         self.level, self.streak, self.verdict = level, 0, None
@@ -150,6 +152,15 @@ class Pace:
             f"busy host: {self.reason}: from round {self.since_round} {doing} "
             f"({self.share:g} of the work) until rounds fit again"
         )
+
+
+def deepest_level(settings: PeerSettings) -> int:
+    """The first level at which the questions and both sides of the split are all down to one."""
+    most = max(settings.questions_per_round, settings.n_local, settings.n_external)
+    level = 0
+    while level < MAX_LEVEL and scaled(most, 2.0**-level) > 1:
+        level += 1
+    return level
 
 
 def times_of(work: RoundWork) -> RoundTimes:

@@ -20,7 +20,10 @@ log = logging.getLogger("swarmp2p.peer")
 
 FATES = {
     "completed": "",  # trained (when there was anything to train on) and reported in time
-    "trained_report_late": "trained, report late",  # the update ran; the round ended before the report
+    "reported_late": "reported late",  # trained and reported, after the round's end (work in hand
+    # finishes when the next round is skipped for lack of time)
+    "trained_report_late": "trained, report late: not sent",  # the update ran; the next round
+    # opened before the report, which is dropped (a report for a round that is over)
     "abandoned": "abandoned",  # the round ended before its training step: nothing of it was kept
     "skipped": "skipped: too little time left",  # never started (PeerSettings.min_round_remaining)
 }
@@ -60,6 +63,7 @@ class RoundRecord:
     accepted_batches: Mapping[str, str] = attrs.field(factory=dict)  # sender -> digest
     trained_batches: tuple[str, ...] = ()  # digests with a group in this round's training update
     untrained_batches: Mapping[str, str] = attrs.field(factory=dict)  # digest -> why not (UNTRAINED)
+    ends_ms: int = 0  # the round's end as this peer had it (0: not known)
     fate: str = attrs.field(
         default=attrs.Factory(lambda record: plain_fate(record.completed, record.skipped), takes_self=True),
         validator=attrs.validators.in_(FATES),
@@ -120,6 +124,7 @@ class RoundWork:
     """The training step ran an update (the policy's train returned)."""
     train_started_ms: int | None = None
     train_finished_ms: int | None = None
+    reported_ms: int | None = None
     eval: dict[str, Any] | None = None
     eval_deferred: dict[str, Any] | None = None
 
@@ -154,6 +159,13 @@ def untrained_of(work: RoundWork, accepted: Mapping[str, str], *, completed: boo
     }
 
 
+def fate_of(work: RoundWork, *, completed: bool) -> str:
+    if not completed:
+        return "trained_report_late" if work.updated else "abandoned"
+    late = work.reported_ms is not None and 0 < work.round_ends_ms < work.reported_ms
+    return "reported_late" if late else "completed"
+
+
 def record_of(work: RoundWork, *, completed: bool, finished_ms: int) -> RoundRecord:
     """The record of a round that ended: reported (`completed`), or overtaken by the next
     round, which loses only the report when its training step had already run."""
@@ -180,7 +192,8 @@ def record_of(work: RoundWork, *, completed: bool, finished_ms: int) -> RoundRec
         accepted_batches=accepted,
         trained_batches=work.trained_batches,
         untrained_batches=untrained_of(work, accepted, completed=completed),
-        fate="completed" if completed else "trained_report_late" if work.updated else "abandoned",
+        ends_ms=work.round_ends_ms,
+        fate=fate_of(work, completed=completed),
     )
 
 

@@ -146,7 +146,24 @@ def test_a_round_trained_after_its_end_is_recorded_and_printed_as_trained_report
     assert first.fate == "trained_report_late"
     lines: list[str] = []
     RoundLog(tmp_path / "rounds.jsonl", "me", lambda: (), lines.append)(first)
-    assert lines[0].startswith("round 0 (trained, report late) |")
+    assert lines[0].startswith("round 0 (trained, report late: not sent) |")
+
+
+def test_a_round_reported_after_its_end_says_how_late(tmp_path: Path) -> None:
+    clock = LoopClock()
+    policy = TimedWork(clock, generate_ms=0, train_ms=100)
+    peer, schedule = make_peer(policy, clock, questions_per_round=2, n_local=2, n_external=0)
+    run_until(peer, clock, 20_500)  # two rounds on time: the stage length is learned
+    policy.train_ms = 5_500  # round 2 trains from 26 s to 37 s: round 3 has too little left
+    run_until(peer, clock, 41_000)
+    fates = {r.round: r.fate for r in peer.history}
+    assert (fates[0], fates[1], fates[2], fates[3]) == ("completed", "completed", "reported_late", "skipped")
+    assert 2 in schedule.reported  # the work in hand finished while round 3 was skipped
+    lines: list[str] = []
+    RoundLog(tmp_path / "rounds.jsonl", "me", lambda: (), lines.append)(peer.history[-1])
+    late = next(r for r in peer.history if r.round == 2)
+    RoundLog(tmp_path / "rounds.jsonl", "me", lambda: (), lines.append)(late)
+    assert lines[-1].startswith("round 2 (reported 7 s late) |")
 
 
 def test_a_round_overrun_before_training_is_still_abandoned() -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from swarmp2p.round_pace import MAX_LEVEL, STREAK, Pace, RoundTimes, Verdict, judge, scaled
+from swarmp2p.peer_settings import PeerSettings
+from swarmp2p.round_pace import MAX_LEVEL, STREAK, Pace, RoundTimes, Verdict, deepest_level, judge, scaled
 
 OVERRAN = RoundTimes(0, 10_000, 1_000, 6_000, 12_000)
 TIGHT = RoundTimes(0, 10_000, 1_000, 6_000, 9_000)  # 1 s left, 4 s of work
@@ -67,3 +68,19 @@ def test_own_questions_are_a_prefix_of_the_assigned() -> None:
     assert Pace(level=1).own_questions(("a", "b", "c")) == ("a", "b")
     assert Pace(level=3).own_questions(("a", "b", "c")) == ("a",)
     assert Pace().own_questions(("a", "b", "c")) == ("a", "b", "c")
+
+
+def test_the_deepest_level_is_where_every_count_is_one() -> None:
+    defaults = PeerSettings(swarm_id="s", seed=1, tasks=("echo",))  # 4 questions, 4 + 4 groups
+    assert deepest_level(defaults) == 2
+    assert (
+        deepest_level(
+            PeerSettings(
+                swarm_id="s", seed=1, tasks=("echo",), questions_per_round=1, n_local=1, n_external=1
+            )
+        )
+        == 0
+    )
+    pace = Pace(level=2)
+    assert pace.observe(0, OVERRAN, deepest=2) is None
+    assert pace.observe(1, OVERRAN, deepest=2) is None and pace.level == 2  # nothing less to do
