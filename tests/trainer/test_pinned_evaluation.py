@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from protocol.messages import QuestionRef
 from trainer.config import TrainerConfig
-from trainer.evaluation import eval_questions, evaluate, summarize
+from trainer.evaluation import eval_questions, evaluate, gain, summarize, unit_ranges
 from trainer.grpo import group_advantages
+from trainer.intervals import gain_interval, mean_interval
 from trainer.tasks import ReasoningGymRegistry
 
 TASKS = ("leg_counting", "basic_arithmetic")
@@ -28,14 +29,8 @@ def registry() -> ReasoningGymRegistry:
 
 
 def config_for(tmp_path: Path, **overrides: object) -> TrainerConfig:
-    return TrainerConfig(
-        data_dir=str(tmp_path),
-        tasks=TASKS,
-        difficulty=0,
-        eval_questions=4,
-        eval_samples=1,
-        **overrides,  # type: ignore[arg-type]
-    )
+    fields: dict[str, object] = {"eval_questions": 4, "eval_samples": 1, **overrides}
+    return TrainerConfig(data_dir=str(tmp_path), tasks=TASKS, difficulty=0, **fields)  # type: ignore[arg-type]
 
 
 def answer_right(registry: ReasoningGymRegistry) -> object:
@@ -139,3 +134,94 @@ def test_advantages_have_unit_unbiased_spread_unless_the_group_is_uniform(reward
     std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / (n - 1))
     spread = math.sqrt(sum(a * a for a in advantages) / (n - 1))
     assert spread == pytest.approx(std / (std + 1e-4), abs=1e-6)
+
+
+# ---- what an evaluation reports (the survivors of scripts/mutation.sh trainer/evaluation.py) ----
+
+
+class ScriptedRegistry:
+    """Correctness and reward by answer text, so every figure of a summary is known in advance:
+    "right" is right (1.0), "edge" scores exactly the CORRECT threshold, anything else is wrong."""
+
+    def correctness(self, ref: QuestionRef, answer: str) -> float:
+        return {"right": 1.0, "edge": 0.999}.get(answer, 0.0)
+
+    def score(self, ref: QuestionRef, text: str) -> float:
+        return {"<answer>right</answer>": 0.9, "<answer>edge</answer>": 0.7}.get(text, 0.1)
+
+    def question(self, ref: QuestionRef) -> tuple[str, str]:
+        return f"question {ref.index}", f"reference {ref.index}"
+
+
+def test_a_summary_reports_every_figure_per_task_and_per_logged_sample() -> None:
+    refs = [QuestionRef("a", 1, 0), QuestionRef("a", 1, 1), QuestionRef("b", 1, 2)]
+    right, edge, wrong = "<answer>right</answer>", "<answer>edge</answer>", "<answer>no</answer>"
+    texts = [right, right, edge, wrong, wrong, right]  # two samples per question, question-major
+    result = summarize(ScriptedRegistry(), refs, texts, generations_to_log=2, samples_per_question=2)  # type: ignore[arg-type]
+    assert result["per_question"] == [1.0, 0.5, 0.5]  # "edge" counts: the threshold is inclusive
+    assert result["accuracy"] == pytest.approx(4 / 6)
+    assert result["reward"] == pytest.approx((0.9 + 0.9 + 0.7 + 0.1 + 0.1 + 0.9) / 6)
+    assert result["per_task"] == {
+        "a": {"accuracy": pytest.approx(3 / 4), "reward": pytest.approx((0.9 + 0.9 + 0.7 + 0.1) / 4), "n": 2},
+        "b": {"accuracy": pytest.approx(1 / 2), "reward": pytest.approx((0.1 + 0.9) / 2), "n": 1},
+    }
+    assert all(type(task["n"]) is int for task in result["per_task"].values())
+    assert result["task_mean_accuracy"] == pytest.approx((3 / 4 + 1 / 2) / 2)
+    assert result["questions"] == 3
+    assert result["accuracy_interval"] == mean_interval([1.0, 0.5, 0.5]).as_dict()
+    # The first sample of each question, up to `generations_to_log` of them.
+    assert result["samples"] == [
+        {
+            "task": "a",
+            "index": 0,
+            "completion": right,
+            "reference": "reference 0",
+            "correct": True,
+            "reward": 0.9,
+        },
+        {
+            "task": "a",
+            "index": 1,
+            "completion": edge,
+            "reference": "reference 1",
+            "correct": True,
+            "reward": 0.7,
+        },
+    ]
+    with pytest.raises(ValueError, match="completions"):
+        summarize(ScriptedRegistry(), refs, texts[:5], generations_to_log=0, samples_per_question=2)  # type: ignore[arg-type]
+
+
+def test_an_evaluation_is_labelled_with_its_step_samples_split_and_time(
+    registry: ReasoningGymRegistry, tmp_path: Path
+) -> None:
+    config = config_for(tmp_path, eval_samples=2, eval_generations_to_log=1)
+    result = evaluate(registry, config, answer_right(registry), step=7)  # type: ignore[arg-type]
+    assert result["step"] == 7 and result["samples_per_question"] == 2 and result["split"] == "validation"
+    assert len(result["samples"]) == 1  # eval_generations_to_log, not eval_samples
+    assert isinstance(result["seconds"], float) and result["seconds"] >= 0.0
+    assert result["accuracy"] == 1.0
+
+
+def test_a_gain_pairs_two_evaluations_of_the_same_set_only() -> None:
+    before = {"split": "test", "questions": 3, "per_question": [0.0, 0.5, 1.0]}
+    after = {"split": "test", "questions": 3, "per_question": [1.0, 0.5, 1.0]}
+    assert gain(before, after) == gain_interval([0.0, 0.5, 1.0], [1.0, 0.5, 1.0])
+    assert gain(before, after).mean == pytest.approx(1 / 3)
+    for other in ({**after, "split": "validation"}, {**after, "questions": 4}):
+        with pytest.raises(ValueError, match="same held-out set"):
+            gain(before, other)
+
+
+@pytest.mark.parametrize(
+    ("questions", "samples", "chunk", "units"),
+    [
+        (5, 2, 4, [range(0, 2), range(2, 4), range(4, 5)]),
+        (3, 4, 2, [range(0, 1), range(1, 2), range(2, 3)]),  # a unit holds one question at least
+        (4, 1, 8, [range(0, 4)]),
+    ],
+)
+def test_generation_units_split_the_set_in_order(
+    questions: int, samples: int, chunk: int, units: list[range]
+) -> None:
+    assert unit_ranges(questions, samples, chunk) == units
