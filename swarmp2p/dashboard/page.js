@@ -64,7 +64,11 @@ function drawChart(chart, series, opts) {
     for (const b of s.band || []) { ys.push(b[1], b[2]); }
   }
   let x0 = Math.min(...xs), x1 = Math.max(...xs);
-  if (x0 === x1) { x0 -= 1; x1 += 1; }
+  // The data's own x range (the rounds played so far), when the view gives one: a lone early
+  // point then sits on the rounds it belongs to, not on an axis padded into negative rounds.
+  const range = Array.isArray(opts.xRange) ? opts.xRange : null;
+  if (range) { x0 = Math.min(x0, range[0]); x1 = Math.max(x1, range[1]); }
+  if (x0 === x1) { if (range) x1 += 1; else { x0 -= 1; x1 += 1; } }
   let y0 = Math.min(...ys), y1 = Math.max(...ys);
   const floor0 = y0 >= 0;  // rewards, accuracies, norms: an axis below zero would be empty
   if (y1 - y0 < 1e-9) { const pad = Math.abs(y0) * 0.1 || 0.05; y0 -= pad; y1 += pad; }
@@ -186,10 +190,16 @@ function render(body) {
   emptyNote = live ? "none yet" : "none in this " + v.source;
   drawChart($("evalchart"), v.eval_series || [], {empty: live ? "no held-out evaluation yet" :
     "no held-out evaluation in this " + v.source, xlabel: evalX,
-    ylabel: "accuracy / reward", legend: true, startX: v.eval_start, startLabel: "start"});
+    ylabel: "accuracy / reward", legend: true, startX: v.eval_start, startLabel: "start", xRange: v.eval_range});
   let note = last && last.simulated ? "simulated learner: accuracy is its simulated skill" : "";
   if (last && isNum(last.questions)) note += (note ? " · " : "") + last.questions + " questions" +
     (isNum(last.seconds) ? " in " + last.seconds.toFixed(1) + " s" : "");
+  const progress = body.eval_progress;  // a node's next point, answered in slices
+  if (progress && isNum(progress.units) && isNum(progress.done)) note += (note ? " · " : "") + "next point: " +
+    progress.done + " of " + progress.units + " slices answered";
+  const slices = last && Array.isArray(last.slices) ? last.slices : [];
+  if (slices.length > 1) note += " · last point in " + slices.length + " slices, weights of " +
+    slices.map(p => p.round === null ? "start" : "round " + p.round).join(", ");
   const deferred = body.eval_deferred;
   if (deferred) note += " · deferred in round " + deferred.round + ": " + fmt(deferred.needed_s, 1) + " s needed, " +
     fmt(deferred.left_s, 1) + " s left";

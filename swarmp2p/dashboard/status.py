@@ -20,11 +20,14 @@ Status schema (every key optional, extra keys are passed through to `/api/status
               "accuracy_change": float or null, "questions": int, "seconds": float,
               "per_task": {task: {"accuracy": float, "reward": float, "n": int}},
               "samples": [{"task", "completion", "reference", "correct", "reward"}, ...],
-              "simulated": bool},
+              "simulated": bool, "slices": [{"round": int or null, "step": int, "questions": int}]},
      "eval_history": [{"round": int or null, "step": int, "accuracy": float, "reward": float}, ...],
-     "eval_deferred": {"round": int, "needed_s": float, "left_s": float} or null}
+     "eval_deferred": {"round": int, "needed_s": float, "left_s": float} or null,
+     "eval_progress": {"units": int, "done": int, "since_round": int or null} or null}
 
-(`eval*` come from swarmp2p/heldout.py: the held-out evaluation; round null = before training.)
+(`eval*` come from swarmp2p/heldout.py: the held-out evaluation; round null = before training;
+`slices`: which rounds' weights answered how many questions of an evaluation answered in slices;
+`eval_progress`: the evaluation being answered now.)
 """
 
 from __future__ import annotations
@@ -93,7 +96,7 @@ def normalize_status(raw: Mapping[str, Any]) -> dict[str, Any]:
     evals = status.get("eval_history")
     rows = [row for row in evals if isinstance(row, dict)] if isinstance(evals, list) else []
     status["eval_history"] = rows[-MAX_HISTORY:]
-    for key in ("eval", "eval_deferred"):
+    for key in ("eval", "eval_deferred", "eval_progress"):
         if not isinstance(status.get(key), dict):
             status[key] = None
     for key in ("peer_id", "phase", "node_phase"):

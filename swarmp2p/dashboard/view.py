@@ -71,8 +71,7 @@ def _eval_series(status: Mapping[str, Any], history: list[dict[str, Any]]) -> li
     if isinstance(given, list):
         return [row for row in given if isinstance(row, dict) and isinstance(row.get("points"), list)]
     evals = status.get("eval_history") or []
-    rounds = [row["round"] for row in [*history, *evals] if is_number(row.get("round"))]
-    start = min(rounds) - 1 if rounds else 0  # the before-training evaluation (round null)
+    start = _start_x(evals, history)  # the before-training evaluation (round null)
     accuracy, reward = [], []
     for row in evals:
         x = row["round"] if is_number(row.get("round")) else start
@@ -91,8 +90,35 @@ def _eval_start(status: Mapping[str, Any], history: list[dict[str, Any]]) -> int
     evals = status.get("eval_history") or []
     if isinstance(status.get("eval_series"), list) or not any(row.get("round") is None for row in evals):
         return None
+    return _start_x(evals, history)
+
+
+def _start_x(evals: list[dict[str, Any]], history: list[dict[str, Any]]) -> int:
+    """The x of the evaluation before training: the weights a node starts its first round with
+    are those "after" the round before it (a point's round is the round whose training made its
+    weights), and never left of round 0 (a first node starts at 0): the round before the first
+    one played, at least 0, unless a later evaluation already sits there (weights after round 0)."""
     rounds = [row["round"] for row in [*history, *evals] if is_number(row.get("round"))]
-    return min(rounds) - 1 if rounds else 0
+    if not rounds:
+        return 0
+    first = min(rounds)
+    x = max(0, first - 1)
+    taken = any(is_number(row.get("round")) and row["round"] == x for row in evals)
+    return first - 1 if taken else x
+
+
+def _eval_range(status: Mapping[str, Any], history: list[dict[str, Any]]) -> list[int] | None:
+    """The x range of the held-out chart: from its first point to the last round played, so a
+    single early point sits on an axis of the rounds so far, never on one padded into negatives."""
+    if isinstance(status.get("eval_series"), list):
+        return None
+    evals = status.get("eval_history") or []
+    if not evals:
+        return None
+    xs = [row["round"] for row in [*history, *evals] if is_number(row.get("round"))]
+    if any(row.get("round") is None for row in evals):
+        xs.append(_start_x(evals, history))
+    return [min(xs), max(xs)] if xs else None
 
 
 def _train_series(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -332,6 +358,7 @@ def build_view(status: Mapping[str, Any]) -> dict[str, Any]:
         "reward_series": _reward_series(status, history),
         "eval_series": _eval_series(status, history),
         "eval_start": _eval_start(status, history),
+        "eval_range": _eval_range(status, history),
         "train_series": _train_series(history),
         "rounds": _rounds_table(history),
         "rejections": _rejections(status, history),

@@ -1,6 +1,6 @@
 """The dashboard's model of a status (swarmp2p/dashboard/view.py), its sources (a data dir, a
 simulation report, an experiment), friendly peer names, the rollout feed and the static report;
-no browser here (tests/test_dashboard_browser.py opens the page)."""
+no browser here (tests/dashboard/test_dashboard_browser.py opens the page)."""
 
 from __future__ import annotations
 
@@ -305,3 +305,25 @@ def test_a_simulation_report_with_evaluations_shows_the_held_out_accuracy(tmp_pa
     assert series["points"], report["rounds"]
     status = normalize_status(status_of_path(tmp_path / "sim"))
     assert status["eval"]["accuracy"] == series["points"][-1][1]  # the header card's figure
+
+
+def test_a_node_from_round_0_plots_its_start_point_at_0_on_an_axis_of_the_rounds_played() -> None:
+    # The evaluation before training describes the weights round 0 starts with: at 0, "start",
+    # on an axis from 0 to the rounds played; never at -1 on an axis padded from -2 to 0.
+    history = [{"round": r, "completed": True, "reward": 0.2} for r in range(3)]
+    start = [{"round": None, "accuracy": 0.21, "reward": 0.37}]
+    start_only = normalize_status({"peer_id": "p", "history": history, "eval_history": start})
+    view = build_view(start_only)
+    assert view["eval_series"][0]["points"] == [[0, 0.21]] and view["eval_start"] == 0
+    assert view["eval_range"] == [0, 2]
+    # Sliced points come at the round of their newest weights; one after round 0's training
+    # would share x 0 with the start: the start then keeps the round before.
+    evals = [{"round": None, "accuracy": 0.2}, {"round": 0, "accuracy": 0.25}, {"round": 6, "accuracy": 0.3}]
+    view = build_view(normalize_status({"peer_id": "p", "history": history, "eval_history": evals}))
+    assert view["eval_series"][0]["points"] == [[-1, 0.2], [0, 0.25], [6, 0.3]] and view["eval_start"] == -1
+    assert view["eval_range"] == [-1, 6]
+    # A joiner's first round is 7: its start point is the weights after round 6.
+    joiner = [{"round": r, "completed": True} for r in (7, 8)]
+    view = build_view(normalize_status({"peer_id": "p", "history": joiner, "eval_history": evals[:1]}))
+    assert view["eval_start"] == 6 and view["eval_range"] == [6, 8]
+    assert build_view(normalize_status({"peer_id": "p", "history": history}))["eval_range"] is None
