@@ -33,6 +33,7 @@ from protocol.rounds import (
     Tick,
     TrainingFinished,
 )
+from protocol.scoring import PeerScores
 from swarmp2p.rules import peer_settings_for
 from tests.protocol.test_admission_rules import ROUND as INBOX_ROUND
 from tests.protocol.test_admission_rules import announce, batch_envelope, make_inbox
@@ -270,3 +271,36 @@ def test_a_multi_stage_game_needs_exactly_its_own_stage_count(stage_count: int) 
     assert peer_settings_for(schedule(stage_count=3, game=spec.name)).game == spec.name
     with pytest.raises(ValueError, match="stages"):
         peer_settings_for(schedule(stage_count=stage_count, game=spec.name))
+
+
+# ---- peer scores (the survivors of scripts/mutation.sh protocol/scoring.py) -----------------
+
+
+def test_a_ban_keeps_the_reason_that_tipped_it_and_the_first_reason_given() -> None:
+    scores = PeerScores(ban_threshold=2)
+    assert scores.record_invalid("p", "duplicate") is False
+    assert scores.record_invalid("p", "flood") is True  # this one banned
+    assert scores.record_invalid("p", "oversized") is False  # already banned
+    assert scores.ban_reasons == {"p": "flood"} and scores.is_banned("p")
+    assert scores.ban("q", "forged_reward") is True
+    assert scores.ban("q", "equivocation") is False  # the first reason is kept
+    assert scores.ban("p", "forged_reward") is False
+    assert scores.ban_reasons == {"p": "flood", "q": "forged_reward"}
+    assert scores.banned == {"p", "q"} and scores.invalid["q"] == 0  # a ban on proof needs no count
+
+
+def test_the_scores_summary_is_every_count_by_peer_and_reason() -> None:
+    scores = PeerScores(ban_threshold=2)
+    scores.record_valid("a")
+    scores.record_valid("a")
+    for peer, reason in (("b", "flood"), ("b", "flood"), ("c", "oversized")):
+        scores.record_invalid(peer, reason)
+    scores.ban("d", "equivocation")
+    assert scores.summary() == {
+        "valid": {"a": 2},
+        "invalid": {"b": 2, "c": 1},
+        "reasons": {"flood": 2, "oversized": 1},
+        "banned": {"b": 2, "d": 0},
+    }
+    assert list(scores.summary()["banned"]) == ["b", "d"]
+    assert scores.reasons_by_peer == {"b": {"flood": 2}, "c": {"oversized": 1}}
