@@ -12,6 +12,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PAGES = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md")])
+USER_PAGES = [page for page in PAGES if "lab" not in page.relative_to(REPO).parts]
+SOURCE_PATH = re.compile(
+    r"(?<![\w/.-])((?:swarmp2p|protocol|trainer|simulator|tests|bench|scripts|netlab|interop)/[\w./-]+\.(?:py|c|sh))\b"
+)
 
 LINK = re.compile(r"(?<!\\)\[(?:[^\]\\]|\\.)*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 FENCE = re.compile(r"^(```|~~~)")
@@ -85,6 +89,24 @@ def test_the_pages_are_found() -> None:
 @pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(REPO).as_posix() for p in PAGES])
 def test_every_relative_link_reaches_its_file_and_anchor(page: Path) -> None:
     assert broken_links(page) == []
+
+
+def missing_source_paths(text: str) -> list[str]:
+    """The repository files a page names (`swarmp2p/node.py`, `tests/net/test_x.py`, ...) that
+    do not exist: a page that still names a moved or deleted file."""
+    return sorted({path for path in SOURCE_PATH.findall(text) if not (REPO / path).exists()})
+
+
+@pytest.mark.parametrize("page", USER_PAGES, ids=[p.relative_to(REPO).as_posix() for p in USER_PAGES])
+def test_every_source_file_a_page_names_exists(page: Path) -> None:
+    """The lab notebooks are history, kept verbatim: the files they name may have moved since."""
+    assert missing_source_paths(page.read_text()) == []
+
+
+def test_the_path_check_finds_a_moved_file() -> None:
+    text = "see `tests/test_readme.py` and tests/project/test_readme.py, run `python bench/bench_all.py`"
+    assert missing_source_paths(text) == ["tests/test_readme.py"]
+    assert missing_source_paths("docs/lab/x.py is not source; neither is my-swarmp2p/x.py") == []
 
 
 def test_the_check_finds_a_missing_file_and_a_missing_anchor(tmp_path: Path) -> None:
