@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 import trio
 
-from swarmp2p.heldout_slices import slicer_of, slices_of
+from swarmp2p.heldout_slices import describe_slices, slicer_of, slices_of
 from trainer.evaluation import evaluation_due
 from trainer.intervals import Interval, gain_interval
 
@@ -494,7 +494,8 @@ def _gain_since(first: Mapping[str, Any], entry: Mapping[str, Any]) -> dict[str,
 
 def describe(result: Mapping[str, Any]) -> str:
     """`acc 0.312 [0.281, 0.344] (+0.050) reward 0.420, gain since start +0.061 [+0.020, +0.101]`
-    for log lines (95% intervals over the held-out questions)."""
+    for log lines (95% intervals over the held-out questions); an evaluation answered in several
+    slices adds `(in 3 slices, weights of round 4..round 6)`."""
     text = f"acc {result.get('accuracy', float('nan')):.3f}"
     interval = result.get("accuracy_interval")
     if isinstance(interval, Mapping) and _number(interval.get("low")) and _number(interval.get("high")):
@@ -507,6 +508,9 @@ def describe(result: Mapping[str, Any]) -> str:
     gain = result.get("gain_since_start")
     if isinstance(gain, Mapping) and all(_number(gain.get(k)) for k in ("mean", "low", "high")):
         text += f", gain since start {Interval(**gain).text()}"
+    slices = result.get("slices")
+    if isinstance(slices, list) and len(slices) > 1 and all(isinstance(piece, Mapping) for piece in slices):
+        text += f" ({describe_slices(slices)})"
     return text
 
 

@@ -169,3 +169,20 @@ def test_a_new_evaluation_starts_every_n_rounds_after_the_last_one_started() -> 
     history = peer.evaluation.status()["eval_history"]
     assert [entry["round"] for entry in history] == [None, 2, 5, 8]
     assert peer.history[0].eval["slices"] == [{"round": None, "step": 0, "questions": 100}]
+
+
+def test_slices_say_which_rounds_weights_answered_how_many_questions() -> None:
+    from swarmp2p.heldout import describe
+    from swarmp2p.heldout_slices import slices_of
+
+    units = unit_ranges(100, 4, CHUNK)  # 6 units of 16 questions and one of 4
+    slices = slices_of(units, [0, 0, 1, 1, 1, 2, 2], [None, None, 0, 0, 0, 1, 1])
+    assert slices == [
+        {"round": None, "step": 0, "questions": 32},
+        {"round": 0, "step": 1, "questions": 48},
+        {"round": 1, "step": 2, "questions": 20},
+    ]
+    line = describe({"accuracy": 0.25, "reward": 0.5, "slices": slices})
+    assert line == "acc 0.250 reward 0.500 (in 3 slices, weights of start..round 1)"
+    one = describe({"accuracy": 0.25, "reward": 0.5, "slices": slices[:1]})
+    assert one == "acc 0.250 reward 0.500"  # one set of weights: nothing to say
