@@ -50,7 +50,7 @@ class NetworkSettings:
     neighbour_ttl_s: float = attrs.field(default=120.0, validator=_positive)
     # A node tells its mesh peers whom it is connected to (one peer exchange each) once its
     # connections have stopped changing for an upkeep tick, and at least this often while they
-    # keep changing (a swarm that is joining), never twice within 2 s; adapter.py `tell_due`.
+    # keep changing (a swarm that is joining), never twice within 2 s; upkeep.py `tell_due`.
     tell_neighbours_max_wait_s: float = attrs.field(default=5.0, validator=_positive)
     # Raised from 10/s: a round's announcements from 20 peers arrive in one burst.
     max_messages_per_topic_per_second: float = attrs.field(default=1000.0, validator=_positive)
@@ -62,7 +62,7 @@ class NetworkSettings:
     # Per connected peer that forwards gossip to us, checked first (before the seen-cache): past
     # it, that peer's stream is not read for a while (net/gossip.py `_forwarder_allowed`). Keys are
     # free, so the per-origin limit alone let one host with 500 throwaway keys keep a node busy
-    # (tests/test_net_attacks.py). An honest neighbour relays every peer's announcements and
+    # (tests/net/test_net_attacks.py). An honest neighbour relays every peer's announcements and
     # hellos: tens a second in a 100-peer swarm.
     forwarder_rate_per_s: float = attrs.field(default=200.0, validator=_positive)
     forwarder_burst: float = attrs.field(default=200.0, validator=_positive)
@@ -71,7 +71,7 @@ class NetworkSettings:
     # `gossip_relay_unknown_limited`). Half the forwarder allowance, so our relaying never gets
     # us paused by a neighbour; far above an honest swarm's joiners. Under a flood from throwaway
     # keys, relaying it all put hundreds of frames ahead of our own announcement on the link to
-    # each honest neighbour, and both honest peers lost a round (tests/test_net_gossip_relay.py).
+    # each honest neighbour, and both honest peers lost a round (tests/net/test_net_gossip_relay.py).
     relay_unknown_rate_per_s: float = attrs.field(default=100.0, validator=_positive)
     relay_unknown_burst: float = attrs.field(default=200.0, validator=_positive)
     outbound_queue_size: int = attrs.field(default=4096, validator=_positive)
@@ -149,7 +149,7 @@ class NetworkSettings:
     # otherwise sat in the book and were dialed for 10 minutes each.
     forget_never_reached_after_s: float = attrs.field(default=60.0, validator=_positive)
     # py-libp2p's peerstore is pruned to the peer book, our connections and the DHT's routing
-    # table at each upkeep tick (LibP2PNetwork._prune_peer_tables); an entry is kept this long
+    # table at each upkeep tick (net/peer_tables.py); an entry is kept this long
     # after its addresses were last added, so that a DHT lookup can still dial the closer peers
     # it has just been told about.
     peerstore_grace_s: float = attrs.field(default=60.0, validator=_positive)
