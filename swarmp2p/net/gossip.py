@@ -3,8 +3,12 @@
 py-libp2p drops in several places without raising: the per-peer publish rate limit, the per-peer
 outbound RPC queue (32), the per-subscription delivery queue (32), adaptive heartbeat
 stretching (up to 60 s), and inbound messages that are unsigned, wrongly signed, refused by a
-topic validator or gated by the peer scorer (debug log only). The subclasses here raise those
+topic validator or gated by the peer scorer (debug log only). The subclasses raise those
 limits from settings and count every drop that still happens, so the node can report it.
+
+Here: the Pubsub (what is accepted, delivered and relayed; the read loop of gossip streams) and
+building it. The router (mesh, relays, flood publish) is gossip_router.py's; the bounded
+per-peer and per-message tables gossip_bounds.py's.
 """
 
 from __future__ import annotations
@@ -21,19 +25,16 @@ from libp2p.exceptions import ParseError, ValidationError
 from libp2p.io.exceptions import IncompleteReadError
 from libp2p.network.stream.exceptions import StreamError
 from libp2p.peer.id import ID
-from libp2p.pubsub import floodsub
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, GossipSub
 from libp2p.pubsub.pb import rpc_pb2
-from libp2p.pubsub.pubsub import Pubsub, ValidationCache, ValidationResult
-from libp2p.pubsub.rpc_queue import RpcQueue
+from libp2p.pubsub.pubsub import Pubsub
 from libp2p.pubsub.validators import signature_validator
-from libp2p.tools.timed_cache.last_seen_cache import LastSeenCache
 
 from swarmp2p.net.counters import DropCounters
-from swarmp2p.net.neighbours import NeighbourMap, backup_relay
+from swarmp2p.net.gossip_bounds import CappedSeenCache, RefusalsOnlyValidationCache, SizedOutboundQueues
+from swarmp2p.net.gossip_router import CountingGossipSub
 from swarmp2p.net.origin_limit import OriginRateLimiter
 from swarmp2p.net.priority_inbox import DROPPED, EVICTED, PriorityInbox
-from swarmp2p.net.relay_path import LeanPublishGossipSub
 from swarmp2p.net.settings import NetworkSettings
 
 logger = logging.getLogger(__name__)
@@ -42,14 +43,6 @@ logger = logging.getLogger(__name__)
 # 1.2.0 fails against go. 1.0.0 stays as the floor every implementation speaks.
 GOSSIP_PROTOCOLS = (PROTOCOL_ID_V11, PROTOCOL_ID)
 
-SKIPPED_IHAVE_TICKS = 3
-"""Heartbeats between the IHAVEs announcing skipped relays. Every heartbeat cost ~15% more CPU
-per process than none at 20 processes x 10 KB, every third ~5% (bench/bench_network.py); three
-stays inside the message cache's history (5 heartbeats), from which an IWANT is answered."""
-
-MAX_SKIPPED_IHAVE_IDS = 5000
-"""Message ids one IHAVE may carry (go-libp2p's MaxIHaveLength): past it, relays are sent."""
-
 READ_AHEAD_BYTES = 64 * 1024
 """What one read of a gossip stream asks for (`_WatchedStream.read`). py-libp2p's read loop takes
 each RPC's varint length a byte at a time, then its body: three reads through the stream's and
@@ -57,351 +50,6 @@ yamux's locks for one message. Read ahead, the bytes that have arrived serve the
 per message for one node streaming to another, no gain seen in a 20-node round, where a stream
 carries one message a round (bench/bench_gossip_round.py, docs/node.md). The bound is what a
 stream holds beyond yamux's own window."""
-
-OPPORTUNISTIC_GRAFT_TICKS = 60
-"""Heartbeats between opportunistic grafting rounds (go-libp2p's OpportunisticGraftTicks)."""
-
-
-class CountingGossipSub(LeanPublishGossipSub):
-    """GossipSub that counts the messages its spam protection rejects, and flood-publishes.
-
-    Flood publishing (gossipsub v1.1's `floodPublish`, on by default in go-libp2p, absent from
-    py-libp2p 0.8.1): a peer's OWN messages go straight to every subscribed peer instead of its
-    D mesh peers only; forwarding stays on the mesh. An announcement then reaches everyone in
-    one hop rather than two or three, and each hop through a busy process costs tens of ms
-    (bench/bench_network.py at 20 processes). The cost is N small sends per round per peer."""
-
-    def __init__(self, *, counters: DropCounters, flood_publish: bool = True, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self._drop_counters = counters
-        self.flood_publish = flood_publish
-        self._heartbeats = 0
-        # Set by the adapter (settings.skip_relay_to_origin_neighbours): whom our peers said
-        # they are connected to, so a relay skips those that hold the author's flood publish.
-        self.origin_neighbours: NeighbourMap | None = None
-        # Set by the adapter (settings.relay_backup_copy): send each skipped peer one copy when
-        # we are the relay `backup_relay` picks for it.
-        self.relay_backup_copy = False
-        # The relays skipped since the last heartbeat, announced to their peers by IHAVE then:
-        # peer -> topic -> message ids (bounded by MAX_SKIPPED_IHAVE_IDS per peer).
-        self._skipped_ihave: dict[ID, dict[str, list[bytes]]] = {}
-        # Set by the adapter: called with each peer that joins our mesh on any topic (by our
-        # join or heartbeat, or its GRAFT). From then on we relay to it (`_get_peers_to_send`).
-        self.on_mesh_join: Callable[[ID], None] | None = None
-
-    def _get_peers_to_send(
-        self,
-        topic_ids: Any,
-        msg_forwarder: ID,
-        origin: ID,
-        msg_id: bytes | None = None,
-    ) -> Any:
-        pubsub = self.pubsub
-        if pubsub is not None and origin != pubsub.my_id and len(topic_ids) == 1:
-            topic = topic_ids[0]
-            if topic in self.mesh and topic in pubsub.peer_topics:
-                return self._relay_targets(topic, msg_forwarder, origin, msg_id)
-        peers = set(super()._get_peers_to_send(topic_ids, msg_forwarder, origin, msg_id))
-        if pubsub is None:
-            return peers
-        if origin != pubsub.my_id:
-            return self._skip_origin_neighbours(peers, topic_ids, origin, msg_id)
-        if not self.flood_publish:
-            return peers
-        for topic in topic_ids:
-            for peer_id in pubsub.peer_topics.get(topic, ()):
-                # Only peers speaking gossipsub/floodsub with us; never back to ourselves.
-                if peer_id in self.peer_protocol and peer_id != origin:
-                    peers.add(peer_id)
-        return peers
-
-    def _relay_targets(self, topic: str, msg_forwarder: ID, origin: ID, msg_id: bytes | None) -> set[ID]:
-        """Whom to relay another author's message on one subscribed topic to: upstream's choice
-        (direct peers, floodsub peers, and the mesh peers the scorer lets gossip; never the
-        forwarder or the author; not peers that sent IDONTWANT for it) less the peers connected
-        to the author (`_skip_origin_neighbours`), with one change of order: the peers skipped
-        are skipped before the scorer is asked about them, and the scorer is asked when their
-        IHAVE goes out instead (`gossip_heartbeat`). Upstream scored every mesh peer for every
-        message, two score computations each, and in a swarm where all are connected all of
-        them were then skipped (~35% of a relay's CPU)."""
-        pubsub = self.pubsub
-        assert pubsub is not None
-        mesh = self.mesh[topic]
-        ungated: set[ID] = set(self.direct_peers)
-        protocols = self.peer_protocol
-        if floodsub.PROTOCOL_ID in protocols.values():
-            ungated.update(p for p in pubsub.peer_topics[topic] if protocols.get(p) == floodsub.PROTOCOL_ID)
-        pool = set(mesh)
-        pool.update(ungated)
-        pool.discard(msg_forwarder)
-        pool.discard(origin)
-        dont_send = self.dont_send_message_ids
-        if msg_id is not None and dont_send:
-            pool = {p for p in pool if p not in dont_send or msg_id not in dont_send[p]}
-        pool = self._skip_origin_neighbours(pool, (topic,), origin, msg_id)
-        scorer = self.scorer
-        if scorer is None or not pool:
-            return pool
-        return {p for p in pool if p in ungated or _may_gossip(scorer, p, topic)}
-
-    def _skip_origin_neighbours(
-        self, peers: set[ID], topic_ids: Any, origin: ID, msg_id: bytes | None
-    ) -> set[ID]:
-        """A relay's targets less the peers connected to the message's author, as they or the
-        author told us (`NeighbourMap.linked`): the author flood-published it to them already
-        (net/neighbours.py). Each skip is a duplicate not sent, counted
-        `gossip_relay_skipped_origin_neighbour`.
-
-        What a peer told us can be out of date (its connection to the author closed since), so
-        every skipped message is still announced to that peer by IHAVE within a few heartbeats,
-        all of them in one control message: a peer that lacks it asks (IWANT) and gets it a
-        few heartbeats late instead of never. py-libp2p's heartbeat gossip goes to peers outside
-        the mesh only, so without this a peer whose mesh peers all skipped it would have to
-        wait for an outsider's gossip (tests/test_net_neighbours.py)."""
-        neighbours = self.origin_neighbours
-        if neighbours is None or not peers or msg_id is None:
-            return peers
-        by_bytes = {peer.to_bytes(): peer for peer in peers}
-        skipped = backups = 0
-        origin_bytes = origin.to_bytes()
-        for peer_bytes in neighbours.linked_to(origin_bytes, by_bytes):
-            peer = by_bytes[peer_bytes]
-            if self.relay_backup_copy and self._is_backup_relay(neighbours, peer_bytes, origin_bytes, msg_id):
-                backups += 1  # sent after all: its second path, should the author's copy be late
-                continue
-            pending = self._skipped_ihave.get(peer)
-            if pending is None:
-                pending = self._skipped_ihave[peer] = {}
-            elif sum(map(len, pending.values())) >= MAX_SKIPPED_IHAVE_IDS:
-                continue  # too many to announce in one IHAVE: send it instead
-            for topic in topic_ids:
-                pending.setdefault(topic, []).append(msg_id)
-            peers.discard(peer)
-            skipped += 1
-        if skipped:
-            self._drop_counters.add("gossip_relay_skipped_origin_neighbour", skipped)
-        if backups:
-            self._drop_counters.add("gossip_relay_backup_copy", backups)
-        return peers
-
-    def _is_backup_relay(
-        self, neighbours: NeighbourMap, receiver: bytes, origin: bytes, msg_id: bytes
-    ) -> bool:
-        """Whether we are the relay that sends `receiver` its backup copy of `msg_id`: the one
-        `backup_relay` picks among the receiver's neighbours other than the author, by the
-        receiver's own list (without it, no relay can agree on one, and none sends)."""
-        pubsub = self.pubsub
-        told = neighbours.neighbours_of(receiver)
-        if pubsub is None or not told:
-            return False
-        # A list may name its own peer (a peer-exchange answer lists the answering peer first):
-        # never a candidate, or relays holding different kinds of list would disagree.
-        candidates = (p for p in told if p != origin and p != receiver)
-        return backup_relay(msg_id, candidates) == pubsub.my_id.to_bytes()
-
-    def gossip_heartbeat(self) -> Any:
-        """py-libp2p's heartbeat gossip (IHAVE to peers outside the mesh) less what those peers
-        hold from the authors' flood publishes, plus, every `SKIPPED_IHAVE_TICKS` heartbeats, an
-        IHAVE to each peer we skipped a relay to since (`_skip_origin_neighbours`)."""
-        peers_to_gossip = super().gossip_heartbeat()
-        self._drop_ids_their_authors_sent(peers_to_gossip)
-        if self._heartbeats % SKIPPED_IHAVE_TICKS:
-            return peers_to_gossip
-        pending, self._skipped_ihave = self._skipped_ihave, {}
-        connected = self.pubsub.peers if self.pubsub is not None else {}
-        scorer = self.scorer
-        for peer, topics in pending.items():
-            if peer not in connected:
-                continue
-            for topic, ids in topics.items():
-                if scorer is not None and not _may_gossip(scorer, peer, topic):
-                    continue  # upstream would not have relayed to it: no IHAVE either (`_relay_targets`)
-                announced = peers_to_gossip[peer].setdefault(topic, [])
-                known = set(announced)
-                announced.extend(mid for mid in ids if mid not in known)
-        return peers_to_gossip
-
-    def _drop_ids_their_authors_sent(self, peers_to_gossip: Any) -> None:
-        """Take out of the heartbeat's IHAVEs the message ids whose author is connected to the
-        receiving peer, as either told us (net/neighbours.py): the author flood-published them to it.
-        An IHAVE left empty is not sent. In a swarm where everyone is connected to everyone,
-        each heartbeat's IHAVEs to D_lazy (6) peers outside the mesh for 3 heartbeats after a
-        round were as many RPCs as the round's messages, and all of it was known already. If
-        what a peer told us is stale, the IHAVEs of its mesh peers' skipped relays still reach
-        it (`_skip_origin_neighbours`)."""
-        neighbours = self.origin_neighbours
-        if neighbours is None:
-            return
-        messages = self.mcache.msgs
-        for peer in list(peers_to_gossip):
-            peer_bytes = peer.to_bytes()
-            topics = peers_to_gossip[peer]
-            for topic in list(topics):
-                kept = []
-                for mid in topics[topic]:
-                    msg = messages.get(mid)
-                    if msg is None or not neighbours.linked(peer_bytes, msg.from_id):
-                        kept.append(mid)
-                if kept:
-                    topics[topic] = kept
-                else:
-                    del topics[topic]
-            if not topics:
-                del peers_to_gossip[peer]
-
-    def mesh_heartbeat(self) -> tuple[Any, Any]:
-        """py-libp2p's mesh upkeep, plus a backoff on every peer it prunes, as go-libp2p's
-        heartbeat does (`prunePeer` adds one).
-
-        Without it a node prunes a peer (its mesh over D_high) and, once its mesh falls below
-        D_low, grafts the same peer again within seconds; the peer, which just received our
-        PRUNE, takes the GRAFT for a flood, penalizes us and prunes us back, and the exchange
-        feeds itself: 20 idle nodes kept sending ~1 GRAFT and ~1.5 PRUNE RPCs a second each,
-        with ~600 "GRAFT flood" refusals between honest peers in a 28 s run
-        (tests/test_net_gossip_mesh.py)."""
-        self._heartbeats += 1
-        peers_to_graft, peers_to_prune = super().mesh_heartbeat()
-        for peer, topics in peers_to_prune.items():
-            for topic in topics:
-                self._add_back_off(peer, topic, False)
-        return peers_to_graft, peers_to_prune
-
-    def _notify_mesh_peer_added(self, peer_id: ID, topic: str) -> None:
-        """py-libp2p calls this wherever a peer enters a topic's mesh (join, the subscription
-        fill, the heartbeat, an accepted GRAFT, opportunistic grafting): one place to report it."""
-        super()._notify_mesh_peer_added(peer_id, topic)
-        if self.on_mesh_join is not None:
-            self.on_mesh_join(peer_id)
-
-    def _perform_opportunistic_grafting(self, topic: str, peers_to_graft: Any) -> int:
-        """py-libp2p's opportunistic grafting, run every `OPPORTUNISTIC_GRAFT_TICKS` heartbeats
-        as in go-libp2p (py-libp2p 0.8.1 runs it on every heartbeat, so a mesh at D grows past
-        D_high between two heartbeats and is pruned back to D by the next one)."""
-        if self._heartbeats % OPPORTUNISTIC_GRAFT_TICKS:
-            return 0
-        return super()._perform_opportunistic_grafting(topic, peers_to_graft)
-
-    async def handle_graft(self, graft_msg: rpc_pb2.ControlGraft, sender_peer_id: ID) -> None:
-        """py-libp2p's GRAFT handling, refusing a GRAFT that would take the mesh above D_high
-        (PRUNE with backoff), as go-libp2p's `handleGraft` does.
-
-        py-libp2p 0.8.1 accepts every GRAFT, so with more than D_high subscribers a mesh
-        overfills, the next heartbeat prunes it back to D, the pruned peers fall below D_low
-        and graft again, and the mesh never settles: 20 idle nodes sent 1.1 GRAFT and 1.6 PRUNE
-        RPCs a second each, logged "GRAFT flood" penalties against honest peers, and spent
-        5.3-5.9 ms/s of idle CPU per node against 3.2 with no overfill (tests/test_net_gossip_mesh.py)."""
-        topic = graft_msg.topicID
-        mesh = self.mesh.get(topic)
-        was_member = mesh is not None and sender_peer_id in mesh
-        await super().handle_graft(graft_msg, sender_peer_id)
-        mesh = self.mesh.get(topic)
-        if mesh is None or was_member or sender_peer_id not in mesh or len(mesh) <= self.degree_high:
-            return
-        mesh.discard(sender_peer_id)
-        if self.scorer is not None:
-            self.scorer.on_leave_mesh(sender_peer_id, topic)
-        self._add_back_off(sender_peer_id, topic, False)
-        await self.emit_prune(topic, sender_peer_id, self.do_px, False)
-
-    def _prune_pending_messages(self, peer_id: ID) -> None:
-        # py-libp2p drops queued messages here (expired, or over the per-peer cap) with a
-        # warning at most, which the node's logging silences.
-        before = len(self._pending_messages.get(peer_id, ()))
-        super()._prune_pending_messages(peer_id)
-        dropped = before - len(self._pending_messages.get(peer_id, ()))
-        if dropped > 0:
-            self._drop_counters.add("gossip_pending_dropped", dropped)
-
-    def _check_spam_protection(self, peer_id: ID, msg: rpc_pb2.Message) -> bool:
-        accepted = super()._check_spam_protection(peer_id, msg)
-        if not accepted:
-            self._drop_counters.add("gossip_rate_limited")
-        return accepted
-
-
-def _may_gossip(scorer: Any, peer: ID, topic: str) -> bool:
-    """py-libp2p's score gate on relaying to a mesh peer: above the gossip threshold and not
-    graylisted (`GossipSub._get_peers_to_send`)."""
-    topics = [topic]
-    return bool(scorer.allow_gossip(peer, topics) and not scorer.is_graylisted(peer, topics))
-
-
-class _SizedOutboundQueues(dict[ID, RpcQueue]):
-    """Pubsub's peer -> outbound queue map. Pubsub creates each queue with a hard-coded 32-slot
-    limit; this map enlarges every queue as it is stored and counts rejected pushes.
-
-    Our own messages go out ahead of what we relay: an RPC that carries one is queued in the
-    priority lane (py-libp2p's, where gossipsub puts control messages), and into a full queue
-    it goes in place of the newest relayed RPC (that one is dropped, counted). Measured in the
-    flood test on one busy core: the queue to the other honest peer held 50-560 RPCs of an
-    attacker's relayed announcements, our own announcement waited 4-5 s behind them, past the
-    other peer's collect deadline, and both lost the round (tests/test_net_gossip_relay.py).
-    Only our own: anyone can sign relayed messages, so nothing else may jump the queue."""
-
-    def __init__(self, max_size: int, counters: DropCounters, my_id: ID) -> None:
-        super().__init__()
-        self._max_size = max_size
-        self._counters = counters
-        self._my_id_bytes = my_id.to_bytes()
-
-    def __setitem__(self, peer_id: ID, queue: RpcQueue) -> None:
-        queue._queue.max_size = self._max_size
-        original_push = queue.push
-        counters = self._counters
-        mine = self._my_id_bytes
-
-        def counting_push(rpc: rpc_pb2.RPC, priority: bool = False) -> bool:
-            if not priority and any(message.from_id == mine for message in rpc.publish):
-                priority = True
-                lanes = queue._queue
-                if len(lanes) >= lanes.max_size and lanes._non_priority and not queue.closed:
-                    lanes._non_priority.pop()  # the newest relayed RPC makes room
-                    counters.add("gossip_outbound_queue_full")
-            accepted = original_push(rpc, priority)
-            if not accepted and not queue.closed:
-                counters.add("gossip_outbound_queue_full")
-            return accepted
-
-        queue.push = counting_push  # type: ignore[method-assign]
-        super().__setitem__(peer_id, queue)
-
-
-class _CappedSeenCache(LastSeenCache):
-    """py-libp2p's seen-cache (message id -> expiry, swept every minute) with a size cap.
-
-    Bounded only by time, a flood grew it by one entry per message for the whole TTL (at the
-    ~7,600 messages/s measured in an attack, near a million entries). Over the cap the oldest
-    entry goes, counted: a replay of an evicted id is no longer deduplicated here, so it meets
-    the topic validators and the node's own duplicate checks again."""
-
-    def __init__(self, ttl: int, sweep_interval: int, max_entries: int, counters: DropCounters) -> None:
-        super().__init__(ttl, sweep_interval)
-        self.max_entries = max_entries
-        self._counters = counters
-
-    def add(self, key: bytes) -> bool:
-        with self.lock:
-            is_new = key not in self.cache
-            if is_new and len(self.cache) >= self.max_entries:
-                del self.cache[next(iter(self.cache))]
-                self._counters.add("gossip_seen_cache_evicted")
-            self.cache[key] = int(time.time()) + self.ttl
-            return is_new
-
-
-class _RefusalsOnlyValidationCache(ValidationCache):
-    """py-libp2p's per-message-id cache of validator verdicts, keeping only refusals.
-
-    A cached "valid" let a replay skip our topic validators: an old hello whose id the
-    seen-cache had forgotten (its cap evicted it, or its TTL passed) within the validation
-    cache's TTL was delivered and relayed again without its freshness check
-    (tests/test_net_attacks.py). Our validators depend on the time (a hello's round window,
-    the newest hello per peer), so a verdict of "valid" does not keep; a refusal does, and
-    repeats of a refused message are refused from the cache as before."""
-
-    def put(self, msg_id: bytes, result: ValidationResult) -> None:
-        if not result.is_valid:
-            super().put(msg_id, result)
 
 
 class CountingPubsub(Pubsub):
@@ -432,13 +80,13 @@ class CountingPubsub(Pubsub):
         self.established_origin: Callable[[bytes], bool] = self._connected_origin
         self._my_id_bytes = self.my_id.to_bytes()
         stale_verdicts = self.validation_cache
-        self.validation_cache = _RefusalsOnlyValidationCache(stale_verdicts.ttl, stale_verdicts.max_size)
+        self.validation_cache = RefusalsOnlyValidationCache(stale_verdicts.ttl, stale_verdicts.max_size)
         stock = self.seen_messages
-        self.seen_messages = _CappedSeenCache(stock.ttl, stock.sweep_interval, max_seen_messages, counters)
+        self.seen_messages = CappedSeenCache(stock.ttl, stock.sweep_interval, max_seen_messages, counters)
         stock.stop()  # its sweeper thread
         self._drop_counters = counters
         self._subscription_queue_size = subscription_queue_size
-        self.peer_queues = _SizedOutboundQueues(outbound_queue_size, counters, self.my_id)
+        self.peer_queues = SizedOutboundQueues(outbound_queue_size, counters, self.my_id)
         # Topics whose messages a validator rejected are still delivered locally (never
         # forwarded): see LibP2PNetwork.set_gossip_validator.
         self.deliver_rejected_topics: set[str] = set()
@@ -449,7 +97,7 @@ class CountingPubsub(Pubsub):
         It builds the new peer's hello (our topics), awaits writing it, and only then registers
         the peer: a `subscribe` in between went to every registered peer but this one and was
         not in the hello either, so that peer never learned it (it then sent us nothing on the
-        topic by flood publish; tests/test_net_adapter.py's star test lost one in ~25 runs
+        topic by flood publish; tests/net/test_net_adapter.py's star test lost one in ~25 runs
         under load). Resending a subscription the hello did carry is harmless."""
         topics_before = frozenset(self.topic_ids)
         await super()._handle_new_peer(peer_id)
@@ -609,7 +257,7 @@ class CountingPubsub(Pubsub):
         in a task of its own, so the read loop is the only place that can push back. Dropping
         without pausing was not enough: at ~14,000 messages a second from one host, the
         decryption, framing and parsing alone kept the process at 100% CPU and both honest
-        peers lost 3 rounds of each other's rollouts (tests/test_net_attacks.py)."""
+        peers lost 3 rounds of each other's rollouts (tests/net/test_net_attacks.py)."""
         limiter = self.forwarder_limiter
         if limiter is None or forwarder == self.my_id:
             return True

@@ -8,15 +8,15 @@ already holds: at 20 processes on 2 cores each peer received every 10 KB message
 each copy went through Python noise, yamux and protobuf only to be dropped by the seen-cache
 (docs/benchmarks.md). Switching relays of others' messages off altogether cut the CPU per
 process ~2.3x in that bench (an upper bound); skipping only those peers, with the IHAVEs that
-keep it safe (net/gossip.py), ~1.7x (0.72-0.81 -> 0.40-0.50 CPU-s per process).
+keep it safe (net/gossip_router.py), ~1.7x (0.72-0.81 -> 0.40-0.50 CPU-s per process).
 
 What we know is what each peer listed in its last peer-exchange answer (its connected peers,
-`LibP2PNetwork._encode_peer_exchange`), so it can be stale. The errors are one-sided on purpose:
+`PeerExchange._encode_peer_exchange`), so it can be stale. The errors are one-sided on purpose:
 - a connection made since the answer is missing from it, so we forward (a duplicate, as before);
 - a connection closed since the answer would make us skip a forward the peer needed. Entries
   therefore expire after `ttl_s`, are dropped when our own connection to the peer closes, and
   the adapter asks its mesh peers again before that (`due_in`). A message skipped this way is
-  still announced to the peer by IHAVE (net/gossip.py), so it arrives a few heartbeats late.
+  still announced to the peer by IHAVE (net/gossip_router.py), so it arrives a few heartbeats late.
 
 A peer is asked again soon while its answers change (after `first_refresh_s`, then doubling)
 and at half the TTL once an answer repeats the previous one: a peer that has just joined lists
