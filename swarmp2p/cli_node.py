@@ -10,6 +10,7 @@ import attrs
 import typer
 
 # Light modules (no torch, no libp2p): imported here so that --help can show the defaults.
+from protocol.games import GAME_NAMES
 from swarmp2p.node_config import NODE_TRAINER_DEFAULTS, NodeConfig
 from trainer.config import TrainerConfig
 
@@ -51,7 +52,7 @@ def node(
     game: str | None = typer.Option(
         None,
         "--game",
-        help=_help('Game of a new swarm: "single" or "answer-critique-resolve".', "game"),
+        help=_help("Game of a new swarm: " + ", ".join(GAME_NAMES) + ".", "game"),
     ),
     model: str | None = typer.Option(
         None,

@@ -58,8 +58,9 @@ class NodeConfig:
     """The most a chain transaction may tip per gas (maxPriorityFeePerGas)."""
     questions_per_round: int = attrs.field(default=4, validator=attrs.validators.ge(1))
     game: str = attrs.field(default="single", validator=attrs.validators.in_(GAME_NAMES))
-    """The game of a NEW swarm: "single" or "answer-critique-resolve" (3 stages a round, in its
-    signed schedule; joiners play the swarm's). Chain-less swarms only."""
+    """The game of a NEW swarm, a row of protocol/games.py ("single", "answer-critique-resolve",
+    "answer-verify"): its signed schedule names it; joiners play the swarm's. Chain-less swarms
+    only for a game of several stages."""
     n_local: int = attrs.field(default=4, validator=attrs.validators.ge(0))
     n_external: int = attrs.field(default=4, validator=attrs.validators.ge(0))
     max_groups_per_peer: int = attrs.field(default=2, validator=attrs.validators.ge(1))
