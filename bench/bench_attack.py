@@ -1,8 +1,8 @@
 """Issue 15's attacks against two honest nodes, measured: rollouts lost, CPU and RSS.
 
-Two honest Peers run in this process (tests/attack_kit.py `run_pair`: the simulator's cheap
+Two honest Peers run in this process (netlab/attack_kit.py `run_pair`: the simulator's cheap
 policy, real libp2p hosts on 127.0.0.1, the node's hellos and gossip checks, 4 s rounds); each
-attack but the replay comes from a separate attacker process (`python -m tests.attack_kit`),
+attack but the replay comes from a separate attacker process (`python -m netlab.attack_kit`),
 as an outside host would. Per attack, in turn:
 
 - before: 2 rounds of quiet; during: the attack; after: 3 more rounds of quiet.
@@ -17,7 +17,7 @@ as an outside host would. Per attack, in turn:
     python bench/bench_attack.py                      # flood 60 s, 300 sybils 60 s, DHT 30 s, replay
     python bench/bench_attack.py --flood-s 20 --sybil-s 20 --dht-s 10
 
-Run it with PYTHONPATH at the repository root (it imports tests/attack_kit.py).
+Run it with PYTHONPATH at the repository root (it imports netlab/attack_kit.py).
 """
 
 from __future__ import annotations
@@ -26,17 +26,13 @@ import argparse
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import trio
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 from procfs import rss_mib
 
+from netlab.attack_kit import FAST, Pair, hello_replay, run_attacker, run_pair, wait_rounds
 from swarmp2p import memory
-from tests.attack_kit import FAST, Pair, hello_replay, run_attacker, run_pair, wait_rounds
 
 MB = 1024 * 1024
 

@@ -1,6 +1,9 @@
 """Round-exchange latency of the libp2p adapter across real OS processes on 127.0.0.1, or each
 in its own network namespace behind a delaying, lossy switch (`--netns`).
 
+Over 600 lines: the swarm run, its netns variant and the CLI share run_config's files and flags.
+The worker process and the figures are apart: network_worker.py, network_report.py.
+
 One exchange = what a swarm round does: the publisher gossips a small announcement and serves
 its batch over /swarmp2p/fetch/1.0.0; every other process fetches the batch on hearing the
 announcement. As in the node, a batch up to `push_max_bytes` (NetworkSettings, 64 KiB; set with
@@ -27,9 +30,10 @@ baseline, then ours).
     python bench/bench_network.py --procs 5,20 --sizes 10000 --conn-manager both
     python bench/bench_network.py --all-to-all --procs 20 --interval 8   # every process publishes per round
 
-`--netns` (root, iproute2, /dev/net/tun) runs every worker in its own network namespace, joined
-by tests/netns_harness.py's userspace switch (the kernel has no sch_netem) with `--delay-ms`
-± `--jitter-ms` one-way and `--loss` on every node's egress: 50 ms each way is 100 ms RTT.
+`--netns` (root, iproute2, /dev/net/tun; the repository root on PYTHONPATH, for `netlab`) runs
+every worker in its own network namespace, joined by netlab/netns_harness.py's userspace switch
+(the kernel has no sch_netem) with `--delay-ms` ± `--jitter-ms` one-way and `--loss` on every
+node's egress: 50 ms each way is 100 ms RTT.
 `--vs-loopback` runs each process count on 127.0.0.1 and then on the namespaces, back to back,
 and prints one markdown table: p99 on the namespaces minus p99 on loopback, in RTTs.
 `--host-tcp initcwnd=N,no-idle-restart` tunes the namespaces' own TCP (never the machine's): the
@@ -37,7 +41,7 @@ initial windows on their routes, and no slow start after idle (docs/benchmarks.m
 `--tcp-floor` adds the same exchange as a bare TCP push (bench/tcp_floor.py) on both networks,
 as columns: what TCP alone costs on the path, under any protocol.
 Processes say ready once connected and, where relays skip the author's neighbours, once their
-relays have settled (`wait_for_relays`); both count in the start-up time.
+relays have settled (network_worker.py `wait_for_relays`); both count in the start-up time.
 
     python bench/bench_network.py --all-to-all --netns --vs-loopback --procs 5,10 --sizes 10000,1000000 \
         --messages 5 --interval 6 --idle 0 --delay-ms 50 --loss 0.01
@@ -49,13 +53,10 @@ Target (issue 14): with 100 ms RTT and 1% loss, p99 time-to-all within 4 RTT of 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
-import math
 import operator
 import os
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -66,225 +67,19 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import procfs
-
-from swarmp2p.net.counters import DropCounters
+from network_report import compare_table, per_round, ratio, round_table, summarize
+from network_worker import (
+    FETCH_SLOTS_ENV,
+    MESH_ENV,
+    PUSH_ENV,
+    RELAY_ALL_ENV,
+    RELAY_BACKUP_ENV,
+    worker,
+    write_atomically,
+)
 
 if TYPE_CHECKING:
-    from netns_harness import NetnsNetwork
-
-TOPIC = "bench/announce"
-PUSH_ENV = "SWARMP2P_BENCH_PUSH_MAX_BYTES"
-FETCH_SLOTS_ENV = "SWARMP2P_BENCH_FETCH_SLOTS"
-MESH_ENV = "SWARMP2P_BENCH_MESH_DEGREE"
-RELAY_ALL_ENV = "SWARMP2P_BENCH_RELAY_ALL"
-RELAY_BACKUP_ENV = "SWARMP2P_BENCH_RELAY_BACKUP"
-
-
-# ---- worker process -------------------------------------------------------------------------
-
-
-def worker(args: argparse.Namespace) -> None:
-    import attrs
-    import msgpack
-    import trio
-    from libp2p.crypto.ed25519 import create_new_key_pair
-
-    from swarmp2p.net import NetworkSettings, open_libp2p_network
-    from swarmp2p.peer_settings import PeerSettings
-    from swarmp2p.ports import NetworkError
-
-    out = Path(args.out)
-    sizes = [int(s) for s in args.sizes.split(",")]
-
-    async def main() -> None:
-        settings = NetworkSettings(
-            # In a namespace the worker listens on that namespace's switch address (its loopback
-            # is its own: peers elsewhere could not dial 127.0.0.1).
-            listen=(f"/ip4/{args.host}/tcp/0",),
-            bootstrap=(args.bootstrap,) if args.bootstrap else (),
-            libp2p_default_connection_manager=args.conn_manager == "libp2p-default",
-        )
-        push_max_bytes = os.environ.get(PUSH_ENV)  # --push-max-bytes, handed down by the orchestrator
-        if push_max_bytes is not None:
-            settings = attrs.evolve(settings, push_max_bytes=int(push_max_bytes))
-        if os.environ.get(RELAY_ALL_ENV):  # --relay-all
-            settings = attrs.evolve(settings, skip_relay_to_origin_neighbours=False)
-        if os.environ.get(RELAY_BACKUP_ENV):  # --relay-backup
-            settings = attrs.evolve(settings, relay_backup_copy=True)
-        mesh = os.environ.get(MESH_ENV)  # --mesh-degree D,LOW,HIGH
-        if mesh:
-            degree, low, high = (int(part) for part in mesh.split(","))
-            settings = attrs.evolve(settings, mesh_degree=degree, mesh_degree_low=low, mesh_degree_high=high)
-        async with open_libp2p_network(create_new_key_pair(), settings) as net:
-            payloads: dict[int, bytes] = {}
-
-            async def serve(requester: str, data: bytes) -> bytes:
-                return payloads.get(int(data.decode()), b"")
-
-            net.set_request_handler(serve)
-            channel = await net.subscribe(TOPIC)
-            if args.index == 0:
-                write_atomically(out / "addr", net.listen_addrs()[0])
-            # Ready once connected to most of the swarm (peer exchange builds the mesh) and, where
-            # relays skip the author's neighbours, once they can: every mesh peer's list known
-            # and ours told (LibP2PNetwork.relay_view). Before that, each relay goes to mesh
-            # peers that hold the author's copy already: a first round 2 s after connecting
-            # carried ~2,300 duplicates at 20 processes in the namespaces (docs/benchmarks.md).
-            # Both waits count in the swarm's start-up.
-            want = min(args.procs - 1, settings.target_peers)
-            while len(net.connected_peers()) < want:
-                await trio.sleep(0.2)
-            relays_settled = await wait_for_relays(net, settings, want)
-            (out / f"ready-{args.index}").write_text("1")
-            start_file = out / "start"
-            while not start_file.exists():
-                await trio.sleep(0.05)
-            start = float(start_file.read_text())
-            # Idle: connected, subscribed, nothing published until `start`.
-            idle_before = resource.getrusage(resource.RUSAGE_SELF)
-            idle_from = time.time()
-            await trio.sleep(max(0.0, start - idle_from))
-            idle_after = resource.getrusage(resource.RUSAGE_SELF)
-            idle_cpu = idle_after.ru_utime + idle_after.ru_stime - idle_before.ru_utime - idle_before.ru_stime
-            idle_s = max(1e-9, time.time() - idle_from)
-            # --all-to-all: every process publishes in every exchange (a swarm round: each peer
-            # shares its batch and wants everyone else's); message id = exchange * procs + publisher.
-            fanin = args.procs if args.all_to_all else 1
-            received: dict[int, float] = {}
-            heard: dict[int, float] = {}  # when the announcement arrived (gossip latency)
-            published: dict[int, float] = {}
-            errors: dict[str, int] = {}
-            cpu_before = resource.getrusage(resource.RUSAGE_SELF)
-
-            # As many fetches at once as the node's fetch workers (PeerSettings.fetch_concurrency);
-            # the rest wait their turn, as queued fetch jobs do in the node.
-            node_workers = attrs.fields(PeerSettings).fetch_concurrency.default
-            slots = int(os.environ.get(FETCH_SLOTS_ENV, "0")) or node_workers
-            fetch_slots = trio.Semaphore(slots)
-
-            async def fetch(msg_id: int, sender: str) -> None:
-                for _attempt in range(3):
-                    try:
-                        async with fetch_slots:
-                            data = await net.request(sender, str(msg_id).encode(), timeout_s=10)
-                    except NetworkError as error:
-                        reason = re.sub(r"12D3Koo\w+", "<peer>", str(error))[:120]
-                        errors[reason] = errors.get(reason, 0) + 1
-                        continue
-                    if len(data) == expected_size(msg_id):
-                        received[msg_id] = time.time()
-                        return
-
-            def expected_size(msg_id: int) -> int:
-                return sizes[msg_id // (args.messages * fanin)]
-
-            async def listen(nursery: trio.Nursery) -> None:
-                async for message in channel:
-                    decoded = msgpack.unpackb(message.data)
-                    msg_id = decoded["id"]
-                    heard[msg_id] = time.time()
-                    if len(decoded.get("data", b"")) == expected_size(msg_id):
-                        received[msg_id] = heard[msg_id]
-                        continue
-                    nursery.start_soon(fetch, msg_id, message.transport_sender)
-
-            total = len(sizes) * args.messages * fanin
-            cpu_marks: list[float] = []  # CPU seconds when each batch size's exchanges begin
-            # At each exchange's start and at the end: CPU seconds, duplicates received so far
-            # (py-libp2p's seen-cache), connections (--per-round).
-            round_marks: list[tuple[float, int, int]] = []
-
-            def mark_round() -> None:
-                duplicates = net.counters.snapshot().get("gossip_seen_duplicate", 0)
-                round_marks.append((cpu_seconds(), duplicates, len(net.connected_peers())))
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(listen, nursery)
-                for msg_id in range(total):
-                    at = start + (msg_id // fanin) * args.interval
-                    await trio.sleep(max(0.0, at - time.time()))
-                    if msg_id % (args.messages * fanin) == 0:
-                        cpu_marks.append(cpu_seconds())
-                    if msg_id % fanin == 0:
-                        mark_round()
-                    if msg_id % args.procs == args.index:
-                        payloads[msg_id] = os.urandom(expected_size(msg_id))
-                        published[msg_id] = time.time()
-                        # As the node does (swarmp2p/pushed.py): a batch up to the network's
-                        # push_max_bytes rides in its announcement; a bigger one is fetched.
-                        body: dict[str, Any] = {"id": msg_id}
-                        if len(payloads[msg_id]) <= net.push_max_bytes:
-                            body["data"] = payloads[msg_id]
-                        await net.publish(TOPIC, msgpack.packb(body))
-                # Lost = not here 30 s after the last publish; until then a batch is only late.
-                # Every process keeps serving until all are done: one that left early would
-                # make the others' late fetches from it look like network losses.
-                with trio.move_on_after(30.0):
-                    while len(received) + len(published) < total:
-                        await trio.sleep(0.1)
-                    (out / f"done-{args.index}").write_text("1")
-                    while not all((out / f"done-{i}").exists() for i in range(args.procs)):
-                        await trio.sleep(0.1)
-                nursery.cancel_scope.cancel()
-            cpu_marks.append(cpu_seconds())
-            mark_round()
-            cpu_after = resource.getrusage(resource.RUSAGE_SELF)
-            cpu = (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime)
-            result = {
-                "index": args.index,
-                "peer_id": net.local_peer_id,
-                "received": received,
-                "heard": heard,
-                "errors": errors,
-                "published": published,
-                "cpu_s": cpu,
-                # Per batch size: the last size's share runs on through the end-of-run wait.
-                "cpu_by_size": [b - a for a, b in itertools.pairwise(cpu_marks)],
-                "idle_cpu_s": idle_cpu,
-                "round_marks": round_marks,
-                "idle_s": idle_s,
-                "drops": net.counters.snapshot(),
-                "relays_settled": relays_settled,
-            }
-            (out / f"result-{args.index}.json").write_text(json.dumps(result))
-
-    trio.run(main)
-
-
-RELAYS_SETTLE_MAX_S = 30.0
-"""How long a worker waits for its relays to settle before it says ready anyway (counted as
-unsettled in the table's notes): a mesh that never fills must not hang the bench."""
-
-
-async def wait_for_relays(net: Any, settings: Any, want: int) -> bool:
-    """Until the mesh holds at least min(`want`, mesh_degree_low) peers, all of whom have told
-    us their connections, no exchange with a mesh joiner is in flight, and our mesh has been
-    told our current connections; True if that came within RELAYS_SETTLE_MAX_S. Without the
-    relay skip (`--relay-all`) there is nothing to wait for."""
-    import trio
-
-    if not settings.skip_relay_to_origin_neighbours:
-        return True
-    enough = min(want, settings.mesh_degree_low)
-    with trio.move_on_after(RELAYS_SETTLE_MAX_S):
-        while not net.relays_settled(enough):
-            await trio.sleep(0.1)
-        return True
-    return False
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write `text` to `path` so that a reader polling for the file never sees it empty: the
-    processes poll `addr` and `start` for existence and read them at once (a reader that beat
-    the write read '' and died on float(''): a whole hivemind run of 20 "crashed" that way)."""
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text)
-    os.replace(partial, path)
-
-
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    from netlab.netns_harness import NetnsNetwork
 
 
 # ---- orchestration --------------------------------------------------------------------------
@@ -387,152 +182,6 @@ def run_config(
     return rows
 
 
-def per_round(
-    results: list[dict[str, Any] | None], exchanges: int, start: float, interval: float, *, all_to_all: bool
-) -> list[dict[str, Any]]:
-    """Per exchange (--per-round): until every process held every batch (inf: some never
-    arrived), and summed over the processes that reported, the duplicates they received and the
-    CPU they spent from this exchange's start to the next one's (the last: to the end of the
-    run), with the fewest and most connections a process had when it began. Workers without
-    `round_marks` (hivemind's) leave those None.
-    `median_s` / `p90_s`: half / 90% of the round's deliveries (one batch reaching one
-    process) had arrived by then, from the round's start; against `took_s` they say whether a
-    slow round was slow throughout or waited for a few stragglers (a lost packet, one busy
-    process)."""
-    procs = len(results)
-    fanin = procs if all_to_all else 1
-    alive = [r for r in results if r is not None]
-    marked = [r["round_marks"] for r in alive if len(r.get("round_marks", ())) == exchanges + 1]
-    rows = []
-    for exchange in range(exchanges):
-        done: list[float] = []
-        complete = True
-        for msg_id in range(exchange * fanin, (exchange + 1) * fanin):
-            for index, result in enumerate(results):
-                if result is None or str(msg_id) in result["published"]:
-                    continue
-                if all_to_all and msg_id % procs == index:
-                    continue
-                t = result["received"].get(str(msg_id))
-                if t is None:
-                    complete = False
-                else:
-                    done.append(t)
-        scheduled = start + exchange * interval
-        delays = sorted(t - scheduled for t in done)
-        rows.append(
-            {
-                "took_s": max(done) - scheduled if complete and done else float("inf"),
-                "median_s": percentile(delays, 0.5),
-                "p90_s": percentile(delays, 0.9),
-                "duplicates": sum(m[exchange + 1][1] - m[exchange][1] for m in marked) if marked else None,
-                "cpu_s": sum(m[exchange + 1][0] - m[exchange][0] for m in marked) if marked else None,
-                "connections": (min(m[exchange][2] for m in marked), max(m[exchange][2] for m in marked))
-                if marked
-                else None,
-            }
-        )
-    return rows
-
-
-def summarize(
-    results: list[dict[str, Any] | None],
-    sizes: list[int],
-    messages: int,
-    start: float,
-    interval: float,
-    *,
-    all_to_all: bool = False,
-    idle_s: float = 0.0,
-) -> dict[int, dict[str, Any]]:
-    """Per batch size: latency percentiles, losses, errors and CPU from the workers' results.
-
-    Without `all_to_all` one exchange is one publisher's batch and its latency runs from that
-    publish until the last process holds it. With it, one exchange is a round in which every
-    process publishes, and its latency runs from the round's scheduled start until every
-    process holds every other process's batch; a round in which any batch never arrived has
-    no such time and counts as infinite (so p99 says so).
-    """
-    procs = len(results)
-    # A worker that wrote no result, or one it did not mark finished (hivemind's worker saves
-    # after every round), crashed; the rounds it did report still count.
-    crashed = sum(1 for r in results if r is None or not r.get("finished", True))
-    alive = [r for r in results if r is not None]
-    fanin = procs if all_to_all else 1
-    published: dict[int, float] = {}
-    for result in alive:
-        published.update({int(k): v for k, v in result["published"].items()})
-    reasons: dict[str, int] = {}
-    drop_kinds: dict[str, int] = {}
-    for result in alive:
-        for reason, count in result["errors"].items():
-            reasons[reason] = reasons.get(reason, 0) + count
-        for kind, count in result["drops"].items():
-            drop_kinds[kind] = drop_kinds.get(kind, 0) + count
-    rows: dict[int, dict[str, Any]] = {}
-    for s_index, size in enumerate(sizes):
-        latencies, gossip, lost = [], [], 0
-        for exchange in range(s_index * messages, (s_index + 1) * messages):
-            ids = range(exchange * fanin, (exchange + 1) * fanin)
-            round_done: list[float] = []
-            complete = True
-            for msg_id in ids:
-                done, heard = [], []
-                for index, result in enumerate(results):
-                    if all_to_all and msg_id % procs == index:
-                        continue  # its own batch
-                    if result is None:
-                        lost += 1  # a crashed process holds nothing
-                        complete = False
-                        continue
-                    if str(msg_id) in result["published"]:
-                        continue
-                    t = result["received"].get(str(msg_id))
-                    if t is None:
-                        lost += 1
-                        complete = False
-                    else:
-                        done.append(t)
-                    h = result["heard"].get(str(msg_id))
-                    if h is not None:
-                        heard.append(h)
-                round_done += done
-                if not all_to_all and msg_id in published and done:
-                    latencies.append(max(done) - published[msg_id])
-                if not all_to_all and msg_id in published and heard:
-                    gossip.append(max(heard) - published[msg_id])
-                if all_to_all and heard:
-                    gossip.append(max(heard) - (start + exchange * interval))
-            if all_to_all:
-                scheduled = start + exchange * interval
-                latencies.append(max(round_done) - scheduled if complete and round_done else float("inf"))
-        latencies.sort()
-        gossip.sort()
-        rows[size] = {
-            "p50": statistics.median(latencies) if latencies else float("nan"),
-            "p99": percentile(latencies, 0.99),
-            # Until the LAST process heard the announcement: the gossip share of the latency.
-            "gossip_p99": percentile(gossip, 0.99),
-            "fetch_errors": sum(sum(r["errors"].values()) for r in alive),
-            "error_reasons": reasons,
-            "drop_kinds": drop_kinds,
-            "lost": lost,
-            "crashed": crashed,
-            "cpu_s": mean([cpu_share(r, s_index, len(sizes)) for r in alive]),
-            # Normalised to `idle_s`: workers see the start file at slightly different times.
-            "idle_cpu_s": mean([r["idle_cpu_s"] / r["idle_s"] for r in alive]) * idle_s,
-            # Message drops only: failed dials and re-dials are connection churn, not lost data.
-            "drops": sum(
-                v for r in alive for k, v in r["drops"].items() if k not in DropCounters.NOT_DATA_LOSS
-            ),
-            "dial_failed": sum(r["drops"].get("dial_failed", 0) for r in alive),
-            # Processes whose relays had not settled when they said ready (wait_for_relays);
-            # hivemind's workers have no such wait and report none.
-            "unsettled": sum(1 for r in alive if not r.get("relays_settled", True)),
-        }
-    return rows
-
-
 def crash_reason(path: Path) -> str:
     """The distinct exception lines of a worker's stderr (the first is usually the cause),
     then its last line."""
@@ -542,18 +191,6 @@ def crash_reason(path: Path) -> str:
         found.append(lines[-1])
     found = list(dict.fromkeys(re.sub(r"12D3Koo\w+", "<peer>", line)[:160] for line in found))
     return " / ".join(found)
-
-
-def mean(values: list[float]) -> float:
-    return statistics.mean(values) if values else float("nan")
-
-
-def cpu_share(result: dict[str, Any], s_index: int, n_sizes: int) -> float:
-    """CPU seconds one process spent on one batch size (an even split when not measured per size)."""
-    by_size = result.get("cpu_by_size")
-    if by_size and len(by_size) == n_sizes:
-        return float(by_size[s_index])
-    return float(result["cpu_s"]) / n_sizes
 
 
 class MemorySampler:
@@ -608,13 +245,6 @@ def tree_pss_mib(root: int, children: dict[int, list[int]]) -> float:
     return total_kib / 1024
 
 
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    k = min(len(values) - 1, max(0, round(q * (len(values) - 1))))
-    return values[k]
-
-
 def wait(  # type: ignore[no-untyped-def]
     predicate,
     timeout_s: float,
@@ -637,12 +267,9 @@ def wait(  # type: ignore[no-untyped-def]
 
 
 def load_harness() -> ModuleType:
-    """tests/netns_harness.py, imported rather than copied: the namespaces, the switch and their
-    teardown are the ones the netns tests use."""
-    tests = str(Path(__file__).resolve().parent.parent / "tests")
-    if tests not in sys.path:
-        sys.path.insert(0, tests)
-    import netns_harness
+    """netlab/netns_harness.py, imported rather than copied: the namespaces, the switch and their
+    teardown are the ones the netns tests use (the repository root on PYTHONPATH)."""
+    from netlab import netns_harness
 
     return netns_harness
 
@@ -744,65 +371,6 @@ def switch_totals(per_node: list[dict[str, int]]) -> dict[str, int]:
             merged = max if key.endswith("_max_us") else operator.add
             totals[key] = merged(totals.get(key, 0), value)
     return totals
-
-
-def fmt_s(value: float) -> str:
-    return "never" if math.isinf(value) else f"{value:.3f}"
-
-
-def compare_table(results: list[dict[str, Any]], rtt_s: float, within_rtts: float) -> str:
-    """One markdown row per (procs, batch): loopback vs namespaces, the p99 difference in RTTs.
-
-    The switch's counters and CPU are per swarm (all sizes together), repeated on each size's row.
-    """
-    lines = [
-        "| procs | batch | loopback p50 s | loopback p99 s | netns p50 s | netns p99 s | netns gossip p99 s "
-        f"| p99 netns − loopback s | in RTTs | within {within_rtts:g} RTT | lost loopback / netns "
-        "| fetch errors loopback / netns | switch: packets lost / sent | switch: late > 1 ms, latest ms "
-        "| switch CPU s | load avg |",
-        "|---" * 16 + "|",
-    ]
-    if any("floor" in r for r in results):
-        # The bare TCP exchange on the same two networks (bench/tcp_floor.py): what TCP alone costs.
-        lines[0] += " TCP floor p99 loopback / netns s | TCP floor netns − loopback, RTTs"
-        lines[0] += " | ours − floor (netns p99), RTTs |"
-        lines[1] += "---|---|---|"
-    for r in results:
-        lo, ns = r["loopback"], r["netns"]
-        diff = ns["p99"] - lo["p99"]
-        rtts = diff / rtt_s
-        switch = ns["switch"]
-        sent = switch.get("forwarded", 0) + switch.get("dropped_loss", 0)
-        cells = [
-            str(r["procs"]),
-            f"{r['size'] / 1000:g} KB",
-            fmt_s(lo["p50"]),
-            fmt_s(lo["p99"]),
-            fmt_s(ns["p50"]),
-            fmt_s(ns["p99"]),
-            # Until the last process heard the last announcement: the rest is fetching.
-            fmt_s(ns["gossip_p99"]),
-            fmt_s(diff),
-            "never" if math.isinf(rtts) else f"{rtts:.1f}",
-            "yes" if rtts <= within_rtts else "**no**",
-            f"{lo['lost']} / {ns['lost']}",
-            f"{lo['fetch_errors']} / {ns['fetch_errors']}",
-            f"{switch.get('dropped_loss', 0)} / {sent}",
-            # Deliveries the switch made late (it waited for the CPU), and its scheduling.
-            f"{switch.get('late_over_1ms', 0)}, {switch.get('late_max_us', 0) / 1000:.1f} "
-            f"({ns.get('switch_scheduling', '?')})",
-            f"{ns['switch_cpu_s']:.1f}",
-            r["load"],
-        ]
-        if "floor" in r:
-            floor_lo, floor_ns = r["floor"]["loopback"]["p99"], r["floor"]["netns"]["p99"]
-            cells += [
-                f"{fmt_s(floor_lo)} / {fmt_s(floor_ns)}",
-                f"{(floor_ns - floor_lo) / rtt_s:.1f}",
-                f"{(ns['p99'] - floor_ns) / rtt_s:+.1f}",
-            ]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def main() -> None:
@@ -1017,37 +585,6 @@ def main() -> None:
         console.print(round_rows)
     for note in notes:
         console.print(note)
-
-
-def round_table(procs: int, manager: str, rows: dict[int, dict[str, Any]]) -> Any:
-    """--per-round: one line per exchange (see `per_round`)."""
-    from rich.table import Table
-
-    table = Table(title=f"{procs} procs {manager}, per exchange (CPU and duplicates: all processes)")
-    columns = ("exchange", "batch", "half delivered s", "90% s", "took s", "duplicates received", "CPU s")
-    for column in (*columns, "connections per process"):
-        table.add_column(column, justify="right")
-    number = 0
-    for size, row in rows.items():
-        for exchange in row["rounds"]:
-            number += 1
-            conns = exchange["connections"]
-            table.add_row(
-                str(number),
-                f"{size / 1000:g} KB",
-                f"{exchange['median_s']:.3f}",
-                f"{exchange['p90_s']:.3f}",
-                f"{exchange['took_s']:.3f}",
-                "-" if exchange["duplicates"] is None else str(exchange["duplicates"]),
-                "-" if exchange["cpu_s"] is None else f"{exchange['cpu_s']:.2f}",
-                "-" if conns is None else f"{conns[0]}-{conns[1]}",
-            )
-    return table
-
-
-def ratio(value: float, baseline: float) -> str:
-    # `--idle 0` measures no idle CPU: a zero baseline has no ratio.
-    return f"{value / baseline:.2f}x" if baseline else "-"
 
 
 def run_tcp_floor(

@@ -13,7 +13,7 @@ first 1 MB round on new connections pays TCP's slow start (~7 RTT for 1 MB) and 
 pay its loss recovery, before any protocol adds a byte.
 
     python bench/bench_network.py --all-to-all --netns --vs-loopback --tcp-floor ...   # as columns
-    python bench/tcp_floor.py --procs 5 --sizes 1000000 --rounds 5 --netns             # alone
+    PYTHONPATH=. python bench/tcp_floor.py --procs 5 --sizes 1000000 --rounds 5 --netns   # alone
 """
 
 from __future__ import annotations
@@ -26,13 +26,12 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from swarmp2p.net.tcp_recovery import shorten_loss_recovery
 
 if TYPE_CHECKING:
-    from netns_harness import NetnsNetwork
+    from netlab.netns_harness import NetnsNetwork
 
 PORT = 9100
 CONNECT_WAIT_S = 20.0
@@ -125,10 +124,10 @@ def run_floor(
 ) -> dict[int, dict[str, Any]]:
     """Run the exchange on loopback (127.0.0.i) or in `network`'s namespaces (one process each);
     per size: p50 / p99 over rounds of the time-to-all, every round's figure, and lost batches."""
-    from bench_network import percentile  # the same rule as our rows (only the launcher needs it)
+    from trainer.percentile import percentile  # the rule of every figure, our rows' too
 
     if network is not None:
-        from netns_harness import address
+        from netlab.netns_harness import address
 
         hosts = [address(i) for i in range(procs)]
     else:
@@ -204,8 +203,7 @@ def main() -> None:
         worker(args.index, args.hosts.split(","), sizes, args.rounds, args.interval, tune)
         return
     if args.netns:
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-        from netns_harness import NetnsNetwork
+        from netlab.netns_harness import NetnsNetwork
 
         with NetnsNetwork(args.procs, offload=not args.switch_per_packet) as network:
             network.impair(delay_ms=args.delay_ms, jitter_ms=args.jitter_ms, loss=args.loss)
