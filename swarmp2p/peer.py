@@ -58,7 +58,7 @@ from swarmp2p.peer_settings import (
 )
 from swarmp2p.ports import Clock, CoordinatorError, CoordinatorPort, InboundMessage, NetworkPort, PolicyPort
 from swarmp2p.publisher import Publisher
-from swarmp2p.round_pace import Pace, deepest_level, times_of
+from swarmp2p.round_pace import Pace, apply_threads, deepest_level, policy_threads, times_of
 from swarmp2p.round_record import RoundHistory, RoundRecord, RoundWork, record_of
 from swarmp2p.round_steps import Offload
 
@@ -163,7 +163,8 @@ class Peer:
         self._work: RoundWork | None = None
         self._abandoned: RoundWork | None = None
         self._actions: deque[ev.Action] = deque()
-        self.pace = Pace()  # how much of its own work fits a round here (swarmp2p/round_pace.py)
+        # How much of its own work fits a round here (swarmp2p/round_pace.py).
+        self.pace = Pace(threads=policy_threads(policy))
 
     # ---- public surface -------------------------------------------------------------------
 
@@ -469,5 +470,6 @@ class Peer:
             return
         if self.pace.observe(work.round, times_of(work), deepest_level(self.settings)) is not None:
             self.counters["pace_changes"] += 1
+            apply_threads(self.policy, self.pace)
             level = logging.WARNING if self.pace.level > 0 else logging.INFO
             log.log(level, "%s", self.pace.line(self.settings))

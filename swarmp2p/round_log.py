@@ -56,6 +56,17 @@ class TimedPolicy:
     def reset_cancel(self) -> None:
         self._policy.reset_cancel()
 
+    def compute_threads(self) -> int:
+        """The CPU threads torch computes on (process-wide: the worker thread's too)."""
+        import torch
+
+        return int(torch.get_num_threads())
+
+    def set_compute_threads(self, threads: int) -> None:
+        import torch
+
+        torch.set_num_threads(threads)
+
     def take_timings(self) -> dict[str, float]:
         taken, self.seconds = self.seconds, {}
         return taken

@@ -8,10 +8,17 @@ so a peer that keeps overrunning halves both, and doubles them back once a round
 the larger share. Nothing else changes: the questions it does answer, its completions and the
 batches it trains on are exactly what the rules ask of any peer.
 
+Before any of that, a policy that computes on several CPU threads drops to one (the first
+level, `threads`): on a host with more runnable threads than cores, torch's OpenMP threads wait
+for each other at every operation, and one thread ran the default tiny model's generate + train
+12x faster than two on a 2-core host at load 15 (docs/node.md, "On a busy host"). It costs no
+share of the work, so it comes first.
+
 Sans-IO: `Pace.observe` takes a round's timings and returns the change to say, if any; the
 Peer applies `share` to the next round. Each verdict moves the level only after a run of
 rounds in a row (`STREAK`), by `STEP`: one late round (a slow checkpoint save, a burst of
-load) changes nothing.
+load) changes nothing. A step back up that is undone by the next step (the host was still
+busy: room at one thread says nothing of two) doubles the run the next step up needs.
 """
 
 from __future__ import annotations
@@ -87,10 +94,23 @@ class Pace:
     since_round: int | None = None
     """The first round played at the current level (None at level 0)."""
     reason: str = ""
+    threads: int = 1
+    """The policy's compute threads at full pace; above 1, level 1 computes on one thread."""
+    relapses: int = 0
+    """Steps up undone by the next step down: each doubles the ROOMY run a step up needs."""
+    last_step: int = 0
+
+    @property
+    def thread_levels(self) -> int:
+        return 1 if self.threads > 1 else 0
 
     @property
     def share(self) -> float:
-        return 2.0**-self.level
+        return 2.0 ** -max(0, self.level - self.thread_levels)
+
+    @property
+    def use_threads(self) -> int:
+        return 1 if self.level >= self.thread_levels > 0 else self.threads
 
     def observe(self, round_number: int, times: RoundTimes, deepest: int = MAX_LEVEL) -> str | None:
         """Take one round's timings; returns the line to say when the level changes (never
@@ -99,12 +119,17 @@ class Pace:
         self.streak = self.streak + 1 if verdict is self.verdict else 1
         self.verdict = verdict
         needed = STREAK.get(verdict)
+        if needed is not None and verdict is Verdict.ROOMY:
+            needed <<= min(self.relapses, 5)
         if needed is None or self.streak < needed:
             return None
-        level = min(deepest, MAX_LEVEL, max(0, self.level + STEP[verdict]))
+        level = min(deepest + self.thread_levels, MAX_LEVEL, max(0, self.level + STEP[verdict]))
         if level == self.level:
             return None
-        self.level, self.streak, self.verdict = level, 0, None
+        step = level - self.level
+        if step > 0 and self.last_step < 0:
+            self.relapses += 1
+        self.level, self.streak, self.verdict, self.last_step = level, 0, None, step
         self.since_round = round_number + 1 if level > 0 else None
         if verdict is Verdict.OVERRAN:
             self.reason = f"generate + train overran {needed} rounds in a row"
@@ -121,6 +146,7 @@ class Pace:
         return {
             "level": self.level,
             "share": self.share,
+            "threads": self.use_threads,
             "questions": scaled(questions, self.share),
             "of_questions": questions,
             "n_local": scaled(n_local, self.share),
@@ -146,12 +172,28 @@ class Pace:
             f"answering {now['questions']} of {now['of_questions']} questions and training on "
             f"{now['n_local']} local + {now['n_external']} external groups"
         )
+        if self.threads > 1:
+            doing = f"computing on {self.use_threads} of {self.threads} threads, {doing}"
         if self.level == 0:
             return f"rounds fit again: back to {doing}"
+        share = f" ({self.share:g} of the work)" if self.share < 1 else ""
         return (
-            f"busy host: {self.reason}: from round {self.since_round} {doing} "
-            f"({self.share:g} of the work) until rounds fit again"
+            f"busy host: {self.reason}: from round {self.since_round} {doing}{share} until rounds fit again"
         )
+
+
+def policy_threads(policy: Any) -> int:
+    """The compute threads of a policy that can change them (`compute_threads` and
+    `set_compute_threads`: the node's TimedPolicy), else 1 (no thread level)."""
+    if not callable(getattr(policy, "set_compute_threads", None)):
+        return 1
+    return int(policy.compute_threads())
+
+
+def apply_threads(policy: Any, pace: Pace) -> None:
+    """Set the policy's compute threads to what `pace` asks (a no-op without a thread level)."""
+    if pace.threads > 1:
+        policy.set_compute_threads(pace.use_threads)
 
 
 def deepest_level(settings: PeerSettings) -> int:

@@ -216,3 +216,49 @@ def test_a_round_that_fits_changes_nothing() -> None:
     assert peer.pace.level == 0 and peer.counters["pace_changes"] == 0
     assert set(policy.asked) == {4} and set(policy.trained) == {4}
     assert all(r.fate == "completed" for r in peer.history)
+
+
+class Oversubscribed(TimedWork):
+    """A policy on a host with more runnable threads than cores: on more than one thread its
+    work takes `slowdown` times longer (OpenMP threads waiting for each other)."""
+
+    def __init__(self, clock: LoopClock, generate_ms: int, train_ms: int, slowdown: int) -> None:
+        super().__init__(clock, generate_ms, train_ms)
+        self.base = (generate_ms, train_ms)
+        self.slowdown = slowdown
+        self.threads = 2
+        self.thread_history: list[int] = []
+
+    def compute_threads(self) -> int:
+        return self.threads
+
+    def set_compute_threads(self, threads: int) -> None:
+        self.threads = threads
+        self.thread_history.append(threads)
+        factor = self.slowdown if threads > 1 else 1
+        self.generate_ms, self.train_ms = self.base[0] * factor, self.base[1] * factor
+
+
+def test_on_a_busy_host_a_peer_computes_on_one_thread_first_and_keeps_its_full_share(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = LoopClock()
+    policy = Oversubscribed(clock, generate_ms=100, train_ms=200, slowdown=10)
+    policy.set_compute_threads(2)  # two threads, ten times slower: 8 s of training from 6 s
+    peer, _ = make_peer(policy, clock, questions_per_round=4, n_local=4, n_external=0)
+    with caplog.at_level(logging.INFO, logger="swarmp2p.peer"):
+        run_until(peer, clock, 40 * ROUND_MS)
+    busy = [m for m in caplog.messages if m.startswith("busy host:")]
+    assert busy[0].startswith("busy host: generate + train overran 2 rounds in a row: from round ")
+    assert "computing on 1 of 2 threads, answering 4 of 4 questions" in busy[0]
+    assert set(policy.asked) == {4}  # one thread was enough: the share of work never dropped
+    # Trying two threads again costs a couple of late rounds, and is tried ever more rarely.
+    recent = [r for r in peer.history if r.round >= 20]
+    assert sum(r.fate == "completed" for r in recent) >= 0.8 * len(recent)
+    assert peer.pace.relapses >= 1 and policy.threads == 1
+
+    policy.slowdown = 1  # the host is idle again: two threads are as fast as one
+    policy.set_compute_threads(policy.threads)
+    run_until(peer, clock, 80 * ROUND_MS)
+    assert peer.pace.level == 0 and policy.threads == 2
+    assert all(r.fate == "completed" for r in peer.history if r.round >= 70)
