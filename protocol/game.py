@@ -26,8 +26,8 @@ from protocol.questions import questions_for, specialty
 from protocol.tasks import TaskRegistry
 from protocol.verification import Verdict, VerificationLimits, verify_batch
 
-if TYPE_CHECKING:  # protocol/staged.py builds on this module
-    from protocol.staged import InputStore, StageItem
+if TYPE_CHECKING:
+    from protocol.stage_inputs import InputStore, StageItem
 
 
 class Game(Protocol):

@@ -17,7 +17,7 @@ import attrs
 from protocol import acr, answer_verify
 from protocol.game import Game, SingleStageGame
 from protocol.rounds import StagePlan
-from protocol.staged import InputStore
+from protocol.stage_inputs import InputStore
 
 
 @attrs.frozen
