@@ -1,4 +1,7 @@
-"""`swarmp2p train`: single-peer GRPO training with no network, a progress bar and a reward plot."""
+"""`swarmp2p train`: single-peer GRPO training with no network, a progress bar and a reward plot.
+
+The command reads the settings, loads the model, shows progress and prints the summary; the loop
+itself is trainer/solo.py."""
 
 from __future__ import annotations
 
@@ -11,18 +14,6 @@ from trainer.selection import DEFAULT_WINDOW
 
 TRAIN_DATA_DIR = ".swarmp2p-train"
 """`train`'s own default data dir: never the node's `.swarmp2p`."""
-RESULT_FIELDS = (
-    "step",
-    "accuracy",
-    "accuracy_interval",
-    "task_mean_accuracy",
-    "reward",
-    "per_task",
-    "questions",
-    "split",
-    "per_question",
-)
-"""What metrics.jsonl keeps of an evaluation result (trainer/evaluation.py `evaluate`)."""
 
 
 def register(app: typer.Typer) -> None:
@@ -115,9 +106,6 @@ def train(
     ),
 ) -> None:
     """Train one peer alone on the reasoning-gym task mix and plot its reward curve."""
-    import json
-    import random
-
     import attrs
     from rich.console import Console
     from rich.markup import escape
@@ -125,10 +113,10 @@ def train(
 
     from swarmp2p.config import config_or_exit
     from trainer.config import TrainerConfig, user_model_cache
-    from trainer.evaluation import eval_due, gain
+    from trainer.evaluation import gain
     from trainer.model import ModelLoadError
     from trainer.plot import plot_rewards
-    from trainer.selection import BestByValidation
+    from trainer.solo import SoloHooks, SoloRun, prepare, train_alone
     from trainer.tasks import TaskError
 
     console = Console(stderr=True, soft_wrap=True)  # errors stay one line whatever the width
@@ -238,92 +226,43 @@ def train(
         f"model {config.model!r}: {params / 1e6:.2f}M params on {policy.device} ({policy.precision.label})"
     )
 
-    resumed = resume and policy.load()
-    if config.lr_decay_steps == 0 and not constant_lr:
-        # A run of known length ends on small steps: measured, the constant rate lost late what it
-        # had gained early (docs/trainer.md). [trainer] lr_decay_steps overrides the horizon.
-        policy.config = config = attrs.evolve(config, lr_decay_steps=policy.step + steps)
-    if not resumed:
-        warmup = max(0, warmup_steps)
-        if warmup:
-            losses = policy.warmup(warmup)
-            console.print(f"format warm-up: {warmup} steps, loss {losses[0]:.2f} -> {losses[-1]:.2f}")
-    evals: list[dict] = []
-    last_eval_at: int | None = None
-    # Selection reads validation only; on any other split it would choose on what it reports.
-    selecting = select and config.eval_split == "validation" and config.eval_every > 0
-    best = BestByValidation(window=select_window)
+    run = SoloRun(
+        steps=steps,
+        questions=questions,
+        save_every=save_every,
+        select=select,
+        select_window=select_window,
+        warmup_steps=warmup_steps,
+        resume=resume,
+        constant_lr=constant_lr,
+    )
+    losses = prepare(policy, run)
+    config = policy.config
+    if losses:
+        console.print(f"format warm-up: {len(losses)} steps, loss {losses[0]:.2f} -> {losses[-1]:.2f}")
+    with Progress(
+        TextColumn("[bold]train"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=console,
+    ) as progress:
+        bars: list[Any] = []
 
-    def record_test(key: str, result: dict, **extra: object) -> None:
-        fields = {k: result[k] for k in RESULT_FIELDS}
-        log.write(json.dumps({key: {**fields, **extra}}) + "\n")
-
-    def maybe_evaluate() -> None:
-        nonlocal last_eval_at
-        if eval_due(config, policy.step, last_eval_at):
-            result = policy.evaluate()
-            last_eval_at = policy.step
-            evals.append(result)
-            log.write(json.dumps({"eval": {k: result[k] for k in (*RESULT_FIELDS, "seconds")}}) + "\n")
-            if board is not None:
-                board.evaluation(iteration, result)
-            if selecting:
-                best.offer(policy.step, result["accuracy"], policy.model)
-
-    rng = random.Random(config.seed * 1_000_003 + policy.step)
-    rewards: list[float] = []
-    start_step = policy.step
-    iteration = start_step  # TensorBoard's x: one per loop, an update or not (policy.step may stay)
-    with (
-        open(out / "metrics.jsonl", "a", encoding="utf-8", buffering=1) as log,
-        Progress(
-            TextColumn("[bold]train"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TextColumn("{task.fields[status]}"),
-            console=console,
-        ) as progress,
-    ):
-        if selecting:
-            test_start = report_evaluation(policy, "test")
-            record_test("test_start", test_start)
-        maybe_evaluate()
-        bar = progress.add_task("train", total=steps, status="")
-        for _ in range(steps):
-            groups = policy.generate(policy.registry.sample(rng, questions, config.seed))
-            metrics = policy.train(groups)
-            iteration += 1
-            rewards.append(metrics["reward_mean"])
-            log.write(json.dumps(metrics) + "\n")
-            if board is not None:
-                board.train(iteration, metrics)
-            maybe_evaluate()
-            if policy.step != start_step and policy.step % save_every == 0:
-                policy.save()
+        def stepped(step: int, metrics: dict[str, Any]) -> None:
             progress.update(
-                bar,
+                bars[0],
                 advance=1,
-                status=f"step {policy.step} reward {metrics['reward_mean']:.3f} "
+                status=f"step {step} reward {metrics['reward_mean']:.3f} "
                 f"loss {metrics.get('loss', 0.0):+.3f} groups {int(metrics['groups_used'])}/{questions}",
             )
-    if policy.step % save_every != 0:  # the loop already saved this step otherwise
-        policy.save()  # the last weights: a resumed run continues from here, not from the selection
-    selected = None
-    if selecting and best.step is not None:
-        best.restore(policy.model)
-        selected = report_evaluation(policy, "test", step=best.step)  # the weights of that step
-        with open(out / "metrics.jsonl", "a", encoding="utf-8") as log:
-            record_test(
-                "test_selected",
-                selected,
-                selected_step=best.step,
-                validation_accuracy=best.accuracy,
-                validation_score=best.score,
-                select_window=best.window,
-            )
-        policy.model.save_pretrained(out / "best-model")
-        policy.tokenizer.save_pretrained(out / "best-model")
+
+        def started() -> None:  # after the starting evaluations, as the steps begin
+            bars.append(progress.add_task("train", total=steps, status=""))
+
+        hooks = SoloHooks(started=started, stepped=stepped)
+        result = train_alone(policy, run, out, board=board, hooks=hooks)
     dir_lock.release()
     if board is not None:
         board.close()
@@ -332,8 +271,10 @@ def train(
     if config.wandb:
         runs = Path(config.wandb) / "wandb"
         console.print(f"wandb: offline run in {runs} (upload: wandb sync {runs}/offline-run-*)")
-    tests = [] if selected is None else [test_start, selected]
-    png = plot_rewards(out / "reward_curve.png", rewards, evals, first_step=start_step, tests=tests)
+    rewards, evals, best = result.rewards, result.evals, result.best
+    test_start, selected = result.test_start, result.selected
+    tests = [] if test_start is None or selected is None else [test_start, selected]
+    png = plot_rewards(out / "reward_curve.png", rewards, evals, first_step=result.start_step, tests=tests)
     head = sum(rewards[:10]) / min(10, len(rewards))
     tail = sum(rewards[-10:]) / min(10, len(rewards))
     console.print(f"mean training reward: first {min(10, len(rewards))} steps {head:.3f}, last {tail:.3f}")
@@ -344,7 +285,7 @@ def train(
             f"{last['accuracy']:.3f} (gain {gain(first, last).text()}, 95% interval over questions), "
             f"{last['questions']} questions, {last['split']} split"
         )
-    if selected is not None:
+    if test_start is not None and selected is not None and best is not None:
         console.print(
             f"test accuracy (the reported figure): start {test_start['accuracy']:.3f} -> "
             f"{selected['accuracy']:.3f} (gain {gain(test_start, selected).text()}, 95% interval over "
@@ -354,19 +295,6 @@ def train(
             f"{selected['questions']} test questions; weights in {out / 'best-model'}"
         )
     console.print(f"curves: {png}")
-
-
-def report_evaluation(policy: Any, split: str, step: int | None = None) -> dict:
-    """An evaluation of `split` for the reported figure: `eval_report_samples` completions per
-    question instead of the curve's `eval_samples` (the same questions and seeded sampler)."""
-    import attrs
-
-    curve = policy.config
-    policy.config = attrs.evolve(curve, eval_samples=curve.eval_report_samples)
-    try:
-        return policy.evaluate(split, step=step)
-    finally:
-        policy.config = curve
 
 
 def _pick_auto_model(config: Any, console: Any) -> Any:
