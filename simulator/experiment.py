@@ -59,6 +59,7 @@ from typing import Any
 import attrs
 
 from protocol.messages import QuestionGroup
+from swarmp2p import peer_knobs as knobs
 
 PUBLISHED = {
     "source": "SAPO (Gensyn, arXiv:2509.08721): 8 agents, Qwen2.5 0.5B, reasoning-gym, "
@@ -122,7 +123,7 @@ class ExperimentSettings:
     (no setting was chosen on it); `validation` is the one settings were chosen on."""
     round_s: float = 30.0
     forgers: int = 2
-    max_groups_per_peer: int = 2
+    max_groups_per_peer: int = knobs.MAX_GROUPS_PER_PEER
     fetch_sample: int = 0
     """0: every peer fetches and verifies every batch; N: about N per round (large sim swarms)."""
     warmup_steps: int = -1

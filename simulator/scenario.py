@@ -29,6 +29,7 @@ from typing import Any
 import attrs
 
 from protocol.games import GAME_NAMES, SINGLE, spec_of
+from swarmp2p import peer_knobs as knobs
 
 MAX_TRAINER_PEERS = 32
 BYZANTINE_KINDS = ("forge", "malformed", "oversized", "replay", "impersonate", "flood")
@@ -119,11 +120,15 @@ class Scenario:
     rounds: int = attrs.field(default=10, validator=attrs.validators.ge(1))
     seed: int = attrs.field(default=1, validator=attrs.validators.ge(0))
     round_s: float = attrs.field(default=30.0, validator=_positive)
-    questions_per_round: int = attrs.field(default=4, validator=attrs.validators.ge(1))
-    n_local: int = attrs.field(default=4, validator=attrs.validators.ge(0))
-    n_external: int = attrs.field(default=4, validator=attrs.validators.ge(0))
-    max_groups_per_peer: int = attrs.field(default=2, validator=attrs.validators.ge(1))
-    collect_fraction: float = attrs.field(default=0.6, validator=[_fraction, _positive])
+    questions_per_round: int = attrs.field(
+        default=knobs.QUESTIONS_PER_ROUND, validator=attrs.validators.ge(1)
+    )
+    n_local: int = attrs.field(default=knobs.N_LOCAL, validator=attrs.validators.ge(0))
+    n_external: int = attrs.field(default=knobs.N_EXTERNAL, validator=attrs.validators.ge(0))
+    max_groups_per_peer: int = attrs.field(
+        default=knobs.MAX_GROUPS_PER_PEER, validator=attrs.validators.ge(1)
+    )
+    collect_fraction: float = attrs.field(default=knobs.COLLECT_FRACTION, validator=[_fraction, _positive])
     group_size: int = attrs.field(default=4, validator=attrs.validators.ge(2))
     fetch_sample: int = attrs.field(default=8, validator=attrs.validators.ge(0))
     """Batches each peer fetches and verifies per round (0 = every announced batch)."""

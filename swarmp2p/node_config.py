@@ -12,6 +12,7 @@ from typing import Any
 import attrs
 
 from protocol.games import GAME_NAMES
+from swarmp2p import peer_knobs as knobs
 from swarmp2p.config import register_config
 from swarmp2p.model_auto import LARGE_POOL, SMALL_POOL
 from trainer.config import user_model_cache
@@ -56,14 +57,18 @@ class NodeConfig:
     """The most a chain transaction may pay per gas (maxFeePerGas, or a legacy gasPrice)."""
     chain_tip_cap_gwei: float = attrs.field(default=2.0, validator=attrs.validators.ge(0.0))
     """The most a chain transaction may tip per gas (maxPriorityFeePerGas)."""
-    questions_per_round: int = attrs.field(default=4, validator=attrs.validators.ge(1))
+    questions_per_round: int = attrs.field(
+        default=knobs.QUESTIONS_PER_ROUND, validator=attrs.validators.ge(1)
+    )
     game: str = attrs.field(default="single", validator=attrs.validators.in_(GAME_NAMES))
     """The game of a NEW swarm, a row of protocol/games.py ("single", "answer-critique-resolve",
     "answer-verify"): its signed schedule names it; joiners play the swarm's. Chain-less swarms
     only for a game of several stages."""
-    n_local: int = attrs.field(default=4, validator=attrs.validators.ge(0))
-    n_external: int = attrs.field(default=4, validator=attrs.validators.ge(0))
-    max_groups_per_peer: int = attrs.field(default=2, validator=attrs.validators.ge(1))
+    n_local: int = attrs.field(default=knobs.N_LOCAL, validator=attrs.validators.ge(0))
+    n_external: int = attrs.field(default=knobs.N_EXTERNAL, validator=attrs.validators.ge(0))
+    max_groups_per_peer: int = attrs.field(
+        default=knobs.MAX_GROUPS_PER_PEER, validator=attrs.validators.ge(1)
+    )
     hello_interval_s: float = attrs.field(default=5.0, validator=_positive)
     relay_backup_copy: bool = False
     """Gossip relays send one backup copy of each message to the peers they otherwise skip (those
@@ -71,9 +76,9 @@ class NodeConfig:
     links (5 peers, 100 ms RTT, 1% loss: p99 +1.5 to +2.1 RTT over loopback instead of +3.3 to
     +4.8), at the cost of ~one duplicate per message and peer (NetworkSettings.relay_backup_copy)."""
     join_timeout_s: float = attrs.field(default=60.0, validator=_positive)
-    fetch_timeout_s: float = attrs.field(default=5.0, validator=_positive)
+    fetch_timeout_s: float = attrs.field(default=knobs.FETCH_TIMEOUT_S, validator=_positive)
     join_min_remaining: float = attrs.field(
-        default=0.5, validator=[attrs.validators.ge(0.0), attrs.validators.le(1.0)]
+        default=knobs.MIN_ROUND_REMAINING, validator=[attrs.validators.ge(0.0), attrs.validators.le(1.0)]
     )
     """A node never starts a round with less than this share of its time left (its first round
     after a (re)join, or any later one it reaches late after a long step): it waits for the next

@@ -18,6 +18,7 @@ from protocol.rounds import RoundTiming, StagePlan
 from protocol.sampling import SamplingRule
 from protocol.tasks import TaskRegistry
 from protocol.verification import VerificationLimits
+from swarmp2p import peer_knobs as knobs
 from swarmp2p.heldout import EvalSettings
 
 
@@ -42,12 +43,16 @@ class PeerSettings:
     swarm_id: str
     seed: int
     tasks: tuple[str, ...]
-    questions_per_round: int = attrs.field(default=4, validator=attrs.validators.ge(1))
+    questions_per_round: int = attrs.field(
+        default=knobs.QUESTIONS_PER_ROUND, validator=attrs.validators.ge(1)
+    )
     weights: tuple[float, ...] = ()
     """Task weights for question derivation (empty: uniform); a swarm rule like `tasks`."""
-    n_local: int = attrs.field(default=4, validator=attrs.validators.ge(0))
-    n_external: int = attrs.field(default=4, validator=attrs.validators.ge(0))
-    max_groups_per_peer: int = attrs.field(default=2, validator=attrs.validators.ge(1))
+    n_local: int = attrs.field(default=knobs.N_LOCAL, validator=attrs.validators.ge(0))
+    n_external: int = attrs.field(default=knobs.N_EXTERNAL, validator=attrs.validators.ge(0))
+    max_groups_per_peer: int = attrs.field(
+        default=knobs.MAX_GROUPS_PER_PEER, validator=attrs.validators.ge(1)
+    )
     sampling: SamplingRule = attrs.field(factory=SamplingRule)
     """How the n_local + n_external training groups are picked (protocol.sampling: fixed,
     adaptive split, filtered peers; optional top-up of a short side)."""
@@ -56,10 +61,10 @@ class PeerSettings:
     only for the experiment that measures what verification is worth, never for a real peer."""
     ban_threshold: int = attrs.field(default=3, validator=attrs.validators.ge(1))
     collect_fraction: float = attrs.field(
-        default=0.6, validator=[attrs.validators.gt(0.0), attrs.validators.le(1.0)]
+        default=knobs.COLLECT_FRACTION, validator=[attrs.validators.gt(0.0), attrs.validators.le(1.0)]
     )
     """Share of the time from opening a round to its end spent collecting peers' batches."""
-    fetch_timeout_s: float = attrs.field(default=5.0, validator=_positive)
+    fetch_timeout_s: float = attrs.field(default=knobs.FETCH_TIMEOUT_S, validator=_positive)
     max_fetch_per_round: int = attrs.field(default=256, validator=attrs.validators.ge(1))
     fetch_sample: int = attrs.field(default=0, validator=attrs.validators.ge(0))
     """0: fetch and verify EVERY announced batch. N > 0: fetch about N per round, chosen by a
@@ -93,7 +98,7 @@ class PeerSettings:
     known_peer_rounds: int = attrs.field(default=10, validator=attrs.validators.ge(1))
     """A peer last seen this many rounds ago is no longer swept for."""
     min_round_remaining: float = attrs.field(
-        default=0.5, validator=[attrs.validators.ge(0.0), attrs.validators.le(1.0)]
+        default=knobs.MIN_ROUND_REMAINING, validator=[attrs.validators.ge(0.0), attrs.validators.le(1.0)]
     )
     """A round that has less than this share of its stage left when this peer gets to start it
     (its previous round's work overran, e.g. a long training step) is skipped: its batch would
