@@ -130,7 +130,7 @@ def plan_peers(scenario: Scenario) -> list[PeerPlan]:
 
 
 def online_changes(plans: Sequence[PeerPlan], end_ms: int) -> list[tuple[float, int, str, bool]]:
-    """When `plans`' peers come online and go offline, as `_simulate`'s `supervise` and
+    """When `plans`' peers come online and go offline, as the runner's `_SwarmRun.supervise` and
     `run_adversary` attach and detach them: (virtual seconds, plan index, peer, online). An
     adversary is online for the whole run; nothing goes offline at the run's end."""
     changes = []
