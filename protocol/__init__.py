@@ -9,4 +9,10 @@ Imports none of trio, libp2p, torch or web3 (a test enforces this). Time is an i
     verification  re-scoring a peer's batch              scoring       per-peer valid/invalid counts, bans
     tasks         the TaskRegistry port                  admission     which batches to fetch / accept
     game          questions, verification per stage      seeds         deterministic seeds (sha256)
+    decisions     the inbox's Fetch, Defer, Reject ...   deferred      sampled-out batches kept for top-ups
+    fetch_draw    the one fetch draw (sampled fetching)  sender_map    per-sender maps as lists by peer number
+
+The admission rules are written once, in admission.py (`Inbox.heard`, `consider`, `fetched`):
+the simulator's fast delivery path that decides their common case for many peers in one
+process lives in simulator/fastpath/ and is held to them by tests/simulator/test_fastpath_rules.py.
 """
