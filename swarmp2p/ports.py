@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import attrs
 
 from protocol.messages import QuestionGroup, QuestionRef
+from protocol.stage_inputs import StageItem
 
 
 @attrs.frozen
@@ -165,11 +166,11 @@ class PolicyPort(Protocol):
         """G completions per question, each scored by the local task registry."""
         ...
 
-    def generate_items(self, items: Sequence[Any]) -> list[QuestionGroup]:
-        """G completions per item of a later stage of a multi-stage game (protocol.acr.StageItem:
-        its wire question `ref`, the original question, the candidates, the critics' picks),
-        each scored by `protocol.acr.score_item`. Only called when the swarm's game has such
-        stages; a policy without it cannot play them."""
+    def generate_items(self, items: Sequence[StageItem]) -> list[QuestionGroup]:
+        """G completions per item of a later stage of a multi-stage game (protocol.stage_inputs
+        .StageItem: its wire question `ref`, the original question, what it shows), each scored
+        by the item's own `score`, the prompt worded by its game's registry row. Only called when
+        the swarm's game has such stages; a policy without it cannot play them."""
         ...
 
     def train(self, groups: Sequence[QuestionGroup]) -> dict[str, float]:

@@ -19,7 +19,6 @@ from typing import Any
 
 import trio
 
-from protocol.acr import InputStore
 from protocol.envelope import seal
 from protocol.game import Game, mean_reward, rank_winners
 from protocol.messages import QuestionGroup, RolloutBatch
@@ -31,6 +30,7 @@ from protocol.sampling import (
     sample_training_groups,
 )
 from protocol.seeds import derive_seed
+from protocol.stage_inputs import InputStore
 from swarmp2p.peer_settings import PeerSettings
 from swarmp2p.ports import CoordinatorError, CoordinatorPort, PolicyPort
 from swarmp2p.round_record import RoundWork, accepted_digests
