@@ -44,6 +44,10 @@ def test_the_simulate_help_lists_every_game_of_the_registry() -> None:
     result = CliRunner().invoke(app, ["simulate", "--help"], terminal_width=400)
     assert result.exit_code == 0
     assert all(name in result.output for name in GAME_NAMES)
+    unknown = CliRunner().invoke(app, ["simulate", "--game", "chess", "--no-plots"])
+    assert (
+        unknown.exit_code == 2 and "unknown game 'chess' (known: " + ", ".join(GAME_NAMES) in unknown.output
+    )
 
 
 class VerdictForger:
