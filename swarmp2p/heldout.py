@@ -400,15 +400,20 @@ class HeldOutEvaluation:
         self.counters["eval_units"] += answered
         if not cycle.complete:
             return None
-        return self._complete(policy, cycle)
+        return await self._complete(policy, offload, cycle)
 
-    def _complete(self, policy: PolicyPort, cycle: Any) -> dict[str, Any]:
+    async def _complete(
+        self, policy: PolicyPort, offload: Callable[..., Awaitable[Any]], cycle: Any
+    ) -> dict[str, Any]:
         self.cycle = None
         result = cycle.result()
         result["slices"] = slices_of(cycle.units, cycle.unit_steps, self.cycle_rounds)
         keep = getattr(policy, "keep_sliced_result", None)
         if callable(keep) and not getattr(cycle, "keeps_itself", False):
-            keep(result)
+            try:  # in the worker: it writes eval.jsonl and may hash the weights
+                await offload(keep, result)
+            except Exception:
+                log.exception("%s: keeping the held-out result failed", self.name)
         entry = self.record(result, self.cycle_rounds[-1], float(result.get("seconds") or 0.0))
         self.last_at = self.cycle_started_at  # the next starts `every` rounds after this one did
         return entry

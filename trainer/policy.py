@@ -475,9 +475,23 @@ class TrainerPolicy:
             self.registry, self.config, answer_unit, lambda: self.step, chunk=chunk, split=split
         )
 
-    def keep_sliced_result(self, result: dict[str, Any]) -> None:
-        """A sliced evaluation's result, kept as `evaluate()` keeps its own (eval.jsonl, log)."""
+    def keep_sliced_result(self, result: dict[str, Any], cache_dir: Path | None = None) -> None:
+        """A sliced evaluation's result, kept as `evaluate()` keeps its own (eval.jsonl, log).
+        When no train step ran between its units (every slice at the current step: these
+        weights answered it all) it is also remembered for these weights, as `evaluate_remembered`
+        would have stored it: the next node starting on them takes it at once."""
         self._keep_eval(result)
+        slices = result.get("slices") or []
+        if not slices or any(piece.get("step") != self.step for piece in slices):
+            return
+        from trainer import eval_results
+
+        try:
+            key = eval_results.result_key(self.model, self.config, result["split"], self.device)
+        except Exception as error:  # the cache is an optimisation: never a reason to fail
+            self.log(f"evaluation not remembered ({error})")
+            return
+        eval_results.store(key, {k: v for k, v in result.items() if k != "slices"}, cache_dir)
 
     def evaluate_remembered(self, cache_dir: Path | None = None) -> dict[str, Any]:
         """`evaluate()`, or the stored result of the same evaluation (trainer/eval_results.py: the

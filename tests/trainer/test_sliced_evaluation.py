@@ -42,19 +42,19 @@ def test_slices_compose_into_exactly_the_whole_evaluation(tmp_path: Path) -> Non
     policy = TrainerPolicy(raw_tiny(tmp_path))
     whole = policy.evaluate()
     sliced = policy.sliced_evaluation()
-    assert len(sliced.units) == 3  # 80 questions in units of 32: the test spans unit boundaries
+    assert len(sliced.units) >= 2  # units of 32 questions: the test spans unit boundaries
     asked: list[object] = []
     while not sliced.complete:
         unit = sliced.units[sliced.done]
         asked.extend(sliced.refs[unit.start : unit.stop])
         sliced.answer_next()
-    assert len(asked) == len(set(asked)) == whole["questions"] == 80  # each question once
+    assert len(asked) == len(set(asked)) == whole["questions"] > 32  # each question once
     assert asked == sliced.refs
     result = sliced.result()
     keys = ("accuracy", "accuracy_interval", "per_question", "reward", "per_task", "samples", "questions")
     for key in keys:
         assert result[key] == whole[key], key
-    assert result["slices"] == [{"step": policy.step, "questions": 80}]
+    assert result["slices"] == [{"step": policy.step, "questions": whole["questions"]}]
     with pytest.raises(RuntimeError):
         sliced.answer_next()
 
@@ -74,3 +74,30 @@ def test_a_stopped_unit_leaves_no_trace_and_is_answered_again_alike(tmp_path: Pa
     while not sliced.complete:
         sliced.answer_next()
     assert sliced.result()["per_question"] == whole["per_question"]
+
+
+def test_a_sliced_result_on_unchanged_weights_is_remembered_for_the_next_node(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    policy = TrainerPolicy(raw_tiny(tmp_path / "a"))
+    sliced = policy.sliced_evaluation()
+    while not sliced.complete:
+        sliced.answer_next()
+    result = sliced.result()
+    result["slices"] = [{"round": None, **piece} for piece in result["slices"]]
+    policy.keep_sliced_result(result, store)
+    other = TrainerPolicy(raw_tiny(tmp_path / "b"))  # another data dir on the same base
+    found = other.remembered_evaluation(store)
+    assert found is not None and found["remembered"] is True
+    assert found["per_question"] == result["per_question"] and "slices" not in found
+
+    # A train step between its units: no single set of weights answered it, nothing remembered.
+    moved = TrainerPolicy(raw_tiny(tmp_path / "c"))
+    sliced = moved.sliced_evaluation()
+    sliced.answer_next()
+    moved.step += 1  # what a train step does to the label (and, really, to the weights)
+    while not sliced.complete:
+        sliced.answer_next()
+    result = sliced.result()
+    assert [piece["step"] for piece in result["slices"]] == [0, 1]
+    moved.keep_sliced_result(result, tmp_path / "store2")
+    assert not (tmp_path / "store2").exists() or not list((tmp_path / "store2").glob("*.json"))
