@@ -8,6 +8,8 @@ The functions below cut it into what each part of the core needs: the round mach
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 import attrs
 
 from protocol.admission import AdmissionRules
@@ -28,6 +30,16 @@ def announce_topic(swarm_id: str) -> str:
 
 def batch_dht_key(swarm_id: str, round_number: int, stage: int, peer_id: str) -> str:
     return f"/swarmp2p/{swarm_id}/{round_number}/{stage}/{peer_id}"
+
+
+def _defaults(cls: type) -> dict[str, Any]:
+    return {field.name: field.default for field in attrs.fields(cls) if field.default is not attrs.NOTHING}
+
+
+# The core's own defaults for the knobs PeerSettings carries into it (`carried`): one source each.
+_ADMISSION = _defaults(AdmissionRules)
+_TIMING = _defaults(RoundTiming)
+T = TypeVar("T")
 
 
 def _positive(instance: object, attribute: attrs.Attribute, value: float) -> None:
@@ -65,12 +77,14 @@ class PeerSettings:
     )
     """Share of the time from opening a round to its end spent collecting peers' batches."""
     fetch_timeout_s: float = attrs.field(default=knobs.FETCH_TIMEOUT_S, validator=_positive)
-    max_fetch_per_round: int = attrs.field(default=256, validator=attrs.validators.ge(1))
-    fetch_sample: int = attrs.field(default=0, validator=attrs.validators.ge(0))
+    max_fetch_per_round: int = attrs.field(
+        default=_ADMISSION["max_fetch_per_round"], validator=attrs.validators.ge(1)
+    )
+    fetch_sample: int = attrs.field(default=_ADMISSION["fetch_sample"], validator=attrs.validators.ge(0))
     """0: fetch and verify EVERY announced batch. N > 0: fetch about N per round, chosen by a
     per-(round, peer, sender) hash (unbiased, different for every peer), plus one more for each
     fetch or verification that fails. Bandwidth and CPU per round then stay O(N), not O(swarm)."""
-    ban_on_proof: bool = True
+    ban_on_proof: bool = _ADMISSION["ban_on_proof"]
     """Ban at once on signed proof of lying (a forged reward, two batches for one round), instead
     of waiting for `ban_threshold` strikes: honest peers cannot produce such proof by accident."""
     fetch_concurrency: int = attrs.field(default=8, validator=attrs.validators.ge(1))
@@ -79,23 +93,31 @@ class PeerSettings:
     always one fewer than all of them): the others stay free for established senders, whose
     fetches would otherwise wait behind unknown keys' fetches that wait out their timeouts."""
     poll_interval_s: float = attrs.field(default=1.0, validator=_positive)
-    max_announce_bytes: int = attrs.field(default=1024 + 256, validator=attrs.validators.ge(1))
-    max_batch_bytes: int = attrs.field(default=4 * 1024 * 1024 + 256, validator=attrs.validators.ge(1))
-    max_duplicates_per_round: int = attrs.field(default=4, validator=attrs.validators.ge(0))
+    max_announce_bytes: int = attrs.field(
+        default=_ADMISSION["max_announce_bytes"], validator=attrs.validators.ge(1)
+    )
+    max_batch_bytes: int = attrs.field(
+        default=_ADMISSION["max_batch_bytes"], validator=attrs.validators.ge(1)
+    )
+    max_duplicates_per_round: int = attrs.field(
+        default=_ADMISSION["max_duplicates_per_round"], validator=attrs.validators.ge(0)
+    )
     """Identical re-announcements tolerated per sender and round (gossip echoes) before it is a flood."""
     verification_limits: VerificationLimits = attrs.field(factory=VerificationLimits)
     reward_tolerance: float = 1e-6
     keep_published_rounds: int = attrs.field(default=3, validator=attrs.validators.ge(1))
     winners_count: int = attrs.field(default=3, validator=attrs.validators.ge(1))
     history_limit: int = attrs.field(default=10_000, validator=attrs.validators.ge(1))
-    dht_sweep: bool = True
+    dht_sweep: bool = _TIMING["dht_sweep"]
     """At `sweep_fraction` of the collect window, look up in the DHT the batches of peers we know
     (from earlier rounds or the transport) but heard no announcement from this round: gossip
     loss and late joining must not cost a peer its rollouts."""
     sweep_fraction: float = attrs.field(
-        default=0.5, validator=[attrs.validators.ge(0.0), attrs.validators.le(1.0)]
+        default=_TIMING["sweep_fraction"], validator=[attrs.validators.ge(0.0), attrs.validators.le(1.0)]
     )
-    known_peer_rounds: int = attrs.field(default=10, validator=attrs.validators.ge(1))
+    known_peer_rounds: int = attrs.field(
+        default=_ADMISSION["known_peer_rounds"], validator=attrs.validators.ge(1)
+    )
     """A peer last seen this many rounds ago is no longer swept for."""
     min_round_remaining: float = attrs.field(
         default=knobs.MIN_ROUND_REMAINING, validator=[attrs.validators.ge(0.0), attrs.validators.le(1.0)]
@@ -118,13 +140,16 @@ class PeerSettings:
     after the train step and only when it fits before the next round starts. Off by default."""
 
 
+def carried(settings: PeerSettings, cls: type[T], **given: Any) -> T:
+    """An instance of the core's settings class `cls` with every field PeerSettings has by the
+    same name taken from `settings`, plus `given`; the others keep `cls`'s defaults. A knob added
+    to both reaches the core without another line here."""
+    names = {field.name for field in attrs.fields(cls) if field.init} - set(given)
+    return cls(**{name: getattr(settings, name) for name in names if hasattr(settings, name)}, **given)
+
+
 def round_timing(settings: PeerSettings) -> RoundTiming:
-    return RoundTiming(
-        collect_fraction=settings.collect_fraction,
-        sweep_fraction=settings.sweep_fraction,
-        min_round_remaining=settings.min_round_remaining,
-        dht_sweep=settings.dht_sweep,
-    )
+    return carried(settings, RoundTiming)
 
 
 def stage_plan(settings: PeerSettings) -> StagePlan:
@@ -133,18 +158,7 @@ def stage_plan(settings: PeerSettings) -> StagePlan:
 
 
 def admission_rules(settings: PeerSettings, me: str) -> AdmissionRules:
-    return AdmissionRules(
-        swarm_id=settings.swarm_id,
-        me=me,
-        seed=settings.seed,
-        max_announce_bytes=settings.max_announce_bytes,
-        max_batch_bytes=settings.max_batch_bytes,
-        max_duplicates_per_round=settings.max_duplicates_per_round,
-        max_fetch_per_round=settings.max_fetch_per_round,
-        fetch_sample=settings.fetch_sample,
-        ban_on_proof=settings.ban_on_proof,
-        known_peer_rounds=settings.known_peer_rounds,
-    )
+    return carried(settings, AdmissionRules, me=me)
 
 
 def game_of(settings: PeerSettings, registry: TaskRegistry) -> Game:
