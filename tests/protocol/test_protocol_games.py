@@ -190,3 +190,13 @@ def test_honest_verdicts_verify_and_forged_ones_do_not() -> None:
     own = attrs.evolve(items[0], ref=QuestionRef(pid("carol"), items[0].ref.dataset_seed, 0))
     assert GAME.resolve(verdicts_batch("carol", (own,)), store).reason == "self_reference"  # type: ignore[union-attr]
     assert GAME.training_groups(VERIFY, items, honest.groups) == honest.groups
+
+
+def test_a_one_stage_game_votes_in_whichever_coordinator_stage_its_round_opened() -> None:
+    # A chain contract of 2 stages: a peer that first sees a round in its stage 1 plays it then,
+    # and that round's report is still the one vote and evaluation of the round.
+    machine = RoundMachine(plan=spec_of("single").plan)
+    assert machine.handle(0, RoundOpened(4, 500, 1000, stage=1)) == (Generate(4, 1),)
+    machine.handle(1, RolloutsReady(4, 1))
+    assert machine.handle(600, Tick()) == (Train(4, 1),)
+    assert machine.handle(700, TrainingFinished(4, 1)) == (Report(4, 1, votes=True),)
