@@ -23,7 +23,7 @@ hivemind lives in its own virtual environment (it pins its own torch, protobuf a
     python bench/bench_hivemind.py --procs 5 --sizes 10000 --rounds 3        # a quick look
 
 `--network netns` runs both stacks with every process in its own network namespace behind
-tests/netns_harness.py's delaying, lossy switch (root, iproute2, /dev/net/tun; the kernel here has
+netlab/netns_harness.py's delaying, lossy switch (root, iproute2, /dev/net/tun; the kernel here has
 no sch_netem), `--network both` on loopback and then in the namespaces for each process count, in
 one table with a network column:
 

@@ -43,7 +43,7 @@ MAX_COMPLETION_TOKENS = 4096
 """Sampled tokens of one completion that may carry a log-prob (`Completion.logprobs`)."""
 MAX_WINNERS = 32
 """Winners one vote may name: the contract's own bound (MAX_WINNERS in
-swarmp2p/chain/contracts/SwarmCoordinator.vy; tests/test_contract_constants.py holds them equal)."""
+swarmp2p/chain/contracts/SwarmCoordinator.vy; tests/chain/test_contract_constants.py holds them equal)."""
 MAX_LISTEN_ADDRS = 16
 MAX_SCHEDULE_TASKS = 128
 """Tasks in a swarm's rules (`SwarmSchedule.tasks`, and as many `weights`)."""

@@ -6,7 +6,7 @@ shipped files are what the code builds.
     python scripts/ship_tiny.py --write --from DIR  # ship a build made already (tiny.json: the defaults)
 
 A build takes about four minutes on 2 cores. Run --write whenever a default that shapes the model
-changes (tests/test_tiny_shipped.py fails until then, naming this command). See trainer/tiny.py for
+changes (tests/trainer/test_tiny_shipped.py fails until then, naming this command). See trainer/tiny.py for
 why the default build is shipped. The default settings' held-out question sets (validation and test,
 trainer/eval_set_cache.py) are scanned and shipped or checked with it.
 """

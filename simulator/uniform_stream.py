@@ -6,7 +6,7 @@ is the same Mersenne Twister as CPython's `random` and turns two 32-bit outputs 
 the same way (`genrand_res53`), so once it is given CPython's state it continues the very same
 stream. `take(n)` then gives the next n floats as an array, which lets `SimWorld.publish`
 compute a message's arrival slots in numpy and still produce the same report bytes as the
-scalar loop it replaces (tests/test_uniform_stream.py checks the streams draw for draw).
+scalar loop it replaces (tests/simulator/test_uniform_stream.py checks the streams draw for draw).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ glibc raises the threshold to that chunk's size. From then on, ~1 MiB buffers (D
 fetched batches, their hex forms in py-libp2p's log formatting) come from the heap. Small
 long-lived objects allocated between them pin that heap memory, so it stays resident after the
 buffers are freed. The DHT-abuse attack of issue 15 left a node +99 MB (docs/reliability.md).
-In tests/test_memory_release.py, a hundred 1 MB buffers interleaved with small objects leave
+In tests/node/test_memory_release.py, a hundred 1 MB buffers interleaved with small objects leave
 95 MB resident after their release; with the threshold fixed, none.
 
 Fixing the threshold (`mallopt(M_MMAP_THRESHOLD, 128 KiB)`) also turns the dynamic adjustment
@@ -39,7 +39,7 @@ MMAP_THRESHOLD_BYTES = 128 * 1024  # glibc's own starting value
 
 
 # How often a running node hands free heap pages back: a trim that returns ~90 MB takes ~10 ms
-# (tests/test_memory_release.py), one with little to return less, and memory freed after a
+# (tests/node/test_memory_release.py), one with little to return less, and memory freed after a
 # burst is back within one round of the default length.
 GIVE_BACK_INTERVAL_S = 5.0
 

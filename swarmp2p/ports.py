@@ -45,7 +45,7 @@ class InlineHandler:
     of each subscribed handler sharing the same `many` and the messages that reach it at one
     instant, in delivery order. `many` must decide for each receiver exactly what `one(message)`
     for each of its messages in turn would (the simulator's world hands a gossip message to
-    hundreds of virtual peers; tests/test_admission_many.py)."""
+    hundreds of virtual peers; tests/protocol/test_admission_many.py)."""
 
     one: Callable[[InboundMessage], None]
     many: Callable[[list[tuple[Any, list[InboundMessage]]]], None]

@@ -3,7 +3,7 @@
 Weights (and so AdamW's state and every update) are always fp32. Loading them in bf16 instead
 halves their memory but loses small updates: a bf16 number has 8 significant bits, so an AdamW
 step of lr 1e-6 on a weight of magnitude 2.6e-4 or more is under half its spacing and rounds
-back to the weight itself (tests/test_trainer_precision.py shows both sides). What bf16 buys on
+back to the weight itself (tests/trainer/test_trainer_precision.py shows both sides). What bf16 buys on
 a GPU with bf16 tensor cores, the speed and the smaller activations, comes from autocast: inside
 `Precision.autocast()` matmuls run in bf16 on bf16 copies of the weights, while reductions that
 need range (softmax, norms, the log-probs of trainer/grpo.py, which upcast the logits) stay fp32.
@@ -135,7 +135,7 @@ def small_step(model: Any, input_ids: Any, lr: float, autocast: AutocastFactory)
 
     The bf16 drift check: with fp32 weights nearly every weight with a gradient moves even at a
     learning rate far below bf16's resolution; with weights stored in bf16 almost none do. Used
-    by tests/test_trainer_precision.py on CPU and bench/gpu_check.py on CUDA. Steps `model` in place."""
+    by tests/trainer/test_trainer_precision.py on CPU and bench/gpu_check.py on CUDA. Steps `model` in place."""
     import torch
 
     from trainer.grpo import completion_logps

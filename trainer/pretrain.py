@@ -10,7 +10,7 @@ of answers right (see docs/trainer.md for the measured held-out accuracy).
 Never on evaluation questions: items come from PRETRAIN_DATASET_SEED (no swarm or evaluation
 seed), and every item whose question text falls in the held-out share
 (`ReasoningGymRegistry.is_heldout`) is skipped, whichever seed generated it
-(tests/test_trainer_evaluation.py).
+(tests/trainer/test_trainer_evaluation.py).
 """
 
 from __future__ import annotations

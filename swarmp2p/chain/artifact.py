@@ -1,7 +1,7 @@
 """The SwarmCoordinator contract: its Vyper source and the committed compiled artifact.
 
 The artifact (ABI + deployment bytecode) is committed next to the source so that nodes never
-need a compiler at run time; `tests/test_chain_artifact.py` recompiles the source and compares,
+need a compiler at run time; `tests/chain/test_chain_artifact.py` recompiles the source and compares,
 so the two cannot drift. Regenerate with `swarmp2p chain compile`.
 
 Both files live INSIDE the package (`swarmp2p/chain/contracts/`, shipped as package data) so

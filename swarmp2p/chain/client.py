@@ -13,7 +13,7 @@ tip capped at `tip_cap_wei` and `maxFeePerGas` = 2 x base fee + tip, capped at
 `max_fee_cap_wei`; elsewhere a legacy `gasPrice` = `eth_gasPrice`, capped the same. (The first
 version paid 2 x `eth_gasPrice` as a legacy price; anvil's `eth_gasPrice` is the base fee plus
 the tips recent transactions paid, so each price doubled the next one until every submission
-failed for funds: tests/test_chain_fees.py.)
+failed for funds: tests/chain/test_chain_fees.py.)
 
 Nonces come from the chain: each transaction takes the account's pending nonce, raised to one
 past our last MINED transaction (a load-balanced node may lag behind its own receipt), so a
@@ -49,7 +49,7 @@ from swarmp2p.chain.errors import ChainError, ChainRevert, ChainUnavailable
 log = logging.getLogger(__name__)
 
 # Gas limit per contract function. Each is the measured worst case (longest peer ids, full
-# leaderboards, most winners: see tests/test_chain_contract.py::test_gas_limits_cover_worst_case)
+# leaderboards, most winners: see tests/chain/test_chain_contract.py::test_gas_limits_cover_worst_case)
 # plus headroom. A limit that is too low shows up as a revert "out of gas", never as a silent loss.
 GAS_LIMITS: dict[str, int] = {
     "constructor": 3_300_000,  # measured 2.67M

@@ -6,7 +6,7 @@ py-libp2p 0.8.1's swarm caps inbound connections with a capacity limiter of
 after a successful upgrade that function waits for the whole swarm to finish ("keep the handler
 alive"): the slot is held after the connection has closed, for the life of the host. A node
 then refuses every inbound connection once that many peers have ever connected to it: 160 with
-the default `target_peers` of 32 (tests/test_net_peer_tables.py, where the 161st of 1,000
+the default `target_peers` of 32 (tests/net/test_net_peer_tables.py, where the 161st of 1,000
 peers joining one after the other could not connect). Under churn, for days, every node would
 end up reachable only by its own dials.
 

@@ -17,7 +17,7 @@ whose answer is "nobody":
   message for the node's lifetime. Here: kept only when adaptive gossip is on.
 
 The decisions (who is sent the message, who has it queued, what the message cache holds, the
-spam and equivocation checks) are upstream's; tests/test_net_relay_path.py compares them with
+spam and equivocation checks) are upstream's; tests/net/test_net_relay_path.py compares them with
 upstream's own `publish` over generated router states.
 """
 

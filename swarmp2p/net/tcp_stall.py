@@ -3,7 +3,7 @@
 While a path drops everything, the retransmission timeout of the oldest unacknowledged segment
 doubles at each try. When the path comes back, the connection stays silent until its next
 retransmission, up to about the cut's length later, while a new connection works at once
-(docs/reliability.md, `python tests/netns_harness.py stall [--libp2p]`: after a 30 s cut,
+(docs/reliability.md, `python netlab/netns_harness.py stall [--libp2p]`: after a 30 s cut,
 requests over the old libp2p connection were answered 12-13 s after the heal). A 5 s fetch
 over such a connection fails round after round. So a request that times out on a connection
 whose kernel reports STALLED_EXPIRATIONS unanswered timer expirations in a row closes it, and

@@ -1,0 +1,53 @@
+"""bench/bench_soak.py's arithmetic: what it calls flat, and what it reads from /proc.
+
+The soak itself runs for an hour (a bench, not a test); its verdict comes from these functions.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import bench_soak  # noqa: E402
+
+
+def _rows(node: int, rss: list[float]) -> list[dict]:
+    return [
+        {"node": node, "minute": float(minute), "rss_mib": value, "cpu_pct": 10.0, "rounds": minute}
+        for minute, value in enumerate(rss)
+    ]
+
+
+def test_growth_after_the_warm_up_is_not_flat_and_a_warm_up_climb_does_not_count() -> None:
+    # Node 1 climbs during a 5-minute warm-up, then holds with noise; node 2 leaks 1 MiB a minute.
+    settled = [500.0 + (3.0 if minute % 2 else -3.0) for minute in range(25)]
+    rows = _rows(1, [300, 350, 400, 450, 480, *settled]) + _rows(2, [400.0 + m for m in range(30)])
+    summary = bench_soak.summarize(rows, warmup_min=5, flat_growth_mib=10)
+    assert summary[1]["flat"] and abs(summary[1]["rss_growth_mib"]) < 1
+    assert (summary[1]["rss_min_mib"], summary[1]["rss_max_mib"]) == (497, 503)
+    assert not summary[2]["flat"] and summary[2]["rss_growth_mib"] == 17  # thirds of 8 samples, 17 min apart
+    assert round(summary[2]["rss_slope_mib_per_hour"]) == 60
+    assert summary[2]["rss_after_warmup_mib"] == 405 and summary[2]["rss_end_mib"] == 429
+    assert summary[1]["rounds"] == 29
+
+
+def test_memory_that_falls_is_flat() -> None:
+    rows = _rows(1, [600.0 - 2 * minute for minute in range(30)])
+    assert bench_soak.summarize(rows, warmup_min=0, flat_growth_mib=10)[1]["flat"]
+
+
+def test_a_slope_needs_two_points() -> None:
+    assert bench_soak.slope_per_hour([]) == bench_soak.slope_per_hour([(1.0, 5.0)]) == 0.0
+    assert bench_soak.slope_per_hour([(0.0, 0.0), (30.0, 10.0)]) == 20.0
+
+
+def test_sample_process_reads_memory_and_cpu_of_a_live_process_and_none_of_a_gone_one() -> None:
+    sample = bench_soak.sample_process(os.getpid())
+    assert sample is not None
+    rss_mib, cpu_s = sample
+    assert rss_mib > 10 and cpu_s > 0
+    assert bench_soak.sample_process(2**22 + 12345) is None  # above pid_max's default: no such process

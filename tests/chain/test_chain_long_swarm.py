@@ -1,0 +1,110 @@
+"""Issue 12's done-when: a 2-node chain swarm on anvil for at least 60 chain rounds (4 s stages),
+started by `swarmp2p chain devnet` and its printed node commands (no --bootstrap: the nodes meet
+through the contract's bootnode list), with every reward a node logged on the contract, no
+failed submission, and the price of every node transaction bounded by the chain's base fee (the
+bug that opened the issue: prices compounding until "Insufficient funds" by round ~13).
+
+About 5 minutes: run it on its own (`-m slow -k long_swarm`)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from tests.chain.test_chain_devnet import Devnet, _fast_config
+from tests.node.test_node_swarm import NodeProcess, wait_for
+
+from swarmp2p.chain.anvil import find_anvil
+from swarmp2p.chain.client import FeePolicy
+
+pytestmark = pytest.mark.slow
+
+STAGE_SECONDS = 4
+CHAIN_ROUNDS = 60
+
+
+def test_a_two_node_chain_swarm_runs_60_rounds_with_every_reward_on_chain(tmp_path: Path) -> None:
+    if find_anvil() is None:
+        pytest.fail("anvil is not installed: run `npm install --prefix tools/anvil`")
+    from web3 import HTTPProvider, Web3
+
+    from swarmp2p.chain.artifact import load_artifact
+
+    directory = tmp_path / "devnet"
+    devnet = Devnet(directory, nodes=2, backend="anvil", stage_seconds=STAGE_SECONDS)
+    nodes: list[NodeProcess] = []
+    try:
+        printed = devnet.until("state: ")
+        commands = [shlex.split(line.strip()) for line in printed if line.strip().startswith("swarmp2p node")]
+        assert len(commands) == 2 and not any("--bootstrap" in words for words in commands), printed
+        saved = json.loads((directory / "devnet.json").read_text())
+        w3 = Web3(HTTPProvider(saved["rpc"], request_kwargs={"timeout": 10}))
+        coordinator = w3.eth.contract(address=saved["contract"], abi=load_artifact().abi)
+        accounts = {node["address"].lower() for node in saved["nodes"]}
+        config = _fast_config(tmp_path / "fast.toml")
+        for words in commands:
+            node = NodeProcess(Path(words[words.index("--data-dir") + 1]), config, Path("tiny"), [])
+            node.args = [sys.executable, "-m", "swarmp2p.cli", *words[1:], "--config", str(config)]
+            nodes.append(node)
+            node.start()
+        ids = [node.info()["peer_id"] for node in nodes]
+        first_block = w3.eth.block_number
+        start_round = int(coordinator.functions.currentRound().call())
+        began = time.monotonic()
+
+        def rounds_done() -> bool:
+            assert not any(node.exited() for node in nodes), "a node exited"
+            return int(coordinator.functions.currentRound().call()) >= start_round + CHAIN_ROUNDS
+
+        wait_for(rounds_done, CHAIN_ROUNDS * STAGE_SECONDS * 3, f"{CHAIN_ROUNDS} chain rounds")
+        for node in nodes:
+            assert node.stop(signal.SIGTERM) == 0, node.output()
+        elapsed = time.monotonic() - began
+
+        # Every reward a node logged is on the contract, with the value it logged.
+        for node, peer_id, other in zip(nodes, ids, reversed(ids), strict=True):
+            completed = [r for r in node.rounds() if r["completed"]]
+            has_reward = coordinator.functions.hasSubmittedReward
+            on_chain = [r for r in completed if has_reward(r["round"], 0, peer_id).call()]
+            summary = f"{node.data_dir.name}: {len(completed)} rounds completed in {elapsed:.0f}s"
+            assert len(on_chain) == len(completed), summary + node.output()
+            assert len(completed) >= CHAIN_ROUNDS // 2, summary + node.output()
+            for record in completed:
+                stored = coordinator.functions.stageReward(record["round"], 0, peer_id).call()
+                assert stored == round(record["reward"] * 10**6), (record["round"], stored, record["reward"])
+            met = [r for r in completed if other in r["accepted_peers"]]
+            assert len(met) >= len(completed) // 2, f"{summary}, {len(met)} with the other's rollouts"
+            whole = "".join(log.read_text(errors="replace") for log in node.data_dir.glob("stdout-*.log"))
+            assert "in a row failed" not in whole, node.output()
+            print(summary + f", {len(met)} with the other's rollouts")
+
+        # Every node transaction was mined, at a price bounded by the chain's base fee.
+        policy = FeePolicy()
+        sent = 0
+        for number in range(first_block, w3.eth.block_number + 1):
+            block = w3.eth.get_block(number, full_transactions=True)
+            for tx in block["transactions"]:
+                if tx["from"].lower() not in accounts:
+                    continue
+                receipt = w3.eth.get_transaction_receipt(tx["hash"])
+                assert receipt["status"] == 1, (number, tx["hash"].hex())
+                paid = receipt["effectiveGasPrice"]
+                assert paid <= 2 * block["baseFeePerGas"] + policy.tip_cap_wei, (number, paid)
+                assert tx["maxFeePerGas"] <= policy.max_fee_cap_wei
+                sent += 1
+        assert sent >= CHAIN_ROUNDS, sent  # rewards (and votes) of both nodes
+        assert devnet.stop() == 0
+    except BaseException:
+        for node in nodes:
+            print(f"===== {node.data_dir.name}\n{node.output()}")
+        print("===== devnet\n" + "\n".join(devnet.seen))
+        raise
+    finally:
+        for node in nodes:
+            node.stop(signal.SIGKILL, timeout_s=5)
+        devnet.stop()

@@ -1,0 +1,209 @@
+"""`@pytest.mark.alone` (tests/conftest.py): under pytest-xdist such a test runs with no other test
+beside it. Checked on a small generated suite run on two workers, once with the mark (no other
+test overlaps it) and once without (they do overlap: the check can fail)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+
+SUITE = """
+import time
+from pathlib import Path
+
+import pytest
+
+LOG = Path(__file__).parent / "intervals.txt"
+
+
+def spend(name):
+    started = time.time()
+    time.sleep(0.6)
+    with LOG.open("a") as log:
+        log.write(f"{name} {started} {time.time()}\\n")
+
+
+MARK
+def test_the_one():
+    spend("alone")
+
+
+@pytest.mark.parametrize("index", range(6))
+def test_ordinary(index):
+    spend(f"ordinary{index}")
+"""
+
+
+def run_generated_suite(folder: Path, files: dict[str, str], *args: str) -> dict[str, tuple[float, float]]:
+    """Run the generated test `files` in `folder` on two workers, with a copy of our conftest;
+    every test or fixture logs `name start end` to intervals.txt. Returns those intervals."""
+    folder.mkdir()
+    shutil.copy(HERE / "conftest.py", folder / "conftest.py")
+    (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    alone: runs alone\n")
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "-q", "-p", "no:cacheprovider", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return {
+        name: (float(start), float(end))
+        for name, start, end in (line.split() for line in (folder / "intervals.txt").read_text().splitlines())
+    }
+
+
+def overlaps_in_generated_suite(folder: Path, files: dict[str, str], lone: str, *args: str) -> list[str]:
+    """The names whose interval overlaps the one of `lone` in a generated suite's run."""
+    intervals = run_generated_suite(folder, files, *args)
+    assert len(intervals) == 7, intervals
+    start, end = intervals.pop(lone)
+    return [name for name, (s, e) in intervals.items() if s < end and start < e]
+
+
+def overlaps(tmp_path: Path, mark: str) -> list[str]:
+    folder = tmp_path / mark.strip("@.") if mark else tmp_path / "unmarked"
+    return overlaps_in_generated_suite(folder, {"test_generated.py": SUITE.replace("MARK", mark)}, "alone")
+
+
+def test_an_alone_test_has_no_other_test_beside_it(tmp_path: Path) -> None:
+    pytest.importorskip("xdist")
+    assert overlaps(tmp_path, "@pytest.mark.alone") == []
+    assert overlaps(tmp_path, "") != []  # unmarked, the other worker runs beside it
+
+
+MODULE_SUITE = """
+import time
+from pathlib import Path
+
+import pytest
+
+LOG = Path(__file__).parent / "intervals.txt"
+
+
+@pytest.fixture(scope="module")
+def swarm(LOCK):
+    started = time.time()
+    time.sleep(0.6)  # the swarm starting: no test of this module runs yet
+    yield
+    with LOG.open("a") as log:
+        log.write(f"swarm {started} {time.time()}\\n")
+
+
+@pytest.mark.parametrize("index", range(2))
+def test_uses_the_swarm(swarm, index):
+    time.sleep(0.3)
+"""
+
+ORDINARY_SUITE = """
+import time
+from pathlib import Path
+
+import pytest
+
+LOG = Path(__file__).parent / "intervals.txt"
+
+
+@pytest.mark.parametrize("index", range(6))
+def test_ordinary(index):
+    started = time.time()
+    time.sleep(0.6)
+    with LOG.open("a") as log:
+        log.write(f"ordinary{index} {started} {time.time()}\\n")
+"""
+
+
+def module_overlaps(tmp_path: Path, lock: bool) -> list[str]:
+    """Ordinary tests that ran while a module-scoped fixture of another module was alive."""
+    files = {
+        # The fixture's dependency: conftest's alone_module, or one that takes no lock.
+        "test_a_swarm.py": MODULE_SUITE.replace("LOCK", "alone_module" if lock else "tmp_path_factory"),
+        "test_b_ordinary.py": ORDINARY_SUITE,
+    }
+    folder = tmp_path / ("locked" if lock else "unlocked")
+    # --dist loadfile: the swarm module's tests on one worker, the ordinary ones on the other
+    return overlaps_in_generated_suite(folder, files, "swarm", "--dist", "loadfile")
+
+
+def test_a_module_fixture_requesting_alone_module_has_no_other_test_beside_it(tmp_path: Path) -> None:
+    pytest.importorskip("xdist")
+    assert module_overlaps(tmp_path, lock=True) == []
+    assert module_overlaps(tmp_path, lock=False) != []  # without it the other worker runs beside it
+
+
+LONG_SUITE = """
+import time
+from pathlib import Path
+
+LOG = Path(__file__).parent / "intervals.txt"
+
+
+def test_long():
+    started = time.time()
+    time.sleep(3)
+    with LOG.open("a") as log:
+        log.write(f"long {started} {time.time()}\\n")
+"""
+
+ALONE_SUITE = SUITE.replace("MARK", "@pytest.mark.alone").split("@pytest.mark.parametrize")[0]
+
+
+def test_alone_modules_run_first_and_wait_behind_no_long_test(tmp_path: Path) -> None:
+    """An `alone` test waits for the test running on the other worker. Behind a long one (the
+    60-round chain swarm, 250 s) one worker idled for minutes in every CI run: conftest's
+    collection order starts the modules with `alone` tests first (and turns off xdist's own
+    reordering by test count, which would put them back). With `--dist loadscope`, as
+    scripts/test.sh runs the suite, the alone module here would otherwise run after the long
+    one, on its worker."""
+    pytest.importorskip("xdist")
+    files = {
+        "test_a_long.py": LONG_SUITE,
+        "test_b_ordinary.py": ORDINARY_SUITE,
+        "test_z_alone.py": ALONE_SUITE,
+    }
+    intervals = run_generated_suite(tmp_path / "ordered", files, "--dist", "loadscope")
+    assert len(intervals) == 8, intervals
+    assert intervals["alone"][1] <= intervals["long"][0], intervals
+
+
+def test_a_pytest_started_inside_a_worker_takes_no_lock_of_the_outer_run(tmp_path: Path) -> None:
+    """A test that runs pytest in a subprocess (tests/project/test_hypothesis_profiles.py does) passes it
+    the xdist worker's environment. That inner pytest is no worker of the outer run and must not
+    queue on its lock: while an `alone` test of the outer run waits at the gate for the outer
+    test to end, the inner one would wait for the `alone` test, a deadlock until the timeout (a
+    fresh-clone CI run lost test_hypothesis_profiles that way, 120 s). Here the gate is held as
+    such a waiting `alone` test holds it."""
+    run_id = f"inner-{os.getpid()}-{tmp_path.name}"
+    folder = Path(tempfile.gettempdir()) / f"swarmp2p-pytest-alone-{os.getuid()}"
+    folder.mkdir(exist_ok=True)
+    gate_path = folder / f"{run_id}.gate"
+    (tmp_path / "conftest.py").write_text((HERE / "conftest.py").read_text())
+    (tmp_path / "test_inner.py").write_text("def test_inner():\n    print('INNER RAN')\n")
+    environment = {**os.environ, "PYTEST_XDIST_WORKER": "gw0", "PYTEST_XDIST_TESTRUNUID": run_id}
+    try:
+        with gate_path.open("a") as gate:
+            fcntl.flock(gate, fcntl.LOCK_EX)  # an `alone` test of the "outer run" waits behind it
+            done = subprocess.run(
+                [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "test_inner.py"],
+                cwd=tmp_path,
+                env=environment,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+    finally:
+        for suffix in (".gate", ".main"):
+            (folder / f"{run_id}{suffix}").unlink(missing_ok=True)
+    assert done.returncode == 0 and "INNER RAN" in done.stdout, done.stdout + done.stderr
