@@ -37,10 +37,11 @@ decision by decision, by tests/simulator/test_fastpath_rules.py.
 from __future__ import annotations
 
 import hashlib
+from abc import abstractmethod
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, MutableMapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import attrs
 
@@ -151,18 +152,14 @@ class DictMaps:
             del rounds[peer]
 
 
-@runtime_checkable
-class SharedPeers(Protocol):
+class SharedPeers(AbstractSet[str]):
     """A set of connected peers that many inboxes share (the simulator's PeersExcept): kept as
     it is, not copied into a frozenset each (O(peers) per peer), and merged into a set by
-    itself (`union_into`: set operations in C, where iterating it would be a Python loop)."""
+    itself (`union_into`: set operations in C, where iterating it would be a Python loop).
+    A base class, not a Protocol: `peers_connected` tells it apart on every call, and an ABC's
+    isinstance is cached where a runtime Protocol's walks the members each time."""
 
-    def __contains__(self, peer: object) -> bool: ...
-
-    def __iter__(self) -> Iterator[str]: ...
-
-    def __len__(self) -> int: ...
-
+    @abstractmethod
     def union_into(self, target: set[str]) -> None: ...
 
 

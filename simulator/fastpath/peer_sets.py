@@ -21,11 +21,13 @@ from collections.abc import Iterator, Mapping, Sequence, Set
 from itertools import chain, islice
 from typing import Any
 
+from protocol.admission import SharedPeers
+
 _EMPTY: tuple[str, ...] = ()
 _NO_INDEX: Mapping[str, int] = {}
 
 
-class PeersExcept(Set[str], Sequence[str]):  # type: ignore[misc]
+class PeersExcept(SharedPeers, Sequence[str]):  # type: ignore[misc]
     """frozenset(base | joined[:count]) - {me}, without the copy. A Sequence too
     (NetworkPort.connected_peers). `joined` and `join_index` (peer -> its position in `joined`)
     are shared and only ever appended to; `joined` holds no peer of `base`."""
