@@ -23,8 +23,8 @@ from swarmp2p.net import (
     NetworkSettings,
     open_libp2p_network,
 )
-from swarmp2p.net.adapter import TELL_MIN_GAP_S, next_exchange_interval, next_upkeep_pause, tell_due
 from swarmp2p.net.frames import encode_frame
+from swarmp2p.net.upkeep import TELL_MIN_GAP_S, next_exchange_interval, next_upkeep_pause, tell_due
 from swarmp2p.ports import NetworkError
 
 FAST = NetworkSettings(handler_timeout_s=2.0, peer_exchange_interval_s=0.5, upkeep_interval_s=0.2)

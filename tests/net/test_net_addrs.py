@@ -7,8 +7,8 @@ import trio
 from libp2p.crypto.ed25519 import create_new_key_pair
 
 from swarmp2p.net import NetworkSettings, open_libp2p_network
-from swarmp2p.net.adapter import dialable_addrs
 from swarmp2p.net.listen_check import check_listen_addrs_free
+from swarmp2p.net.peer_addrs import dialable_addrs
 
 PEER = "12D3KooWLecEtuJ1pFCT32PCMEL3rqcPcwB1Tc6KfXK6Un7ah5he"
 

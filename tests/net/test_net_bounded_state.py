@@ -166,10 +166,10 @@ def test_a_never_reached_peer_is_forgotten_after_two_failed_dials_a_reached_one_
 
 
 def test_gossip_seen_cache_is_capped_and_counts_evictions() -> None:
-    from swarmp2p.net.gossip import _CappedSeenCache
+    from swarmp2p.net.gossip_bounds import CappedSeenCache
 
     counters = DropCounters()
-    cache = _CappedSeenCache(120, 60, 1000, counters)
+    cache = CappedSeenCache(120, 60, 1000, counters)
     try:
         for i in range(100_000):
             assert cache.add(i.to_bytes(8, "big"))

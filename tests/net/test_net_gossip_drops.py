@@ -160,7 +160,7 @@ def test_queued_messages_py_libp2p_prunes_for_a_peer_not_yet_open_are_counted() 
     from libp2p.pubsub.gossipsub import PROTOCOL_ID
 
     from swarmp2p.net.counters import DropCounters
-    from swarmp2p.net.gossip import CountingGossipSub
+    from swarmp2p.net.gossip_router import CountingGossipSub
 
     counters = DropCounters()
     router = CountingGossipSub(

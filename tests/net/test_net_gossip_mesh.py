@@ -1,4 +1,4 @@
-"""The gossip mesh settles (swarmp2p/net/gossip.py's CountingGossipSub): with more subscribers
+"""The gossip mesh settles (swarmp2p/net/gossip_router.py's CountingGossipSub): with more subscribers
 than D_high, idle nodes stop exchanging GRAFT and PRUNE once their meshes have formed, and
 honest peers never take each other's GRAFTs for a flood.
 

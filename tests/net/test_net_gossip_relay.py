@@ -21,7 +21,7 @@ from libp2p.pubsub.rpc_queue import RpcQueue
 
 from swarmp2p.net import open_libp2p_network
 from swarmp2p.net.counters import DropCounters
-from swarmp2p.net.gossip import _SizedOutboundQueues
+from swarmp2p.net.gossip_bounds import SizedOutboundQueues
 from tests.net.test_net_gossip_drops import FAST, TOPIC, message, rpc, wait_until
 
 
@@ -44,7 +44,7 @@ def test_own_messages_overtake_relayed_ones_and_displace_them_when_full() -> Non
     other = ID.from_pubkey(create_new_key_pair().public_key)
     neighbour = ID.from_pubkey(create_new_key_pair().public_key)
     counters = DropCounters()
-    queues = _SizedOutboundQueues(4, counters, me)
+    queues = SizedOutboundQueues(4, counters, me)
 
     async def main() -> None:
         queues[neighbour] = RpcQueue()

@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 
-from swarmp2p.net import PEERS_PROTOCOL, LibP2PNetwork, NetworkSettings, open_libp2p_network
+from swarmp2p.net import PEERS_PROTOCOL, NetworkSettings, open_libp2p_network
 from swarmp2p.net.neighbours import NeighbourMap, backup_relay
+from swarmp2p.net.peer_exchange import PeerExchange
 
 TOPIC = "swarmp2p/test/neighbours"
 QUICK = NetworkSettings(heartbeat_s=0.2, upkeep_interval_s=0.2, handler_timeout_s=2.0)
@@ -144,7 +145,7 @@ def _mesh(net: Any) -> set[str]:
 async def _settled(*nets: Any) -> None:
     """Until every mesh peer of each net has answered it, no exchange with a mesh joiner is in
     flight and its own connections are told (`LibP2PNetwork.relays_settled`): a test that plants
-    or forgets an answer must not race the one its mesh's forming asked for (`_on_mesh_join`)."""
+    or forgets an answer must not race the one its mesh's forming asked for (`PeerExchange.on_mesh_join`)."""
     await _wait(lambda: all(net.relays_settled(1) for net in nets))
 
 
@@ -325,7 +326,8 @@ def test_heartbeat_ihaves_leave_out_what_the_peer_got_from_the_author() -> None:
     from libp2p.pubsub.pb import rpc_pb2
 
     from swarmp2p.net.counters import DropCounters
-    from swarmp2p.net.gossip import GOSSIP_PROTOCOLS, CountingGossipSub
+    from swarmp2p.net.gossip import GOSSIP_PROTOCOLS
+    from swarmp2p.net.gossip_router import CountingGossipSub
 
     def new_id() -> ID:
         return ID.from_pubkey(create_new_key_pair().public_key)
@@ -354,7 +356,8 @@ def test_a_relay_also_skips_the_peers_the_author_said_it_is_connected_to() -> No
     answer predates the connection, or we have none), the relay to that peer is skipped too;
     a peer neither end named still gets it."""
     from swarmp2p.net.counters import DropCounters
-    from swarmp2p.net.gossip import GOSSIP_PROTOCOLS, CountingGossipSub
+    from swarmp2p.net.gossip import GOSSIP_PROTOCOLS
+    from swarmp2p.net.gossip_router import CountingGossipSub
 
     def new_id() -> ID:
         return ID.from_pubkey(create_new_key_pair().public_key)
@@ -385,13 +388,13 @@ def test_a_peer_joining_the_mesh_is_asked_whom_it_is_connected_to_at_once(
     joiner already has from the author. An answer younger than 2 s is not asked again."""
     slow_asker = attrs.evolve(QUICK, peer_exchange_fast_s=60.0, peer_exchange_interval_s=60.0)
     joined: list[tuple[str, str]] = []
-    on_mesh_join = LibP2PNetwork._on_mesh_join
+    on_mesh_join = PeerExchange.on_mesh_join
 
-    def recording(self: LibP2PNetwork, pid: ID) -> None:
-        joined.append((self.local_peer_id, pid.to_base58()))
+    def recording(self: PeerExchange, pid: ID) -> None:
+        joined.append((self._peers.local_peer_id, pid.to_base58()))
         on_mesh_join(self, pid)
 
-    monkeypatch.setattr(LibP2PNetwork, "_on_mesh_join", recording)
+    monkeypatch.setattr(PeerExchange, "on_mesh_join", recording)
 
     async def main() -> None:
         async with AsyncExitStack() as stack:
@@ -404,11 +407,11 @@ def test_a_peer_joining_the_mesh_is_asked_whom_it_is_connected_to_at_once(
             # Forget what `a` knows of `b`; a join now asks at once (the loop is 60 s away).
             b_pid = ID.from_base58(b.local_peer_id)
             a.neighbours.forget(b_pid.to_bytes())
-            a._on_mesh_join(b_pid)
+            a.exchange.on_mesh_join(b_pid)
             await _wait(lambda: a.neighbours.age(b_pid.to_bytes()) is not None, timeout_s=2.0)
             # A fresh answer is not asked for again.
-            a._on_mesh_join(b_pid)
-            assert not a._asking_joiners
+            a.exchange.on_mesh_join(b_pid)
+            assert not a.exchange.asking_joiners
 
     trio.run(main)
 

@@ -115,7 +115,7 @@ def per_peer_tables(node: LibP2PNetwork) -> dict[str, int]:
     limiter = pubsub.forwarder_limiter
     _sized(tables, "forwarder_limiter", limiter._buckets if limiter is not None else None)
     _sized(tables, "node.neighbours", node.neighbours._entries)
-    _sized(tables, "node.exchange_quiet", node._exchange_quiet_until)
+    _sized(tables, "node.exchange_quiet", node.exchange.quiet_until)
     _sized(tables, "node.dht_peers", node._dht_peers)
     tables["dht.routing_table"] = len(node.dht.routing_table.get_peer_ids())
     return tables

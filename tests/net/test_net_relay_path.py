@@ -25,7 +25,8 @@ from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V1
 from libp2p.pubsub.pb import rpc_pb2
 
 from swarmp2p.net.counters import DropCounters
-from swarmp2p.net.gossip import GOSSIP_PROTOCOLS, SKIPPED_IHAVE_TICKS, CountingGossipSub
+from swarmp2p.net.gossip import GOSSIP_PROTOCOLS
+from swarmp2p.net.gossip_router import SKIPPED_IHAVE_TICKS, CountingGossipSub
 from swarmp2p.net.neighbours import NeighbourMap
 
 ME = ID(b"\x00\x05me-00")

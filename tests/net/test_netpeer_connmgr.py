@@ -12,7 +12,7 @@ import trio
 from libp2p.crypto.ed25519 import create_new_key_pair
 
 from swarmp2p.net import NetworkSettings, open_libp2p_network
-from swarmp2p.net.adapter import UpkeepOwnsDialing
+from swarmp2p.net.host_build import UpkeepOwnsDialing
 
 AUTO_CONNECTOR_LOGGER = "libp2p.network.auto_connector"
 
