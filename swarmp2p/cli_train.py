@@ -6,11 +6,14 @@ itself is trainer/solo.py."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from trainer.selection import DEFAULT_WINDOW
+
+if TYPE_CHECKING:  # the command imports torch-side modules only when it runs
+    from trainer.solo import SoloResult
 
 TRAIN_DATA_DIR = ".swarmp2p-train"
 """`train`'s own default data dir: never the node's `.swarmp2p`."""
@@ -113,9 +116,7 @@ def train(
 
     from swarmp2p.config import config_or_exit
     from trainer.config import TrainerConfig, user_model_cache
-    from trainer.evaluation import gain
     from trainer.model import ModelLoadError
-    from trainer.plot import plot_rewards
     from trainer.solo import SoloHooks, SoloRun, prepare, train_alone
     from trainer.tasks import TaskError
 
@@ -271,6 +272,35 @@ def train(
     if config.wandb:
         runs = Path(config.wandb) / "wandb"
         console.print(f"wandb: offline run in {runs} (upload: wandb sync {runs}/offline-run-*)")
+    _print_summary(console, result, out)
+
+
+def _pick_auto_model(config: Any, console: Any) -> Any:
+    """`config` with `--model auto` resolved (swarmp2p/model_auto.py), the pick said in one line;
+    a device this machine lacks is a one-line error (exit 2)."""
+    import attrs
+    from rich.markup import escape
+
+    from swarmp2p.model_auto import ModelPools, hub_reachability, pick_model
+    from trainer.device import DeviceError, probe, resolve_device
+
+    facts = probe()
+    try:
+        device = resolve_device(config.device, facts)
+    except DeviceError as error:
+        console.print(f"[red]--device: {escape(str(error))}[/red]")
+        raise typer.Exit(2) from None
+    pick = pick_model(ModelPools(), device, facts, hub_reachability())
+    console.print(escape(pick.line()))
+    return attrs.evolve(config, model=pick.model)
+
+
+def _print_summary(console: Any, result: SoloResult, out: Path) -> None:
+    """The run's closing lines: training reward, the held-out curve's gain, with selection the
+    test figure on the chosen weights, and the plot (trainer/plot.py) written to OUT."""
+    from trainer.evaluation import gain
+    from trainer.plot import plot_rewards
+
     rewards, evals, best = result.rewards, result.evals, result.best
     test_start, selected = result.test_start, result.selected
     tests = [] if test_start is None or selected is None else [test_start, selected]
@@ -295,23 +325,3 @@ def train(
             f"{selected['questions']} test questions; weights in {out / 'best-model'}"
         )
     console.print(f"curves: {png}")
-
-
-def _pick_auto_model(config: Any, console: Any) -> Any:
-    """`config` with `--model auto` resolved (swarmp2p/model_auto.py), the pick said in one line;
-    a device this machine lacks is a one-line error (exit 2)."""
-    import attrs
-    from rich.markup import escape
-
-    from swarmp2p.model_auto import ModelPools, hub_reachability, pick_model
-    from trainer.device import DeviceError, probe, resolve_device
-
-    facts = probe()
-    try:
-        device = resolve_device(config.device, facts)
-    except DeviceError as error:
-        console.print(f"[red]--device: {escape(str(error))}[/red]")
-        raise typer.Exit(2) from None
-    pick = pick_model(ModelPools(), device, facts, hub_reachability())
-    console.print(escape(pick.line()))
-    return attrs.evolve(config, model=pick.model)
