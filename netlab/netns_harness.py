@@ -129,7 +129,7 @@ def new_prefix() -> str:
     return f"s2p{os.getpid():x}x{_RUNS}"
 
 
-# ---- the switch (runs as its own process: `python netlab/netns_harness.py switch PREFIX N`) -----------------
+# ---- the switch (runs as its own process: `python netlab/netns_harness.py switch PREFIX N`) -------------
 
 
 class Impairment:

@@ -135,7 +135,8 @@ def small_step(model: Any, input_ids: Any, lr: float, autocast: AutocastFactory)
 
     The bf16 drift check: with fp32 weights nearly every weight with a gradient moves even at a
     learning rate far below bf16's resolution; with weights stored in bf16 almost none do. Used
-    by tests/trainer/test_trainer_precision.py on CPU and bench/gpu_check.py on CUDA. Steps `model` in place."""
+    by tests/trainer/test_trainer_precision.py on CPU and bench/gpu_check.py on CUDA. Steps `model`
+    in place."""
     import torch
 
     from trainer.grpo import completion_logps
