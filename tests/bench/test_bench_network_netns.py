@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from netlab.netns_harness import missing_requirements
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -79,6 +80,7 @@ def test_the_tcp_floor_runs_on_loopback_and_across_the_switch() -> None:
     """bench/tcp_floor.py, the bare TCP exchange `--tcp-floor` puts beside ours: every batch
     arrives, and in the namespaces no round beats one one-way delay (it crossed the switch)."""
     import tcp_floor
+
     from netlab.netns_harness import NetnsNetwork
 
     loopback = tcp_floor.run_floor(3, [10000, 200000], 2, 1.0)

@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.node.test_node_swarm import NodeProcess, wait_for
 
 from swarmp2p.chain.anvil import find_anvil, rpc, rpc_ready
+from tests.node.test_node_swarm import NodeProcess, wait_for
 
 pytestmark = pytest.mark.slow
 

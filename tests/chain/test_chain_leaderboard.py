@@ -15,7 +15,6 @@ from typing import Any
 
 import attrs
 import pytest
-from tests.helpers.budget import examples
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +22,7 @@ from protocol.stage_schedule import StageSchedule
 from swarmp2p.chain.artifact import Artifact, compile_source, load_artifact
 from swarmp2p.chain.client import ContractClient
 from swarmp2p.chain.embedded import EmbeddedChain
+from tests.helpers.budget import examples
 
 V1_SOURCE = Path(__file__).resolve().parents[2] / "bench/fixtures/SwarmCoordinator_v1.vy"
 STAGES = 2

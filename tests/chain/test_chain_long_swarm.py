@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.chain.test_chain_devnet import Devnet, _fast_config
-from tests.node.test_node_swarm import NodeProcess, wait_for
 
 from swarmp2p.chain.anvil import find_anvil
 from swarmp2p.chain.client import FeePolicy
+from tests.chain.test_chain_devnet import Devnet, _fast_config
+from tests.node.test_node_swarm import NodeProcess, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
-from tests.helpers.budget import examples
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, rule
@@ -20,6 +19,7 @@ from protocol.stage_schedule import StageSchedule
 from swarmp2p.chain.client import ContractClient
 from swarmp2p.chain.embedded import EmbeddedChain
 from swarmp2p.chain.errors import ChainRevert
+from tests.helpers.budget import examples
 
 STAGES = 2
 SCALE = 10**6

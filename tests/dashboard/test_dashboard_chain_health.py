@@ -7,9 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.dashboard.test_dashboard_browser import browser  # noqa: F401 (fixture)
-
 from swarmp2p.dashboard.app import write_html_report
+from tests.dashboard.test_dashboard_browser import browser  # noqa: F401 (fixture)
 
 HISTORY = [{"round": r, "reward": 0.5, "rollouts_in": 1, "rollouts_out": 2, "rejected": 0} for r in range(3)]
 

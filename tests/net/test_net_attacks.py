@@ -18,9 +18,6 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11
 
-from swarmp2p.dashboard import normalize_status, render_metrics
-from swarmp2p.net import open_libp2p_network
-from swarmp2p.peer_settings import announce_topic
 from netlab.attack_kit import (
     FAST,
     SWARM,
@@ -32,6 +29,9 @@ from netlab.attack_kit import (
     run_pair,
     wait_rounds,
 )
+from swarmp2p.dashboard import normalize_status, render_metrics
+from swarmp2p.net import open_libp2p_network
+from swarmp2p.peer_settings import announce_topic
 from tests.node.test_metrics_export import assert_every_status_counter_exported
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+
 from netlab.netns_harness import (
     NetnsNetwork,
     NetnsNode,

@@ -14,6 +14,7 @@ import time
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from netlab.netns_harness import (
     TCP_CWR,
     TCP_FIN,

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import trio
-from netlab.netns_harness import batch_ledger
 
+from netlab.netns_harness import batch_ledger
 from protocol.admission import RoundInbox
 from protocol.messages import Completion, QuestionGroup, QuestionRef
 from protocol.sampling import SamplingState

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from netlab.netns_harness import NetnsNetwork, missing_requirements
 
+from netlab.netns_harness import NetnsNetwork, missing_requirements
 from swarmp2p.net.tcp_stall import STALLED_EXPIRATIONS, socket_stalled, tcp_info_counts
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,8 +23,16 @@ from typing import Any
 
 import attrs
 import pytest
+
 from tests.node.test_node_acr import ROUND_SECONDS, STAGES, by_position, start_acr_swarm
-from tests.node.test_node_swarm import NodeProcess, free_port, swarm_report, wait_for, warm_model, write_config
+from tests.node.test_node_swarm import (
+    NodeProcess,
+    free_port,
+    swarm_report,
+    wait_for,
+    warm_model,
+    write_config,
+)
 
 __all__ = ["warm_model"]
 

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from tests.node.test_node_swarm import NodeProcess, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

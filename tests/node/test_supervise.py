@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.node.test_node_swarm import wait_for
 
 from swarmp2p.supervise import RestartPolicy, describe_exit, supervise
+from tests.node.test_node_swarm import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,6 @@ import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.helpers.strategies import STRATEGY_OF_KIND, wire_messages
 
 from protocol import codec, limits
 from protocol.errors import ProtocolError
@@ -29,6 +28,7 @@ from protocol.messages import (
     SwarmSchedule,
     WinnersVote,
 )
+from tests.helpers.strategies import STRATEGY_OF_KIND, wire_messages
 
 REPORT = RewardReport(swarm_id="swarm", round=3, stage=1, peer_id="peer", reward=0.25)
 

@@ -10,7 +10,6 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.helpers.strategies import authored_by, ed25519_seeds, fetch_requests, wire_messages
 
 from protocol import codec, envelope, limits
 from protocol.envelope import (
@@ -22,6 +21,7 @@ from protocol.envelope import (
 )
 from protocol.errors import ProtocolError
 from protocol.messages import PROTOCOL_VERSION, RewardReport
+from tests.helpers.strategies import authored_by, ed25519_seeds, fetch_requests, wire_messages
 
 SEED_A = hashlib.sha256(b"peer a").digest()
 SEED_B = hashlib.sha256(b"peer b").digest()

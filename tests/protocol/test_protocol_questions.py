@@ -9,7 +9,6 @@ from collections import Counter
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.helpers.strategies import peer_ids
 
 from protocol import limits, questions
 from protocol.questions import (
@@ -24,6 +23,7 @@ from protocol.questions import (
     heldout_split,
     questions_for,
 )
+from tests.helpers.strategies import peer_ids
 
 task_lists = st.lists(
     st.text(alphabet="abcdefgh_", min_size=1, max_size=12), min_size=1, max_size=6, unique=True

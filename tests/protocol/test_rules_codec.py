@@ -10,13 +10,13 @@ import msgpack
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.helpers.strategies import swarm_rules, swarm_schedules
 
 from protocol import codec, limits
 from protocol.envelope import SIGNING_DOMAIN, peer_id_from_seed, public_key_from_seed, seal
 from protocol.errors import ProtocolError
 from protocol.messages import PROTOCOL_VERSION, Hello, SwarmSchedule
 from swarmp2p.hello import VersionMismatch, open_hello
+from tests.helpers.strategies import swarm_rules, swarm_schedules
 
 SEED = hashlib.sha256(b"rules codec test key").digest()
 PEER = peer_id_from_seed(SEED)

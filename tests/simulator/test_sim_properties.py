@@ -6,7 +6,6 @@ from functools import cache
 
 import attrs
 import pytest
-from tests.helpers.budget import examples
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +21,7 @@ from simulator.scenario import (
     builtin_scenarios,
     load_scenario,
 )
+from tests.helpers.budget import examples
 
 BYZANTINE_SCENARIOS = [name for name in builtin_scenarios() if load_scenario(name).byzantine.fraction > 0]
 # Each example simulates a whole swarm: a share of the profile's count (30 under ci).

@@ -8,13 +8,6 @@ import attrs
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.simulator.test_sim_properties import (
-    byzantine_banned_by_every_honest_peer,
-    halves_apart_then_agreed,
-    honest_completes_every_present_round,
-    never_trained_on_forgeries,
-    no_honest_rollouts_lost,
-)
 
 from simulator.network import LinkModel, SimWorld
 from simulator.report import build_report, report_json
@@ -30,6 +23,13 @@ from simulator.scenario import (
     load_scenario,
 )
 from simulator.shards import EVERYONE, WAKING, ShardLink, SimulationWorkerError, owner_of, route
+from tests.simulator.test_sim_properties import (
+    byzantine_banned_by_every_honest_peer,
+    halves_apart_then_agreed,
+    honest_completes_every_present_round,
+    never_trained_on_forgeries,
+    no_honest_rollouts_lost,
+)
 
 
 def _owners(result, workers: int) -> dict[str, int]:

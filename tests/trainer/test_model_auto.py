@@ -122,6 +122,7 @@ def test_a_node_with_model_auto_and_no_accelerator_runs_the_tiny_model(tmp_path:
     import signal
 
     import torch
+
     from tests.node.test_node_swarm import NodeProcess
 
     if torch.cuda.is_available():
