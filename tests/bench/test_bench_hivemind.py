@@ -184,9 +184,9 @@ def test_per_round_gives_each_exchange_its_time_duplicates_cpu_and_connections()
     assert rounds[0]["took_s"] == pytest.approx(0.5)
     assert math.isinf(rounds[1]["took_s"]) and rounds[2]["took_s"] == pytest.approx(0.3)
     # Round 1's two deliveries came 0.3 and 0.5 s after its start, round 3's 0.2 and 0.3 s
-    # (`percentile` takes the nearest rank: of two, the first for half, the second for 90%).
-    assert (rounds[0]["median_s"], rounds[0]["p90_s"]) == pytest.approx((0.3, 0.5))
-    assert (rounds[2]["median_s"], rounds[2]["p90_s"]) == pytest.approx((0.2, 0.3))
+    # (`percentile` interpolates between the two nearest ranks: of two, the midpoint for half).
+    assert (rounds[0]["median_s"], rounds[0]["p90_s"]) == pytest.approx((0.4, 0.48))
+    assert (rounds[2]["median_s"], rounds[2]["p90_s"]) == pytest.approx((0.25, 0.29))
     assert all(r["duplicates"] is None and r["cpu_s"] is None for r in rounds)
     results[0]["round_marks"] = [(1.0, 0, 1), (1.5, 4, 1), (1.75, 4, 1), (2.0, 5, 1)]
     results[1]["round_marks"] = [(2.0, 1, 1), (2.5, 1, 1), (3.0, 1, 1), (3.5, 2, 1)]

@@ -12,7 +12,8 @@ import pytest
 from tests.node.test_data_dir import TRAINER_TOML
 from tests.helpers.wandb_runs import history
 
-from swarmp2p.scalar_log import FanOut, ScalarLogUnavailable, open_scalar_log
+from swarmp2p.scalar_log import FanOut, ScalarLogUnavailable
+from swarmp2p.scalar_writers import open_scalar_log
 from swarmp2p.wandblog import WandbLog
 
 
@@ -59,7 +60,8 @@ def test_without_wandb_installed_the_flag_is_a_one_line_error_at_start(tmp_path:
         f"""
         import sys
         sys.path.insert(0, {str(blocker.parent)!r})
-        from swarmp2p.scalar_log import ScalarLogUnavailable, open_scalar_log
+        from swarmp2p.scalar_log import ScalarLogUnavailable
+        from swarmp2p.scalar_writers import open_scalar_log
         try:
             open_scalar_log(tensorboard="", wandb={str(tmp_path)!r}, name="x", job_type="t", config={{}})
         except ScalarLogUnavailable as error:
