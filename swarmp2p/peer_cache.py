@@ -179,8 +179,9 @@ class VerifyCache:
         self._known_opened(data, opened)
 
     def reopened(self, data: bytes, times: int, *, max_size: int | None = None) -> None:
-        """Opener.reopened: `times` more `open(data)` calls right after one. The identity memo
-        answers them (a hit each) when it holds `data`; otherwise they are made."""
+        """FastOpener.reopened (simulator/fastpath/heard_run.py): `times` more `open(data)` calls
+        right after one. The identity memo answers them (a hit each) when it holds `data`;
+        otherwise they are made."""
         entry = self._opened_by_identity._table.get(id(data))
         if entry is not None and entry[0] is data:
             self.hits += times
@@ -192,8 +193,9 @@ class VerifyCache:
                 pass
 
     def peek_opened(self, data: bytes) -> Opened | None:
-        """Opener.peek_opened: the opened envelope the identity memo holds for this very `data`
-        object (what `open(data)` would answer with a hit), else None; counts nothing."""
+        """FastOpener.peek_opened (simulator/fastpath/heard_run.py): the opened envelope the
+        identity memo holds for this very `data` object (what `open(data)` would answer with a
+        hit), else None; counts nothing."""
         entry = self._opened_by_identity._table.get(id(data))
         if entry is not None and entry[0] is data and not isinstance(entry[1], ProtocolError):
             return entry[1]  # type: ignore[no-any-return]

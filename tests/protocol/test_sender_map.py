@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from protocol.admission import DictMaps
 from protocol.sender_map import PeerNumbers, SenderMap, SenderRounds
 
 PEERS = [f"peer{i}" for i in range(8)]
@@ -86,3 +87,25 @@ def test_sender_rounds_hold_round_numbers_only() -> None:
         with pytest.raises(ValueError, match="round numbers"):
             rounds["a"] = bad  # type: ignore[assignment]
     assert rounds["a"] == 2**31 - 1
+
+
+@given(prenumbered=st.lists(st.sampled_from(PEERS), unique=True), ops=operations)
+def test_peer_numbers_make_the_inbox_maps_a_node_keeps_as_dicts(
+    prenumbered: list[str], ops: list[tuple[str, str | None, int | None]]
+) -> None:
+    """PeerNumbers is the admission inbox's SenderMaps: its maps and its forgetting of old
+    rounds behave as DictMaps' (a node's plain dicts)."""
+    numbers, plain = PeerNumbers(prenumbered), DictMaps()
+    pairs = [(numbers.rounds(), plain.rounds(), plain), (numbers.digests(), plain.digests(), None)]
+    for op, peer, value in ops:
+        for numbered, reference, forgets in pairs:
+            if op == "set":
+                numbered[peer] = reference[peer] = value if forgets else bytes([value])  # type: ignore[index]
+            elif op == "del" and peer in reference:
+                del numbered[peer], reference[peer]  # type: ignore[arg-type]
+            elif op == "drop_below" and forgets is not None:
+                numbers.drop_below(numbered, value)  # type: ignore[arg-type]
+                forgets.drop_below(reference, value)  # type: ignore[arg-type]
+            assert dict(numbered) == dict(reference)
+    with pytest.raises(TypeError):
+        numbers.drop_below({}, 0)  # only a map it made
