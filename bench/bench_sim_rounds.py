@@ -8,7 +8,7 @@ change use: run it from two checkouts in turn (`PYTHONPATH=<other checkout>`), i
     PYTHONPATH=/tmp/base python bench/bench_sim_rounds.py --peers 1000 --rounds 14
     python bench/bench_sim_rounds.py --peers 3000 --rounds 2 --time-delivery
 
-`--time-delivery` also times gossip delivery (`Fetcher.handle_announcement_many`, the N x N part
+`--time-delivery` also times gossip delivery (`simulator.fastpath.delivery`, the N x N part
 of a round: every announcement to every peer) per round: the deliveries, their seconds and the
 cost of one; the rest of the round's CPU is everything else.
 """
@@ -72,15 +72,14 @@ def main() -> None:
 
 
 class _DeliveryTimer:
-    """Wraps `Fetcher.handle_announcement_many` (what the simulated network calls with an
-    instant's gossip for many receivers) with a CPU-time counter, until `remove`."""
+    """Wraps `simulator.fastpath.delivery.handle_announcement_many` (what the simulated network
+    calls with an instant's gossip for many receivers) with a CPU-time counter, until `remove`."""
 
     def __init__(self) -> None:
-        from swarmp2p.fetcher import Fetcher
+        from simulator.fastpath import delivery
 
-        self._fetcher = Fetcher
-        self._original = original = Fetcher.__dict__["handle_announcement_many"]
-        inner = original.__func__
+        self._delivery = delivery
+        self._original = inner = delivery.handle_announcement_many
         self.count = 0
         self.seconds = 0.0
 
@@ -92,7 +91,7 @@ class _DeliveryTimer:
                 self.seconds += time.process_time() - started
                 self.count += sum(len(messages) for _, messages in deliveries)
 
-        Fetcher.handle_announcement_many = staticmethod(timed)  # type: ignore[method-assign,assignment]
+        delivery.handle_announcement_many = timed
 
     def take(self) -> tuple[int, float]:
         """Deliveries and CPU seconds since the last take."""
@@ -101,7 +100,7 @@ class _DeliveryTimer:
         return taken
 
     def remove(self) -> None:
-        self._fetcher.handle_announcement_many = self._original  # type: ignore[method-assign]
+        self._delivery.handle_announcement_many = self._original
 
 
 if __name__ == "__main__":
