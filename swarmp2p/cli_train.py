@@ -13,7 +13,7 @@ import typer
 from trainer.selection import DEFAULT_WINDOW
 
 if TYPE_CHECKING:  # the command imports torch-side modules only when it runs
-    from trainer.solo import SoloResult
+    from trainer.solo import SoloResult, SoloRun
 
 TRAIN_DATA_DIR = ".swarmp2p-train"
 """`train`'s own default data dir: never the node's `.swarmp2p`."""
@@ -112,13 +112,10 @@ def train(
     import attrs
     from rich.console import Console
     from rich.markup import escape
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from swarmp2p.config import config_or_exit
     from trainer.config import TrainerConfig, user_model_cache
-    from trainer.model import ModelLoadError
-    from trainer.solo import SoloHooks, SoloRun, prepare, train_alone
-    from trainer.tasks import TaskError
+    from trainer.solo import SoloRun, prepare
 
     console = Console(stderr=True, soft_wrap=True)  # errors stay one line whatever the width
     overrides = {
@@ -165,67 +162,9 @@ def train(
     except ModelUnreachable as error:
         console.print(f"[red]{escape(str(error))}[/red]")  # as a model that fails to load
         raise typer.Exit(2) from None
-    from swarmp2p.datadir import DataDirInUse, lock_data_dir
+    dir_lock, board = _lock_and_open_logs(config, console)
 
-    try:
-        config.data_path.mkdir(parents=True, exist_ok=True)
-        dir_lock = lock_data_dir(config.data_path)  # held until the process exits
-    except DataDirInUse as error:
-        console.print(f"[red]error: {escape(str(error))}[/red]")
-        raise typer.Exit(2) from None
-    except OSError as error:
-        console.print(f"[red]cannot use data dir {escape(config.data_dir)}: {escape(str(error))}[/red]")
-        raise typer.Exit(2) from None
-    from swarmp2p.scalar_log import ScalarLogUnavailable
-    from swarmp2p.scalar_writers import open_scalar_log
-
-    try:
-        board = open_scalar_log(
-            tensorboard=config.tensorboard,
-            wandb=config.wandb,
-            name=f"train-seed-{config.seed}",
-            job_type="train",
-            config={k: v for k, v in attrs.asdict(config).items() if k not in ("data_dir", "wandb")},
-        )
-    except ScalarLogUnavailable as error:
-        console.print(f"[red]{escape(str(error))}[/red]")
-        raise typer.Exit(2) from None
-
-    from trainer.policy import TrainerPolicy
-
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[status]}"),
-        console=console,
-        transient=True,
-    ) as build:
-        bar = build.add_task(f"loading model {config.model!r}", total=None, status="")
-
-        def pretraining(step: int, total: int, loss: float) -> None:
-            build.update(
-                bar,
-                description="pre-training the tiny model (once)",
-                total=total,
-                completed=step,
-                status=f"loss {loss:.3f}",
-            )
-
-        try:
-            policy = TrainerPolicy(
-                config,
-                log=lambda message: console.print(f"[dim]{escape(message)}[/dim]"),
-                build_progress=pretraining,
-            )
-        except (ModelLoadError, TaskError) as error:
-            console.print(f"[red]{escape(str(error))}[/red]")
-            raise typer.Exit(2) from None
-    params = sum(p.numel() for p in policy.model.parameters())
-    console.print(
-        f"model {config.model!r}: {params / 1e6:.2f}M params on {policy.device} ({policy.precision.label})"
-    )
+    policy = _load_policy(config, console)
 
     run = SoloRun(
         steps=steps,
@@ -241,29 +180,7 @@ def train(
     config = policy.config
     if losses:
         console.print(f"format warm-up: {len(losses)} steps, loss {losses[0]:.2f} -> {losses[-1]:.2f}")
-    with Progress(
-        TextColumn("[bold]train"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TextColumn("{task.fields[status]}"),
-        console=console,
-    ) as progress:
-        bars: list[Any] = []
-
-        def stepped(step: int, metrics: dict[str, Any]) -> None:
-            progress.update(
-                bars[0],
-                advance=1,
-                status=f"step {step} reward {metrics['reward_mean']:.3f} "
-                f"loss {metrics.get('loss', 0.0):+.3f} groups {int(metrics['groups_used'])}/{questions}",
-            )
-
-        def started() -> None:  # after the starting evaluations, as the steps begin
-            bars.append(progress.add_task("train", total=steps, status=""))
-
-        hooks = SoloHooks(started=started, stepped=stepped)
-        result = train_alone(policy, run, out, board=board, hooks=hooks)
+    result = _train_with_progress(policy, run, out, board, console)
     dir_lock.release()
     if board is not None:
         board.close()
@@ -325,3 +242,117 @@ def _print_summary(console: Any, result: SoloResult, out: Path) -> None:
             f"{selected['questions']} test questions; weights in {out / 'best-model'}"
         )
     console.print(f"curves: {png}")
+
+
+def _lock_and_open_logs(config: Any, console: Any) -> tuple[Any, Any]:
+    """The data dir, locked (held until the process exits or the run releases it), and the scalar
+    log the config asks for (or None); each failure a one-line error, exit 2."""
+    import attrs
+    from rich.markup import escape
+
+    from swarmp2p.datadir import DataDirInUse, lock_data_dir
+
+    try:
+        config.data_path.mkdir(parents=True, exist_ok=True)
+        dir_lock = lock_data_dir(config.data_path)  # held until the process exits
+    except DataDirInUse as error:
+        console.print(f"[red]error: {escape(str(error))}[/red]")
+        raise typer.Exit(2) from None
+    except OSError as error:
+        console.print(f"[red]cannot use data dir {escape(config.data_dir)}: {escape(str(error))}[/red]")
+        raise typer.Exit(2) from None
+    from swarmp2p.scalar_log import ScalarLogUnavailable
+    from swarmp2p.scalar_writers import open_scalar_log
+
+    try:
+        board = open_scalar_log(
+            tensorboard=config.tensorboard,
+            wandb=config.wandb,
+            name=f"train-seed-{config.seed}",
+            job_type="train",
+            config={k: v for k, v in attrs.asdict(config).items() if k not in ("data_dir", "wandb")},
+        )
+    except ScalarLogUnavailable as error:
+        console.print(f"[red]{escape(str(error))}[/red]")
+        raise typer.Exit(2) from None
+    return dir_lock, board
+
+
+def _load_policy(config: Any, console: Any) -> Any:
+    """The TrainerPolicy, loading (or pre-training the tiny model once) under a transient bar;
+    a model or task that cannot load is a one-line error, exit 2."""
+    from rich.markup import escape
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from trainer.model import ModelLoadError
+    from trainer.policy import TrainerPolicy
+    from trainer.tasks import TaskError
+
+    with Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=console,
+        transient=True,
+    ) as build:
+        bar = build.add_task(f"loading model {config.model!r}", total=None, status="")
+
+        def pretraining(step: int, total: int, loss: float) -> None:
+            build.update(
+                bar,
+                description="pre-training the tiny model (once)",
+                total=total,
+                completed=step,
+                status=f"loss {loss:.3f}",
+            )
+
+        try:
+            policy = TrainerPolicy(
+                config,
+                log=lambda message: console.print(f"[dim]{escape(message)}[/dim]"),
+                build_progress=pretraining,
+            )
+        except (ModelLoadError, TaskError) as error:
+            console.print(f"[red]{escape(str(error))}[/red]")
+            raise typer.Exit(2) from None
+    params = sum(p.numel() for p in policy.model.parameters())
+    console.print(
+        f"model {config.model!r}: {params / 1e6:.2f}M params on {policy.device} ({policy.precision.label})"
+    )
+    return policy
+
+
+def _train_with_progress(policy: Any, run: SoloRun, out: Path, board: Any, console: Any) -> SoloResult:
+    """trainer/solo.py's loop under a progress bar that appears once the starting evaluations
+    are done."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from trainer.solo import SoloHooks, train_alone
+
+    steps, questions = run.steps, run.questions
+    with Progress(
+        TextColumn("[bold]train"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[status]}"),
+        console=console,
+    ) as progress:
+        bars: list[Any] = []
+
+        def stepped(step: int, metrics: dict[str, Any]) -> None:
+            progress.update(
+                bars[0],
+                advance=1,
+                status=f"step {step} reward {metrics['reward_mean']:.3f} "
+                f"loss {metrics.get('loss', 0.0):+.3f} groups {int(metrics['groups_used'])}/{questions}",
+            )
+
+        def started() -> None:  # after the starting evaluations, as the steps begin
+            bars.append(progress.add_task("train", total=steps, status=""))
+
+        hooks = SoloHooks(started=started, stepped=stepped)
+        result = train_alone(policy, run, out, board=board, hooks=hooks)
+    return result
