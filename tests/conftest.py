@@ -154,3 +154,15 @@ def alone_module(request: pytest.FixtureRequest) -> Iterator[None]:
     (the per-test lock then takes nothing more)."""
     with _alone_lock(True, request.config):
         yield
+
+
+# ---- shared fixtures ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def warm_model(tmp_path_factory: pytest.TempPathFactory) -> object:
+    """A tiny model warmed up by a few supervised steps, saved as a folder every node of a module's
+    real-process swarm loads (tests/helpers/nodes.py)."""
+    from tests.helpers.nodes import build_warm_model
+
+    return build_warm_model(tmp_path_factory)

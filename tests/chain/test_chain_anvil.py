@@ -12,7 +12,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from swarmp2p.chain.client import ContractClient
 from swarmp2p.chain.coordinator import open_coordinator
 from swarmp2p.chain.errors import ChainRevert
 from swarmp2p.chain.keys import load_key_file, write_key_file
+from tests.helpers.waiting import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -46,12 +46,6 @@ def find_anvil() -> str:
     if on_path:
         return on_path
     pytest.fail("anvil is not installed: run `npm install --prefix tools/anvil` (or set SWARMP2P_ANVIL)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def rpc_ready(url: str) -> bool:

@@ -17,8 +17,9 @@ import pytest
 from protocol.stage_schedule import StageSchedule
 from swarmp2p.chain.bootnodes import sync_bootnodes
 from swarmp2p.chain.embedded import EmbeddedChain
+from tests.helpers.nodes import NodeProcess
+from tests.helpers.waiting import wait_for
 from tests.node.test_node_chain import STAGE_SECONDS, StageManager, _node_config, anvil_rpc  # noqa: F401 (fixture)
-from tests.node.test_node_swarm import NodeProcess, wait_for
 
 ME = "12D3KooWMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMe"
 OTHER = "/ip4/10.0.0.2/tcp/4001/p2p/12D3KooWOtherOtherOtherOtherOtherOtherOtherOther"

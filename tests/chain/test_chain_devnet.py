@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from swarmp2p.chain.anvil import find_anvil, rpc, rpc_ready
-from tests.node.test_node_swarm import NodeProcess, wait_for
+from tests.helpers.nodes import NodeProcess
+from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -20,7 +20,8 @@ import pytest
 from swarmp2p.chain.anvil import find_anvil
 from swarmp2p.chain.client import FeePolicy
 from tests.chain.test_chain_devnet import Devnet, _fast_config
-from tests.node.test_node_swarm import NodeProcess, wait_for
+from tests.helpers.nodes import NodeProcess
+from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

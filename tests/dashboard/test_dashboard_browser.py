@@ -13,11 +13,9 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +24,7 @@ from typing import Any
 import pytest
 
 from swarmp2p.dashboard import peer_name
+from tests.helpers.waiting import free_port, wait_for
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -62,25 +61,9 @@ def browser() -> Iterator[Any]:
         launched.close()
 
 
-def wait_for(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-
-
 def get_json(url: str) -> dict[str, Any]:
     with urllib.request.urlopen(url, timeout=10) as response:
         return json.loads(response.read())
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Process:

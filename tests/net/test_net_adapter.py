@@ -26,6 +26,7 @@ from swarmp2p.net import (
 from swarmp2p.net.frames import encode_frame
 from swarmp2p.net.upkeep import TELL_MIN_GAP_S, next_exchange_interval, next_upkeep_pause, tell_due
 from swarmp2p.ports import NetworkError
+from tests.helpers.waiting import wait_until
 
 FAST = NetworkSettings(handler_timeout_s=2.0, peer_exchange_interval_s=0.5, upkeep_interval_s=0.2)
 
@@ -56,12 +57,6 @@ def run_swarm(
     trio.run(main)
     if failed:
         raise failed[0]
-
-
-async def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    with trio.fail_after(timeout_s):
-        while not predicate():
-            await trio.sleep(0.05)
 
 
 async def raw_stream(net: LibP2PNetwork, target: LibP2PNetwork, protocol: Any) -> Any:

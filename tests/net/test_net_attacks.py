@@ -32,6 +32,7 @@ from netlab.attack_kit import (
 from swarmp2p.dashboard import normalize_status, render_metrics
 from swarmp2p.net import open_libp2p_network
 from swarmp2p.peer_settings import announce_topic
+from tests.helpers.waiting import wait_until
 from tests.node.test_metrics_export import assert_every_status_counter_exported
 
 
@@ -184,12 +185,6 @@ def test_an_old_hello_replayed_after_the_seen_cache_forgot_it_is_refused_and_add
 def queued(inbox: Any) -> int:
     """Messages waiting in a receiver (a PriorityInbox; main's trio channel had no len)."""
     return len(inbox) if hasattr(inbox, "__len__") else int(inbox.statistics().current_buffer_used)
-
-
-async def wait_until(condition: Any, timeout_s: float = 15.0) -> None:
-    with trio.fail_after(timeout_s):
-        while not condition():
-            await trio.sleep(0.05)
 
 
 def test_a_full_gossip_inbox_keeps_a_connected_peers_messages_and_drops_the_floods() -> None:

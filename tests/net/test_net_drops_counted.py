@@ -5,7 +5,6 @@ wire format by hand, so it can send what a real implementation never would)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import attrs
@@ -24,6 +23,7 @@ from libp2p.utils.varint import encode_varint_prefixed
 
 from swarmp2p.dashboard import normalize_status, render_metrics
 from swarmp2p.net import NetworkSettings, open_libp2p_network
+from tests.helpers.waiting import wait_until
 
 FAST = NetworkSettings(handler_timeout_s=2.0, peer_exchange_interval_s=0.5, upkeep_interval_s=0.2)
 TOPIC = "swarmp2p/test/counted"
@@ -55,12 +55,6 @@ def gossip_frame(messages: list[rpc_pb2.Message], topics: list[str]) -> bytes:
     for topic in topics:
         out.subscriptions.append(rpc_pb2.RPC.SubOpts(subscribe=True, topicid=topic))
     return encode_varint_prefixed(out.SerializeToString())
-
-
-async def wait_until(predicate: Callable[[], bool], timeout_s: float = 15.0) -> None:
-    with trio.fail_after(timeout_s):
-        while not predicate():
-            await trio.sleep(0.05)
 
 
 def exported(status: dict[str, Any], kind: str) -> float:

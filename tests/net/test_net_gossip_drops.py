@@ -6,7 +6,6 @@ A bare libp2p host plays the attacker: it speaks gossipsub's wire format by hand
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import multiaddr
@@ -22,15 +21,10 @@ from libp2p.pubsub.validators import PUBSUB_SIGNING_PREFIX
 from libp2p.utils.varint import encode_uvarint, encode_varint_prefixed
 
 from swarmp2p.net import NetworkSettings, open_libp2p_network
+from tests.helpers.waiting import wait_until
 
 TOPIC = "swarmp2p/test/drops"
 FAST = NetworkSettings(handler_timeout_s=2.0, peer_exchange_interval_s=0.5, upkeep_interval_s=0.2)
-
-
-async def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    with trio.fail_after(timeout_s):
-        while not predicate():
-            await trio.sleep(0.05)
 
 
 def message(origin: KeyPair, data: bytes, seqno: int, *, signer: KeyPair | None = None) -> rpc_pb2.Message:

@@ -5,7 +5,6 @@ freshness (a replayed hello older than the window is refused and counted)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any
 
 import multiaddr
@@ -25,15 +24,10 @@ from protocol.messages import PROTOCOL_VERSION, Hello, RolloutAnnouncement, Swar
 from swarmp2p.hello import open_hello
 from swarmp2p.net import NetworkSettings, open_libp2p_network
 from swarmp2p.net.checks import HelloGuard, announcement_check
+from tests.helpers.waiting import wait_until
 
 TOPIC = "swarmp2p/test/relay"
 FAST = NetworkSettings(handler_timeout_s=2.0, peer_exchange_interval_s=0.5, upkeep_interval_s=0.2)
-
-
-async def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    with trio.fail_after(timeout_s):
-        while not predicate():
-            await trio.sleep(0.05)
 
 
 def signed(origin: KeyPair, data: bytes, seqno: int) -> bytes:

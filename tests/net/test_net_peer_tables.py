@@ -6,7 +6,7 @@ plus a small constant (docs/reliability.md lists each table and its bound)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import multiaddr
@@ -21,6 +21,7 @@ from libp2p.pubsub.pb import rpc_pb2
 from libp2p.utils.varint import encode_varint_prefixed
 
 from swarmp2p.net import LibP2PNetwork, NetworkSettings, open_libp2p_network
+from tests.helpers.waiting import wait_until
 
 TOPIC = "swarmp2p/test/churn"
 PEERS = 1000
@@ -34,12 +35,6 @@ SETTINGS = NetworkSettings(
     max_known_peers=BOOK,
     peerstore_grace_s=1.0,
 )
-
-
-async def wait_until(predicate: Callable[[], bool], timeout_s: float) -> None:
-    with trio.fail_after(timeout_s):
-        while not predicate():
-            await trio.sleep(0.1)
 
 
 async def join_and_leave(target: PeerInfo) -> None:

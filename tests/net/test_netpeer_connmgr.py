@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from contextlib import AsyncExitStack
 
 import pytest
@@ -13,6 +12,7 @@ from libp2p.crypto.ed25519 import create_new_key_pair
 
 from swarmp2p.net import NetworkSettings, open_libp2p_network
 from swarmp2p.net.host_build import UpkeepOwnsDialing
+from tests.helpers.waiting import wait_until
 
 AUTO_CONNECTOR_LOGGER = "libp2p.network.auto_connector"
 
@@ -33,12 +33,6 @@ def test_watermarks_follow_target_peers_and_are_validated() -> None:
 
 def _auto_connector_lines(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == AUTO_CONNECTOR_LOGGER]
-
-
-async def wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    with trio.fail_after(timeout_s):
-        while not predicate():
-            await trio.sleep(0.05)
 
 
 def _run_pair(settings: NetworkSettings, check, ready=lambda a, b: True, observe_s: float = 0.0) -> None:  # type: ignore[no-untyped-def]

@@ -24,17 +24,9 @@ from typing import Any
 import attrs
 import pytest
 
+from tests.helpers.nodes import NodeProcess, swarm_report, write_config
+from tests.helpers.waiting import free_port, wait_for
 from tests.node.test_node_acr import ROUND_SECONDS, STAGES, by_position, start_acr_swarm
-from tests.node.test_node_swarm import (
-    NodeProcess,
-    free_port,
-    swarm_report,
-    wait_for,
-    warm_model,
-    write_config,
-)
-
-__all__ = ["warm_model"]
 
 
 def api_status(port: int) -> dict[str, Any]:

@@ -8,7 +8,6 @@ until the test lets them go (or the node stops them at a deadline)."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 import urllib.error
@@ -21,6 +20,7 @@ import trio
 
 import swarmp2p.node
 from swarmp2p.node import Node, NodeConfig
+from tests.helpers.waiting import free_port
 from trainer.config import TrainerConfig
 from trainer.policy import TrainerPolicy
 
@@ -72,12 +72,6 @@ def trainer_config(data_dir: Path) -> TrainerConfig:
         eval_questions=8,  # at most 8 x 4 samples: one unit
         threads=1,
     )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def get(url: str) -> tuple[int, bytes]:

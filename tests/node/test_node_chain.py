@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.node.test_node_swarm import NodeProcess, wait_for
+from tests.helpers.nodes import NodeProcess
+from tests.helpers.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 ANVIL = ROOT / "tools" / "anvil" / "node_modules" / ".bin" / "anvil"

@@ -14,17 +14,15 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from swarmp2p.join_command import join_command
 from swarmp2p.node_config import NodeConfig
+from tests.helpers.waiting import free_port, wait_for
 
 ENV = {
     **{k: v for k, v in os.environ.items() if k != "WANDB_SERVICE"},
@@ -91,22 +89,6 @@ def test_the_join_command_is_pasteable_and_quotes_odd_paths(tmp_path: Path) -> N
     assert shlex.split(plain)[2:] == ["--data-dir", str(Path(".swarmp2p-2").resolve()), "--bootstrap", addr]
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _wait_for(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _get_json(url: str) -> tuple[int, dict[str, Any]]:
     try:
         with urllib.request.urlopen(url, timeout=10) as response:
@@ -136,7 +118,7 @@ class Node:
             assert self.process.poll() is None, f"node exited early:\n{self.output()}"
             return regex.search(self.output())
 
-        return _wait_for(found, timeout_s, f"{regex.pattern!r} in {self.log}")
+        return wait_for(found, timeout_s, f"{regex.pattern!r} in {self.log}")
 
     def stop(self) -> int:
         if self.process.poll() is None:
@@ -153,7 +135,7 @@ def test_two_nodes_from_the_printed_command_with_dashboard_healthz_peers_and_the
     config = tmp_path / "swarm.toml"
     config.write_text(CONFIG)
     first_dir = tmp_path / "first"
-    port = _free_port()
+    port = free_port()
     argv = ["node", "--config", str(config), "--data-dir", str(first_dir), "--dashboard-port", str(port)]
     first = Node(
         [*argv, "--tensorboard", str(tmp_path / "tb"), "--wandb", str(tmp_path / "wb")],
@@ -173,7 +155,7 @@ def test_two_nodes_from_the_printed_command_with_dashboard_healthz_peers_and_the
         second = Node(words[1:], tmp_path / "second.log")
         nodes.append(second)
         second.wait_output(r"listening on")
-        second_id = _wait_for(
+        second_id = wait_for(
             lambda: (
                 (second_dir / "node.json").exists() and json.loads((second_dir / "node.json").read_text())
             ),
@@ -185,7 +167,7 @@ def test_two_nodes_from_the_printed_command_with_dashboard_healthz_peers_and_the
             status = _get_json(url + "api/status")[1]
             return status if second_id in status["peers"] else None
 
-        status = _wait_for(lists_second, 60, "the second node in /api/status peers")
+        status = wait_for(lists_second, 60, "the second node in /api/status peers")
         assert status["peer_count"] == len(status["peers"]) >= 1
         assert _get_json(url + "healthz")[1]["peers"] >= 1
 

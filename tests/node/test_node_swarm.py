@@ -10,75 +10,23 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-TASKS = ("basic_arithmetic", "base_conversion")
-ROUND_SECONDS = 10.0
-
-
-@pytest.fixture(scope="module")
-def warm_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from trainer.config import TrainerConfig
-    from trainer.policy import TrainerPolicy
-
-    root = tmp_path_factory.mktemp("model")
-    config = TrainerConfig(
-        model="tiny",
-        data_dir=str(root),
-        tasks=TASKS,
-        threads=1,
-        format_reward=0.5,
-        tiny_hidden_size=64,
-        tiny_pretrain_steps=0,
-    )
-    policy = TrainerPolicy(config)
-    policy.warmup(40)
-    folder = root / "warm-tiny"
-    policy.model.save_pretrained(folder)
-    policy.tokenizer.save_pretrained(folder)
-    return folder
-
-
-def write_config(
-    path: Path,
-    *,
-    tasks: tuple[str, ...] = TASKS,
-    format_reward: float = 0.5,
-    questions_per_round: int = 2,
-    **node: Any,
-) -> Path:
-    node_lines = "\n".join(f"{key} = {json.dumps(value)}" for key, value in node.items())
-    path.write_text(
-        f"""
-[node]
-round_seconds = {ROUND_SECONDS}
-hello_interval_s = 2.0
-# Two local groups + up to four external ones (at most two per peer) keep a round's training
-# short enough for five processes sharing two cores.
-questions_per_round = {questions_per_round}
-n_local = 2
-n_external = 4
-max_groups_per_peer = 2
-{node_lines}
-
-[trainer]
-tasks = {json.dumps(list(tasks))}
-threads = 1
-format_reward = {format_reward}
-max_new_tokens = 32
-"""
-    )
-    return path
-
+from tests.helpers.nodes import (
+    ROUND_SECONDS,
+    TASKS,
+    NodeProcess,
+    by_round,
+    swarm_report,
+    wait_for,
+    write_config,
+)
+from tests.helpers.waiting import free_port
 
 # Node 3 is configured against the swarm's rules (task order, format reward, questions per
 # round): it must adopt the first peer's rules from its hello, or it would reject every honest
@@ -88,97 +36,6 @@ ODD_NOTICE = (
     f"swarm rules: tasks {','.join(TASKS)}; questions_per_round 2; format_reward 0.5 "
     f"(local config's tasks {','.join(ODD_TASKS)}; questions_per_round 3; format_reward 0.2 ignored)"
 )
-
-
-class NodeProcess:
-    """One `swarmp2p node` OS process, started through the CLI."""
-
-    def __init__(self, data_dir: Path, config: Path, model: Path, extra: list[str]) -> None:
-        self.data_dir = data_dir
-        self.args = [
-            sys.executable, "-m", "swarmp2p.cli", "node",
-            "--config", str(config), "--data-dir", str(data_dir), "--model", str(model), *extra,
-        ]  # fmt: skip
-        self.process: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-
-    def start(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        (self.data_dir / "node.json").unlink(missing_ok=True)
-        self.starts += 1
-        log = (self.data_dir / f"stdout-{self.starts}.log").open("wb")
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=env)
-
-    def info(self, timeout_s: float = 90) -> dict[str, Any]:
-        path = self.data_dir / "node.json"
-        wait_for(lambda: path.exists() or self.exited(), timeout_s, f"{self.data_dir} to start")
-        assert not self.exited(), f"node exited early:\n{self.output()}"
-        return json.loads(path.read_text())
-
-    def rounds(self) -> list[dict[str, Any]]:
-        path = self.data_dir / "rounds.jsonl"
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-    def exited(self) -> bool:
-        return self.process is not None and self.process.poll() is not None
-
-    def output(self) -> str:
-        return "\n".join(
-            p.read_text(errors="replace")[-3000:] for p in sorted(self.data_dir.glob("stdout-*.log"))
-        )
-
-    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 15) -> int | None:
-        if self.process is None or self.exited():
-            return self.process.returncode if self.process else None
-        self.process.send_signal(sig)
-        try:
-            return self.process.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            return None
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (for a node's --dashboard-port)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-        time.sleep(0.2)
-
-
-def by_round(node: NodeProcess) -> dict[int, dict[str, Any]]:
-    return {record["round"]: record for record in node.rounds()}
-
-
-def swarm_report(nodes: list[NodeProcess]) -> str:
-    """Every node's round timeline and log tail: printed when the test fails, so that a CI
-    failure says which node fell behind, when, and why (generation, training, network)."""
-    lines = []
-    for node in nodes:
-        state = "not started" if node.process is None else f"exit code {node.process.poll()}"
-        lines.append(f"===== {node.data_dir.name} ({state})")
-        for record in node.rounds():
-            opened = record["opened_ms"]
-            lines.append(
-                f"  round {record['round']:>3} {'done' if record['completed'] else 'ABANDONED'}"
-                f" opened {opened / 1000:.1f} (+{(record['finished_ms'] - opened) / 1000:.1f}s)"
-                f" accepted {len(record['accepted_peers'])} trained_on"
-                f" {len(record['external_peers_trained_on'])} seconds {record.get('seconds', {})}"
-                f" rejected {record['rejected']} network {record.get('network_drops', {})}"
-            )
-        lines.append(node.output())
-    return "\n".join(lines)
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from swarmp2p.cli_node import apply_thread_limits
-from tests.node.test_node_swarm import NodeProcess
+from tests.helpers.nodes import NodeProcess
 
 
 def test_apply_thread_limits_sets_both_variables(monkeypatch: pytest.MonkeyPatch) -> None:

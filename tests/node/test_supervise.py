@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from swarmp2p.supervise import RestartPolicy, describe_exit, supervise
-from tests.node.test_node_swarm import wait_for
+from tests.helpers.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 

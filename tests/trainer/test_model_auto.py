@@ -123,7 +123,7 @@ def test_a_node_with_model_auto_and_no_accelerator_runs_the_tiny_model(tmp_path:
 
     import torch
 
-    from tests.node.test_node_swarm import NodeProcess
+    from tests.helpers.nodes import NodeProcess
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: auto picks from a pool there")
