@@ -5,6 +5,7 @@ scale of a group's advantages. Each test fails on the bug named in its docstring
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from protocol.messages import QuestionRef
 from trainer.config import TrainerConfig
-from trainer.evaluation import eval_questions, evaluate, gain, summarize, unit_ranges
+from trainer.evaluation import SlicedEvaluation, eval_questions, evaluate, gain, summarize, unit_ranges
 from trainer.grpo import group_advantages
 from trainer.intervals import gain_interval, mean_interval
 from trainer.tasks import ReasoningGymRegistry
@@ -209,7 +210,7 @@ def test_a_gain_pairs_two_evaluations_of_the_same_set_only() -> None:
     assert gain(before, after) == gain_interval([0.0, 0.5, 1.0], [1.0, 0.5, 1.0])
     assert gain(before, after).mean == pytest.approx(1 / 3)
     for other in ({**after, "split": "validation"}, {**after, "questions": 4}):
-        with pytest.raises(ValueError, match="same held-out set"):
+        with pytest.raises(ValueError, match=r"^a gain compares two evaluations of the same held-out set$"):
             gain(before, other)
 
 
@@ -225,3 +226,54 @@ def test_generation_units_split_the_set_in_order(
     questions: int, samples: int, chunk: int, units: list[range]
 ) -> None:
     assert unit_ranges(questions, samples, chunk) == units
+
+
+def test_a_sliced_evaluation_answers_its_units_in_order_each_from_the_state_the_last_left(
+    registry: ReasoningGymRegistry, tmp_path: Path
+) -> None:
+    config = config_for(tmp_path, eval_split="test", eval_samples=2, eval_generations_to_log=1)
+    calls: list[tuple[list[QuestionRef], int, object]] = []
+    step = [4]
+
+    def answer_unit(refs: Sequence[QuestionRef], k: int, state: object) -> tuple[list[str], object]:
+        calls.append((list(refs), k, state))
+        texts = [f"<answer>{registry.question(ref)[1]}</answer>" for ref in refs for _ in range(k)]
+        return texts, len(calls)  # the sampler state after this unit: which call left it
+
+    sliced = SlicedEvaluation(registry, config, answer_unit, lambda: step[0], chunk=4)  # 2 questions a unit
+    assert sliced.split == "test"
+    assert sliced.refs == registry.eval_questions(config.eval_questions, config.eval_seed, "test")
+    assert sliced.units == unit_ranges(len(sliced.refs), 2, 4) and len(sliced.units) >= 3
+    with pytest.raises(RuntimeError, match=rf"^0 of {len(sliced.units)} units answered$"):
+        sliced.result()
+    started = time.perf_counter()
+    assert sliced.answer_next() == 2
+    assert sliced.answer_next() == 2
+    sliced.drop_last()  # ran past its deadline: answered again, from the same state
+    step[0] = 5
+    while not sliced.complete:
+        sliced.answer_next()
+    elapsed = time.perf_counter() - started
+    assert [state for _, _, state in calls] == [None, 1, 1, *range(3, len(calls))]
+    assert [refs for refs, _, _ in calls[2:]] == [sliced.refs[u.start : u.stop] for u in sliced.units[1:]]
+    assert all(k == 2 for _, k, _ in calls)
+    with pytest.raises(RuntimeError, match=r"^every unit of this evaluation is answered$"):
+        sliced.answer_next()
+    result = sliced.result()
+    assert result["step"] == 5 and result["split"] == "test" and result["samples_per_question"] == 2
+    assert result["slices"] == [{"step": 4, "questions": 2}, {"step": 5, "questions": len(sliced.refs) - 2}]
+    assert result["accuracy"] == 1.0 and len(result["samples"]) == 1
+    assert 0.0 <= result["seconds"] <= elapsed
+    assert result["seconds"] == pytest.approx(sum(sliced.unit_seconds))
+
+    def short(refs: Sequence[QuestionRef], k: int, state: object) -> tuple[list[str], object]:
+        return ["<answer>1</answer>"], state
+
+    with pytest.raises(ValueError, match=r"^1 completions for 2 questions$"):
+        SlicedEvaluation(registry, config, short, lambda: 0, chunk=4).answer_next()
+
+
+def test_an_evaluations_time_is_its_own(registry: ReasoningGymRegistry, tmp_path: Path) -> None:
+    started = time.perf_counter()
+    result = evaluate(registry, config_for(tmp_path), answer_right(registry), step=0)  # type: ignore[arg-type]
+    assert 0.0 <= result["seconds"] <= time.perf_counter() - started
