@@ -13,6 +13,7 @@ import pytest
 from protocol import codec
 from protocol.acr import CRITIQUE, RESOLVE, InputRef, InputStore, StageItem, digest_prefix
 from protocol.admission import Accept, Defer, Fetch, Reject
+from protocol.deferred import DeferredStore
 from protocol.envelope import seal
 from protocol.errors import ProtocolError
 from protocol.games import REGISTRY
@@ -304,3 +305,40 @@ def test_the_scores_summary_is_every_count_by_peer_and_reason() -> None:
     }
     assert list(scores.summary()["banned"]) == ["b", "d"]
     assert scores.reasons_by_peer == {"b": {"flood": 2}, "c": {"oversized": 1}}
+
+
+# ---- deferred announcements (the survivors of scripts/mutation.sh protocol/deferred.py) ------
+
+
+def deferred_entry(priority: float, sender: str) -> Defer:
+    return Defer(priority, RolloutAnnouncement(SWARM, ROUND, 0, sender, b"\1" * 32, 2, 100))
+
+
+def test_a_store_without_top_ups_keeps_nothing() -> None:
+    store = DeferredStore(0)
+    for i in range(5):
+        store.offer(deferred_entry(i / 10, f"p{i}"))
+    assert not store and len(store) == 0 and store.take() is None
+
+
+def test_an_offer_tied_with_the_cutoff_is_kept_and_ordered_by_sender() -> None:
+    store = DeferredStore(1)
+    store.offer(deferred_entry(0.5, "b"))
+    store.offer(deferred_entry(0.7, "c"))  # the second offer trims: only (0.5, b) is kept
+    assert store.cutoff == 0.5 and list(store) == ["b"]
+    store.offer(deferred_entry(0.5, "a"))  # the same priority, a lower sender: it wins
+    assert store.take() == deferred_entry(0.5, "a")
+    assert store.take() is None  # one top-up at most
+
+
+def test_the_store_reads_by_sender() -> None:
+    store = DeferredStore(3)
+    for priority, sender in ((0.3, "c"), (0.1, "a"), (0.2, "b"), (0.9, "z")):
+        store.offer(deferred_entry(priority, sender))
+    assert list(store) == ["a", "b", "c"] and len(store) == 3
+    assert "b" in store and "z" not in store
+    assert store["c"] == deferred_entry(0.3, "c")
+    assert dict(store.items()) == {s: deferred_entry(p, s) for p, s in ((0.1, "a"), (0.2, "b"), (0.3, "c"))}
+    with pytest.raises(KeyError) as missing:
+        store["z"]
+    assert missing.value.args == ("z",)
