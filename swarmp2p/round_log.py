@@ -23,8 +23,11 @@ class TimedPolicy:
     def __init__(self, policy: Any) -> None:
         self._policy = policy
         self.seconds: dict[str, float] = {}
+        self._threads: int | None = None  # asked for by set_compute_threads; None: as started
 
     def _timed(self, name: str, *args: Any) -> Any:
+        if self._threads is not None:
+            self._use_threads(self._threads)
         started = time.monotonic()
         try:
             return getattr(self._policy, name)(*args)
@@ -57,15 +60,24 @@ class TimedPolicy:
         self._policy.reset_cancel()
 
     def compute_threads(self) -> int:
-        """The CPU threads torch computes on (process-wide: the worker thread's too)."""
+        """The CPU threads torch computes on."""
         import torch
 
         return int(torch.get_num_threads())
 
     def set_compute_threads(self, threads: int) -> None:
+        """Compute on `threads` threads from the next call on. torch's count is per OS thread
+        once a thread has computed (OpenMP's setting): set here it reaches only threads started
+        later, so every call sets it again in the thread it runs in (the worker)."""
+        self._threads = threads
+        self._use_threads(threads)
+
+    @staticmethod
+    def _use_threads(threads: int) -> None:
         import torch
 
-        torch.set_num_threads(threads)
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
 
     def take_timings(self) -> dict[str, float]:
         taken, self.seconds = self.seconds, {}

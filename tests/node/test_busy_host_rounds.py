@@ -262,3 +262,43 @@ def test_on_a_busy_host_a_peer_computes_on_one_thread_first_and_keeps_its_full_s
     run_until(peer, clock, 80 * ROUND_MS)
     assert peer.pace.level == 0 and policy.threads == 2
     assert all(r.fate == "completed" for r in peer.history if r.round >= 70)
+
+
+def test_the_node_policy_computes_on_the_threads_asked_for_in_a_worker_that_already_ran() -> None:
+    import queue
+    import threading
+
+    import torch
+
+    from swarmp2p.round_log import TimedPolicy
+
+    class ThreadsSeen:
+        def generate(self, questions: object) -> int:
+            return int(torch.get_num_threads())
+
+    started = torch.get_num_threads()
+    policy = TimedPolicy(ThreadsSeen())
+    jobs: queue.Queue[tuple[Callable[[], object], queue.Queue[object]] | None] = queue.Queue()
+
+    def worker() -> None:  # one long-lived thread, as trio's cached worker thread is
+        while (job := jobs.get()) is not None:
+            job[1].put(job[0]())
+
+    def in_worker(fn: Callable[[], object]) -> object:
+        answer: queue.Queue[object] = queue.Queue()
+        jobs.put((fn, answer))
+        return answer.get(timeout=10)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    try:
+        in_worker(lambda: torch.set_num_threads(2))  # the worker computed on 2 threads
+        assert in_worker(lambda: policy.generate(())) == 2
+        policy.set_compute_threads(1)  # asked from the trio thread
+        assert in_worker(lambda: policy.generate(())) == 1
+        policy.set_compute_threads(2)
+        assert in_worker(lambda: policy.generate(())) == 2
+    finally:
+        jobs.put(None)
+        thread.join()
+        torch.set_num_threads(started)
