@@ -102,6 +102,8 @@ def _swarm_schedules(draw: st.DrawFn) -> SwarmSchedule:
         stage_count=draw(st.integers(min_value=1, max_value=limits.MAX_STAGES)),
         seed=draw(uints()),
         **draw(swarm_rules()),
+        # Any name the wire allows: whether this peer knows the game is decided on adoption.
+        game=draw(st.text(min_size=1, max_size=limits.MAX_GAME_NAME_BYTES // 4)),
     )
 
 

@@ -174,9 +174,11 @@ OLD_SWARM_JSON = {"swarm_id": "0a1b2c3d4e5f", "genesis_ms": 1, "round_ms": 30000
         ("{not json", "is corrupt"),
         ("[1, 2]", "is corrupt"),
         (json.dumps({**OLD_SWARM_JSON, "tasks": ["a"], "weights": [], "questions_per_round": 4,
-                     "format_reward": 0.2, "difficulty": -1, "x": 1}), "unknown keys x"),
+                     "format_reward": 0.2, "difficulty": -1}), "saved by an older swarmp2p (no game)"),
         (json.dumps({**OLD_SWARM_JSON, "tasks": ["a"], "weights": [], "questions_per_round": 4,
-                     "format_reward": 2.0, "difficulty": -1}), "format_reward: 2.0 not in"),
+                     "format_reward": 0.2, "difficulty": -1, "game": "single", "x": 1}), "unknown keys x"),
+        (json.dumps({**OLD_SWARM_JSON, "tasks": ["a"], "weights": [], "questions_per_round": 4,
+                     "format_reward": 2.0, "difficulty": -1, "game": "single"}), "format_reward: 2.0 not in"),
     ],
 )  # fmt: skip
 def test_bad_or_old_swarm_json_is_one_line(tmp_path: Path, content: str, expected: str):

@@ -25,9 +25,9 @@ from protocol.acr import (
 from protocol.admission import Accept, AdmissionRules, Fetch, Hold, Inbox, NeedInputs, Reject, job_for
 from protocol.envelope import peer_id_from_seed, seal
 from protocol.game import SingleStageGame
-from protocol.games import GAME_NAMES, make_game, stage_count_of
+from protocol.games import GAME_NAMES, REGISTRY, make_game, stage_count_of
 from protocol.messages import Completion, QuestionGroup, QuestionRef, RolloutAnnouncement, RolloutBatch
-from protocol.rounds import CoordinatorSaid, Generate, RoundMachine, RoundOpened, RoundTiming
+from protocol.rounds import CoordinatorSaid, Generate, RoundMachine, RoundOpened
 from protocol.scoring import PeerScores
 
 SWARM, SEED, ROUND = "acr", 5, 3
@@ -98,10 +98,10 @@ def store_with_answers(*signers: bytes) -> InputStore:
 
 
 def test_games_by_name() -> None:
-    assert GAME_NAMES == ("single", "answer-critique-resolve")
+    assert GAME_NAMES == ("single", "answer-critique-resolve", "answer-verify")
     assert make_game("single", RULES) is RULES
     assert make_game("answer-critique-resolve", RULES) == GAME
-    assert [stage_count_of(name) for name in GAME_NAMES] == [1, 3]
+    assert [stage_count_of(name) for name in GAME_NAMES] == [1, 3, 2]
     assert GAME.trains(0) and not GAME.trains(1) and GAME.trains(2)
 
 
@@ -148,7 +148,7 @@ def test_a_forged_critique_reward_is_rejected() -> None:
 
 
 def acr_inbox(store: InputStore, stage: int) -> Inbox:
-    machine = RoundMachine(timing=RoundTiming(stages=True))
+    machine = RoundMachine(plan=REGISTRY[GAME.name].plan)
     machine.handle(0, RoundOpened(ROUND, collect_until_ms=1000, round_ends_ms=2000, stage=stage))
     inbox = Inbox(AdmissionRules(swarm_id=SWARM, me=pid(ME), seed=SEED), machine, GAME, scores=PeerScores())
     inbox.store = store
@@ -212,7 +212,7 @@ def test_references_to_batches_we_cannot_match_are_rejected_with_reason_and_blam
 
 
 def test_the_machine_opens_each_stage_of_a_round_in_turn() -> None:
-    machine = RoundMachine(timing=RoundTiming(stages=True))
+    machine = RoundMachine(plan=REGISTRY[GAME.name].plan)
     opened = []
     for stage in range(3):
         actions = machine.handle(stage * 1000, CoordinatorSaid(ROUND, stage, 3, (stage + 1) * 1000))
@@ -222,7 +222,7 @@ def test_the_machine_opens_each_stage_of_a_round_in_turn() -> None:
 
 
 def test_a_single_stage_machine_plays_a_round_once_whatever_the_coordinator_s_stages() -> None:
-    machine = RoundMachine()  # RoundTiming(stages=False): what a single-stage game's peer runs
+    machine = RoundMachine()  # StagePlan(): what a single-stage game's peer runs
     opened = []
     for round_number, stage in ((ROUND, 0), (ROUND, 1), (ROUND + 1, 1), (ROUND + 2, 0)):
         at = (round_number * 2 + stage) * 1000

@@ -15,7 +15,7 @@ from golden_fixtures import MESSAGES, PEER, SEALED_MESSAGE, SEALED_NAME, SIGNING
 
 from protocol.codec import decode, encode  # noqa: E402
 from protocol.envelope import open_envelope, seal  # noqa: E402
-from protocol.messages import KIND_OF  # noqa: E402
+from protocol.messages import KIND_OF, PROTOCOL_VERSION  # noqa: E402
 
 
 def test_every_kind_has_a_vector():
@@ -37,3 +37,12 @@ def test_sealed_envelope_vector():
     assert opened.signer == PEER
     assert opened.digest == hashlib.sha256(committed).digest()
     assert PEER.startswith("12D3KooW")
+
+
+def test_the_hello_vector_carries_the_version_and_the_schedule_s_game():
+    # The game travels by name in the signed schedule (protocol 4): a swarm of a second game
+    # with the same stage count as another is told apart by this field alone.
+    hello = decode((VECTORS / "hello.bin").read_bytes())
+    assert PROTOCOL_VERSION == hello.protocol_version == 4
+    assert hello.schedule.game == "answer-verify"
+    assert b"answer-verify" in (VECTORS / "hello.bin").read_bytes()

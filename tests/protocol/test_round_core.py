@@ -12,6 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from protocol.rounds import (
     GUARDS,
     ON_ENTER,
+    PASS_THROUGH,
     TRANSITIONS,
     AbandonRound,
     CoordinatorSaid,
@@ -47,7 +48,8 @@ def test_the_next_phase_is_read_from_the_table() -> None:
     assert TRANSITIONS[(Phase.REPORTING, ReportFinished)] is Phase.DONE
     assert all(TRANSITIONS[(phase, Idle)] is phase for phase in Phase)
     assert set(GUARDS) <= set(TRANSITIONS)
-    assert ON_ENTER[Phase.TRAINING] is Train
+    assert ON_ENTER[Phase.TRAINING](RoundMachine(round=2)) == Train(2)
+    assert all((phase, event) in TRANSITIONS for phase, (_, event) in PASS_THROUGH.items())
 
 
 def test_a_poll_opens_with_deadlines_from_the_timing() -> None:

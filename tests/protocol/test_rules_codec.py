@@ -50,6 +50,7 @@ def _schedule_body(schedule: SwarmSchedule) -> dict:
         "questions_per_round": schedule.questions_per_round,
         "format_reward": schedule.format_reward,
         "difficulty": schedule.difficulty,
+        "game": schedule.game,
     }
 
 
@@ -97,6 +98,9 @@ BAD_RULES: list[tuple[str, object, str]] = [
     ("difficulty", limits.MIN_DIFFICULTY - 1, "out_of_range"),
     ("difficulty", limits.MAX_DIFFICULTY + 1, "out_of_range"),
     ("difficulty", "easy", "bad_type"),
+    ("game", "", "out_of_range"),
+    ("game", "g" * (limits.MAX_GAME_NAME_BYTES + 1), "oversized"),
+    ("game", 3, "bad_type"),
 ]
 
 
@@ -110,10 +114,10 @@ def _inconsistent_or_misshapen(case: str, schedule: SwarmSchedule, body: dict, d
     if case == "extra":
         body[data.draw(st.sampled_from(["task_weights", "format", "rules", "x"]))] = 1
         return "extra_key"
-    # "missing": e.g. a schedule as protocol 1 had it, under the current version number
-    del body[
-        data.draw(st.sampled_from(["tasks", "weights", "questions_per_round", "format_reward", "difficulty"]))
-    ]
+    # "missing": e.g. a schedule as protocol 1 (no rules) or 3 (no game) had it, under the
+    # current version number
+    keys = ["tasks", "weights", "questions_per_round", "format_reward", "difficulty", "game"]
+    del body[data.draw(st.sampled_from(keys))]
     return "missing_key"
 
 
@@ -165,9 +169,19 @@ def _old_sealed_hello(envelope_version: int = 1, inner_version: int = 1) -> byte
     )
 
 
-def test_protocol_is_version_3():
-    # 3: completions carry their sampling log-probs (protocol/logprobs.py); 2: schedules carry rules.
-    assert PROTOCOL_VERSION == 3
+def test_protocol_is_version_4():
+    # 4: schedules name their game; 3: completions carry their sampling log-probs
+    # (protocol/logprobs.py); 2: schedules carry rules.
+    assert PROTOCOL_VERSION == 4
+
+
+def test_a_version_3_hello_is_bad_version():
+    # A protocol-3 peer named the game by the stage count: it must not be mistaken for one here.
+    body = _schedule_body(SwarmSchedule("s", 0, 3000, 3, 1, tasks=("a",)))
+    del body["game"]
+    with pytest.raises(ProtocolError) as caught:
+        codec.decode(_raw_hello(body, version=3))
+    assert caught.value.reason == "bad_version"
 
 
 def test_old_version_message_is_bad_version_not_a_crash():

@@ -35,13 +35,14 @@ SCHEDULE = SwarmSchedule(
     swarm_id=SWARM,
     genesis_ms=1_700_000_000_000,
     round_ms=60_000,
-    stage_count=1,
+    stage_count=2,
     seed=42,
     tasks=("basic_arithmetic", "leg_counting", "base_conversion"),
     weights=(2.0, 1.0, 0.5),
     questions_per_round=4,
     format_reward=0.2,
     difficulty=-1,
+    game="answer-verify",  # protocol 4: the schedule names the swarm's game
 )
 BATCH = RolloutBatch(
     swarm_id=SWARM,
@@ -67,7 +68,7 @@ BATCH = RolloutBatch(
 
 MESSAGES = {
     "hello": Hello(
-        protocol_version=3,
+        protocol_version=4,
         peer_id=PEER,
         schedule=SCHEDULE,
         current_round=-1,
