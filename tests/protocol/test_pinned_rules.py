@@ -6,6 +6,9 @@ the bug named in its docstring (checked by hand-made mutants and scripts/mutatio
 
 from __future__ import annotations
 
+import math
+import struct
+
 import attrs
 import msgpack
 import pytest
@@ -17,9 +20,12 @@ from protocol.deferred import DeferredStore
 from protocol.envelope import seal
 from protocol.errors import ProtocolError
 from protocol.games import REGISTRY
+from protocol.logprobs import MAX_LOGPROBS_BYTES
 from protocol.messages import (
     PROTOCOL_VERSION,
+    Completion,
     Hello,
+    QuestionGroup,
     QuestionRef,
     RolloutAnnouncement,
     RolloutBatch,
@@ -35,6 +41,7 @@ from protocol.rounds import (
     TrainingFinished,
 )
 from protocol.scoring import PeerScores
+from protocol.verification import Verdict, VerificationLimits, group_shape_error, verify_batch
 from swarmp2p.rules import peer_settings_for
 from tests.protocol.test_admission_rules import ROUND as INBOX_ROUND
 from tests.protocol.test_admission_rules import announce, batch_envelope, make_inbox
@@ -342,3 +349,84 @@ def test_the_store_reads_by_sender() -> None:
     with pytest.raises(KeyError) as missing:
         store["z"]
     assert missing.value.args == ("z",)
+
+
+# ---- batch shape and re-scoring (the survivors of scripts/mutation.sh protocol/verification.py) --
+
+
+def floats(*values: float) -> bytes:
+    return struct.pack(f"<{len(values)}f", *values)
+
+
+def shape(texts_and_logprobs: list[tuple[str, object]], limits: VerificationLimits) -> str | None:
+    completions = tuple(Completion(text, 0.0, logprobs) for text, logprobs in texts_and_logprobs)  # type: ignore[arg-type]
+    return group_shape_error(QuestionGroup(QuestionRef("echo", 1, 0), completions), limits)
+
+
+def test_text_and_log_prob_caps_are_inclusive_and_counted_in_bytes() -> None:
+    limits = VerificationLimits(max_text_bytes=4, max_logprobs=2)
+    assert shape([("abcd", b""), ("éé", b"")], limits) is None  # 4 bytes each: at the cap
+    assert shape([("abcd", b""), ("ééa", b"")], limits) == "text_too_long"  # 3 characters, 5 bytes
+    assert shape([("a", floats(-0.5, -1.0)), ("b", floats(-2.0))], limits) is None  # 2 log-probs: at the cap
+    assert shape([("a", floats(-0.5, -1.0, -1.5)), ("b", b"")], limits) == "logprobs_too_long"
+
+
+@pytest.mark.parametrize(
+    ("logprobs", "reason"),
+    [
+        (floats(-0.5)[:3], "bad_logprobs"),  # not a whole float32
+        (floats(-0.5, 0.5), "bad_logprobs"),  # a probability above 1
+        (floats(-0.5, math.nan), "bad_logprobs"),
+        ([-0.5], "bad_logprobs"),  # not bytes at all
+    ],
+)
+def test_malformed_log_probs_are_bad_not_too_long(logprobs: object, reason: str) -> None:
+    assert shape([("a", logprobs), ("b", b"")], VerificationLimits()) == reason
+
+
+def test_log_probs_past_the_wire_cap_are_too_long_even_under_a_looser_limit() -> None:
+    looser = VerificationLimits(max_logprobs=MAX_LOGPROBS_BYTES // 4 + 10)
+    at_wire_cap = floats(*([-0.5] * (MAX_LOGPROBS_BYTES // 4 - 1)), math.nan)  # at the cap, malformed
+    past_wire_cap = floats(*([-0.5] * (MAX_LOGPROBS_BYTES // 4 + 1)))
+    assert shape([("a", at_wire_cap), ("b", b"")], looser) == "bad_logprobs"
+    assert shape([("a", past_wire_cap), ("b", b"")], looser) == "logprobs_too_long"
+
+
+class RaisingOnSecond:
+    """The echo task, whose scorer raises for question 1: our own bug, not the sender's."""
+
+    def task_names(self) -> tuple[str, ...]:
+        return ("echo",)
+
+    def is_heldout(self, question: QuestionRef) -> bool:
+        return False
+
+    def score(self, question: QuestionRef, completion_text: str) -> float:
+        if question.index == 1:
+            raise RuntimeError("scorer bug")
+        return 1.0 if completion_text == str(question.index) else 0.0
+
+
+def test_a_scoring_error_says_how_many_groups_were_checked_and_a_claim_within_tolerance_passes() -> None:
+    def group(index: int, claim: float) -> QuestionGroup:
+        return QuestionGroup(
+            QuestionRef("echo", 1, index), (Completion(str(index), claim), Completion("no", 0.0))
+        )
+
+    def verdict(*groups: QuestionGroup, tolerance: float = 1e-6) -> Verdict:
+        batch = RolloutBatch(SWARM, ROUND, 0, "p", groups)
+        return verify_batch(
+            batch,
+            RaisingOnSecond(),
+            expected_questions=None,
+            limits=VerificationLimits(),
+            tolerance=tolerance,
+        )
+
+    assert verdict(group(0, 1.0), group(1, 1.0)) == Verdict(
+        ok=False, reason="scoring_error", groups_checked=1
+    )
+    assert verdict(group(0, 0.75), tolerance=0.25).ok  # off by exactly the tolerance
+    assert verdict(group(0, 0.7), tolerance=0.25) == Verdict(
+        ok=False, reason="forged_reward", groups_checked=0
+    )
