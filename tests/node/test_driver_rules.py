@@ -1,6 +1,6 @@
 """The round driver (swarmp2p/peer.py) carries out what the core decides: it trains only on the
 inbox's training pool, releases announcements heard early, wakes on a Hold and records a
-skipped round. Each test fails when the driver drops that duty (scripts/mutants.py).
+skipped round. Each test fails when the driver drops that duty.
 
 A Peer on stub ports; events are fed by hand, so no round loop and no network run.
 """

@@ -1,5 +1,5 @@
 """The admission inbox's rules (protocol/admission.py), one test per rule, each written to fail
-when its rule is removed (scripts/mutants.py applies those removals one at a time).
+when its rule is removed.
 
 Pure: a RoundMachine, an Inbox, a tiny task registry and real signed envelopes; no trio, no
 network, no clock.
@@ -252,7 +252,7 @@ def test_true_is_not_a_count(field: str) -> None:
 
 
 def test_a_hello_round_below_minus_one_is_refused() -> None:
-    from tests.vectors.golden_fixtures import MESSAGES
+    from tests.protocol.vectors.golden_fixtures import MESSAGES
 
     hello = MESSAGES["hello"]
     assert codec.decode(_tamper(hello, current_round=-1)).current_round == -1  # type: ignore[union-attr]
