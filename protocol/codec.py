@@ -1,5 +1,7 @@
 """msgpack encoding and strict decoding of wire messages.
 
+Over 600 lines: the wire schema, its checks and its compiled fast path must change together.
+
 Wire format (version `PROTOCOL_VERSION`):
 
     top level:  map {"v": PROTOCOL_VERSION, "k": kind, "b": body}      kind: messages.KIND_OF

@@ -1,5 +1,7 @@
 """The in-memory network: NetworkPort for virtual peers, on trio's (virtual) clock.
 
+Over 600 lines: SimWorld is one medium (links, timers, partitions, delivery) whose parts share its state.
+
 `SimWorld` is the medium all virtual peers share; `SimNetwork` is one peer's NetworkPort onto it.
 What it models, and why it is enough for the questions the simulator answers:
 

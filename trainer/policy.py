@@ -1,5 +1,8 @@
 """TrainerPolicy: the PolicyPort the node drives: generate, train, save, load (+ evaluate, cancel).
 
+Over 600 lines: one model and optimizer that every PolicyPort call shares; its parts (GRPO, generation,
+evaluation, precision) are modules of their own.
+
 Synchronous and single-threaded by contract: the node calls it from one worker thread. `cancel()`
 may be called from any thread; the running call stops at the next step boundary (a decoding step,
 a micro-batch) by raising `Cancelled`, leaving the model and optimizer as they were before the
