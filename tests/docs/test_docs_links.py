@@ -104,8 +104,8 @@ def test_every_source_file_a_page_names_exists(page: Path) -> None:
 
 
 def test_the_path_check_finds_a_moved_file() -> None:
-    text = "see `tests/project/test_readme.py` and tests/project/test_readme.py, run `python bench/bench_all.py`"
-    assert missing_source_paths(text) == ["tests/project/test_readme.py"]
+    text = "see `tests/test_readme.py` and tests/project/test_readme.py, run `python bench/bench_all.py`"
+    assert missing_source_paths(text) == ["tests/test_readme.py"]
     assert missing_source_paths("docs/lab/x.py is not source; neither is my-swarmp2p/x.py") == []
 
 
