@@ -14,12 +14,22 @@ import msgpack
 import pytest
 
 from protocol import codec
-from protocol.acr import CRITIQUE, RESOLVE, InputRef, InputStore, StageItem, digest_prefix
+from protocol.acr import (
+    CRITIQUE,
+    RESOLVE,
+    InputRef,
+    InputStore,
+    StageItem,
+    Stored,
+    digest_prefix,
+    parse_pick,
+    score_item,
+)
 from protocol.admission import Accept, Defer, Fetch, Reject
 from protocol.deferred import DeferredStore
 from protocol.envelope import seal
 from protocol.errors import ProtocolError
-from protocol.games import REGISTRY
+from protocol.games import REGISTRY, make_game
 from protocol.logprobs import MAX_LOGPROBS_BYTES
 from protocol.messages import (
     PROTOCOL_VERSION,
@@ -41,6 +51,7 @@ from protocol.rounds import (
     TrainingFinished,
 )
 from protocol.scoring import PeerScores
+from protocol.seeds import unit_interval
 from protocol.verification import Verdict, VerificationLimits, group_shape_error, verify_batch
 from swarmp2p.rules import peer_settings_for
 from tests.protocol.test_admission_rules import ROUND as INBOX_ROUND
@@ -430,3 +441,124 @@ def test_a_scoring_error_says_how_many_groups_were_checked_and_a_claim_within_to
     assert verdict(group(0, 0.7), tolerance=0.25) == Verdict(
         ok=False, reason="forged_reward", groups_checked=0
     )
+
+
+# ---- later stages' rules (the survivors of scripts/mutation.sh protocol/acr.py, protocol/staged.py) --
+
+
+def test_a_pick_is_the_number_in_a_final_answer_tag_or_none() -> None:
+    assert parse_pick("I pick <answer> 2 </answer>") == 2
+    assert parse_pick("no tag at all") == 0
+    assert parse_pick("<answer>2</answer> then more words") == 0  # not final
+
+
+def test_a_critique_earns_its_pick_up_to_the_last_candidate_and_a_resolve_its_own_answer() -> None:
+    critique = StageItem(CRITIQUE, QuestionRef("a", 1, 0), QuestionRef("echo", 1, 7), ("no", "7"))
+    assert score_item(critique, "<answer>2</answer>", RULES.registry) == 1.0  # the last candidate
+    assert score_item(critique, "<answer>3</answer>", RULES.registry) == 0.0  # no such candidate
+    resolve = StageItem(RESOLVE, QuestionRef("a", 1, 0), QuestionRef("echo", 1, 7), ("no", "7"), (2,))
+    assert (
+        score_item(resolve, "7", RULES.registry) == 1.0 and score_item(resolve, "no", RULES.registry) == 0.0
+    )
+
+
+def test_items_are_made_only_from_groups_that_exist_at_the_stage_that_takes_them() -> None:
+    store = store_through_critiques(BOB)
+    answers_of_carol = store.get(ROUND, 0, pid(CAROL))
+    critique_of_bob = store.get(ROUND, CRITIQUE, pid(BOB))
+    assert answers_of_carol is not None and critique_of_bob is not None
+    groups = len(answers_of_carol.batch.groups)
+
+    def ref(stored: Stored, group: int) -> InputRef:
+        return InputRef(stored.batch.peer_id, digest_prefix(stored.digest), group)
+
+    item = GAME.item_from(CRITIQUE, ref(answers_of_carol, 0), answers_of_carol)
+    assert isinstance(item, StageItem) and item.stage == CRITIQUE
+    assert item.candidates == tuple(c.text for c in answers_of_carol.batch.groups[0].completions)
+    assert GAME.item_from(CRITIQUE, ref(answers_of_carol, groups), answers_of_carol) is None
+    resolve = GAME.item_from(RESOLVE, ref(critique_of_bob, 0), critique_of_bob)
+    assert isinstance(resolve, StageItem) and resolve.stage == RESOLVE
+    critiqued = critique_of_bob.items[0]
+    assert (resolve.question, resolve.candidates) == (critiqued.question, critiqued.candidates)
+    assert GAME.item_from(0, ref(critique_of_bob, 0), critique_of_bob) is None  # stage 0 has no items
+    assert GAME.item_from(3, ref(critique_of_bob, 0), critique_of_bob) is None
+    # A critique batch stored with fewer items than groups: the group past them makes nothing.
+    partial = InputStore()
+    partial.add(critique_of_bob.digest, critique_of_bob.batch, critique_of_bob.items[:1])
+    short = partial.get(ROUND, CRITIQUE, pid(BOB))
+    assert short is not None and len(short.batch.groups) == 2
+    assert GAME.item_from(RESOLVE, ref(short, 1), short) is None
+
+
+def test_only_resolve_groups_are_renamed_for_the_trainer_and_the_counts_must_match() -> None:
+    store = store_through_critiques(BOB, CAROL)
+    items = GAME.items(ROUND, RESOLVE, pid(ALICE), store)
+    batch = honest_batch(ALICE, RESOLVE, items)
+    renamed = GAME.training_groups(RESOLVE, items, batch.groups)
+    assert renamed == tuple(
+        QuestionGroup(i.question, g.completions) for i, g in zip(items, batch.groups, strict=True)
+    )
+    assert GAME.training_groups(CRITIQUE, items, batch.groups) == batch.groups
+    with pytest.raises(ValueError):
+        GAME.training_groups(RESOLVE, items[:1], batch.groups)
+    verify_game = make_game("answer-verify", RULES)
+    assert verify_game.training_groups(1, items, batch.groups) == batch.groups
+
+
+def test_items_follow_the_seeded_draw_and_skip_authors_too_long_to_reference() -> None:
+    store = store_with_answers(ALICE, BOB, CAROL)
+    for author in ("a" * 64, "b" * 65):  # a reference carries its author as a task name (64 bytes)
+        batch = attrs.evolve(answers(ALICE), peer_id=author)
+        store.add(b"\7" * 32, batch)
+    wide = attrs.evolve(GAME, answer=attrs.evolve(RULES, questions_per_round=64))
+    items = wide.items(ROUND, CRITIQUE, pid(ME), store)
+    authors = {InputRef.of(item.ref).author for item in items}
+    assert "a" * 64 in authors and "b" * 65 not in authors
+    draws = [
+        unit_interval(RULES.seed, ROUND, CRITIQUE, pid(ME), InputRef.of(i.ref).author, i.ref.index)
+        for i in items
+    ]
+    assert draws == sorted(draws) and len(set(draws)) == len(draws)
+    assert wide.items(ROUND, CRITIQUE, pid(BOB), store) != items  # another peer, another order
+    assert GAME.builds_on_inputs(CRITIQUE) and GAME.builds_on_inputs(RESOLVE) and not GAME.builds_on_inputs(0)
+
+
+def test_a_later_stage_batch_is_refused_for_exactly_its_reason() -> None:
+    store = store_through_critiques(BOB, CAROL)
+    items = GAME.items(ROUND, RESOLVE, pid(ALICE), store)
+    honest = honest_batch(ALICE, RESOLVE, items)
+    bad = Verdict(ok=False, reason="bad_input", groups_checked=0)
+    assert GAME.resolve(attrs.evolve(honest, stage=3), store) == bad  # no stage 3
+    broken = attrs.evolve(
+        honest.groups[0], question=attrs.evolve(InputRef.of(honest.groups[0].question), group=9).question()
+    )
+    assert GAME.resolve(attrs.evolve(honest, groups=(broken,)), store) == bad
+    assert GAME.verify(attrs.evolve(honest, groups=()), ()) == Verdict(False, "too_few_groups", 0)
+    assert GAME.verify(honest, items[:1]) == Verdict(False, "missing_input", 0)
+    lonely = attrs.evolve(honest.groups[0], completions=honest.groups[0].completions[:1])
+    assert GAME.verify(attrs.evolve(honest, groups=(lonely,)), items[:1]) == Verdict(
+        False, "bad_group_size", 0
+    )
+    trusting = attrs.evolve(GAME, answer=attrs.evolve(RULES, rescore=False))
+    assert trusting.verify(honest, items) == Verdict(ok=True, reason=None, groups_checked=0)
+    assert GAME.verify(honest, items) == Verdict(ok=True, reason=None, groups_checked=len(items))
+
+
+def test_the_inputs_a_later_batch_needs_are_the_previous_stages_batches_we_lack() -> None:
+    store = store_through_critiques(BOB, CAROL)
+    resolve = honest_batch(ALICE, RESOLVE, GAME.items(ROUND, RESOLVE, pid(ALICE), store))
+    authors = sorted({InputRef.of(g.question).author for g in resolve.groups})
+    assert GAME.inputs_needed(resolve, store) == ()  # we hold both critiques
+    held_answers_only = store_with_answers(ALICE, BOB, CAROL)  # the same authors, stage 0 only
+    assert GAME.inputs_needed(resolve, held_answers_only) == tuple((ROUND, CRITIQUE, a) for a in authors)
+    assert GAME.inputs_needed(attrs.evolve(resolve, stage=3), InputStore()) == ()
+    assert GAME.inputs_needed(answers(ALICE), InputStore()) == ()
+
+
+def test_our_own_batch_is_remembered_as_an_input() -> None:
+    store = InputStore()
+    batch = answers(ALICE)
+    digest = sealed(batch, ALICE)[1]
+    GAME.remember(store, digest, batch, ())
+    stored = store.get(ROUND, 0, pid(ALICE))
+    assert stored is not None and (stored.digest, stored.batch, tuple(stored.items)) == (digest, batch, ())
