@@ -45,7 +45,6 @@ from typing import Any, Protocol
 
 import attrs
 
-from protocol.acr import UNBLAMED_INPUT_REASONS
 from protocol.decisions import (
     Accept,
     Decision,
@@ -67,6 +66,7 @@ from protocol.inputs import admit_input, need_inputs
 from protocol.messages import QuestionGroup, RolloutAnnouncement, RolloutBatch
 from protocol.rounds import COLLECTING_PHASES, RoundMachine
 from protocol.scoring import PeerScores
+from protocol.staged import UNBLAMED_INPUT_REASONS
 from protocol.verification import Verdict
 
 __all__ = [
@@ -587,7 +587,8 @@ class Inbox:
 
 
 def _staged_inputs() -> InputStore:
-    """The store of a game built on inputs, for a caller that passes none (the node's driver)."""
-    from protocol.acr import InputStore as StagedInputStore  # the games' one store class
+    """The games' one store class, for a caller that passes none (a test's inbox); the driver
+    passes its game's (`GameSpec.store`)."""
+    from protocol.stage_inputs import InputStore as StagedInputStore
 
     return StagedInputStore()

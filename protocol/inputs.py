@@ -8,10 +8,10 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from protocol.acr import InputStore
 from protocol.decisions import Decision, FetchJob, NeedInputs, Reject
 from protocol.errors import ProtocolError
 from protocol.messages import RolloutBatch
+from protocol.stage_inputs import InputStore
 from protocol.verification import Verdict
 
 

@@ -703,6 +703,10 @@ class SimNetwork:
         await trio.lowlevel.checkpoint()
         return receive
 
+    def set_gossip_priority(self, established: Callable[[str], bool]) -> None:
+        """NetworkPort.set_gossip_priority: the simulated network has no bounded gossip inbox
+        that would drop messages, so it has nothing to keep."""
+
     def subscribe_inline(self, topic: str, handler: Callable[[InboundMessage], None]) -> bool:
         """NetworkPort.subscribe_inline: when the world runs with
         `inline_gossip`, call `handler` synchronously in the delivery task for each message on

@@ -35,6 +35,7 @@ import trio
 from protocol import rounds as ev  # the machine's events and actions
 from protocol.admission import PROOF_OF_LYING, Inbox
 from protocol.envelope import peer_id_from_public_key, public_key_from_seed
+from protocol.games import spec_of
 from protocol.rounds import IllegalTransition, RoundMachine, learn_stage_ms, too_late_to_start
 from protocol.sampling import SamplingState
 from protocol.scoring import PeerScores
@@ -143,6 +144,7 @@ class Peer:
             scores=self.scores,
             counters=self.counters,
             peer_numbers=peer_numbers,
+            store=spec_of(settings.game).store(),
         )
         self.rounds = RoundHistory(self.peer_id, settings.history_limit, on_round_complete)
         self.history = self.rounds.records
@@ -180,9 +182,8 @@ class Peer:
             await self.evaluation.run(self.policy, self._offload, self.clock.now_ms, None)
         inline = self.network.subscribe_inline(self.topic, self.fetcher.inline_handler())
         channel = None if inline else await self.network.subscribe(self.topic)
-        set_priority = getattr(self.network, "set_gossip_priority", None)
-        if set_priority is not None:  # a full gossip inbox keeps established senders' messages
-            set_priority(lambda sender: self.inbox.established(sender))
+        # A full gossip inbox keeps established senders' messages.
+        self.network.set_gossip_priority(lambda sender: self.inbox.established(sender))
         self.network.set_request_handler(self.publisher.serve)
         await self._register()
         async with trio.open_nursery() as nursery:
