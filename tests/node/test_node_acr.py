@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.node.test_node_swarm import NodeProcess, swarm_report, wait_for, warm_model, write_config
 
-__all__ = ["warm_model"]  # the module-scoped fixture, shared with the five-node test
+from tests.helpers.nodes import NodeProcess, swarm_report, write_config
+from tests.helpers.waiting import wait_for
 
 ROUND_SECONDS = 24.0  # three 8-second stages: three tiny-model processes share two cores
 STAGES = 3

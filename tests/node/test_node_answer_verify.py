@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.node.test_node_swarm import NodeProcess, swarm_report, wait_for, warm_model, write_config
-
-__all__ = ["warm_model"]  # the module-scoped fixture
+from tests.helpers.nodes import NodeProcess, swarm_report, write_config
+from tests.helpers.waiting import wait_for
 
 GAME = "answer-verify"
 ROUND_SECONDS = 20.0  # two 10-second stages: three tiny-model processes share two cores
