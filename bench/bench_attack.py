@@ -13,6 +13,9 @@ as an outside host would. Per attack, in turn:
   nodes share this process and its one trio thread); RSS: this process's resident set at the
   end of "before", its peak during the attack (sampled every 0.25 s) and at the end of "after".
 - whether RSS after is within 50 MB of RSS before.
+- `/api/status` and `/metrics` latency: node 0's dashboard (as `swarmp2p node` serves it, on the
+  same trio thread as both peers) asked one request at a time from a client thread, p99 over the
+  quiet rounds before the attack and over the attack (the bar: 100 ms).
 
     python bench/bench_attack.py                      # flood 60 s, 300 sybils 60 s, DHT 30 s, replay
     python bench/bench_attack.py --flood-s 20 --sybil-s 20 --dht-s 10
@@ -23,9 +26,11 @@ Run it with PYTHONPATH at the repository root (it imports netlab/attack_kit.py).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
+import urllib.request
 from typing import Any
 
 import trio
@@ -52,11 +57,59 @@ class Phase:
         return 100.0 * (time.process_time() - self.cpu) / wall if wall > 0 else 0.0
 
 
+class Latency:
+    """Seconds per answered GET of each dashboard path, by phase (one request at a time, from a
+    client thread: the server shares the trio thread with the peers, as in `swarmp2p node`)."""
+
+    PATHS = ("/api/status", "/metrics")
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.phase = "quiet"
+        self.seconds: dict[tuple[str, str], list[float]] = {}
+
+    def _get(self, path: str) -> float:
+        started = time.monotonic()
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=30) as answer:
+            answer.read()
+        return time.monotonic() - started
+
+    async def sample(self) -> None:
+        while True:
+            for path in self.PATHS:
+                phase = self.phase
+                try:
+                    took = await trio.to_thread.run_sync(self._get, path)
+                except OSError:
+                    took = float("inf")  # no answer within 30 s counts as the slowest
+                self.seconds.setdefault((phase, path), []).append(took)
+            await trio.sleep(0.05)
+
+    def take(self) -> dict[tuple[str, str], list[float]]:
+        taken, self.seconds = self.seconds, {}
+        return taken
+
+
+def p99_ms(values: list[float]) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return 1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+LATENCY: list[Latency] = []  # the dashboard's sampler, once it serves
+
+
 async def measure(pair: Pair, name: str, run: Any, rows: list[dict[str, Any]]) -> None:
     """One attack: quiet, the attack (run(pair) -> report), quiet; one row of the table."""
     await wait_rounds(pair, 2)
     before_cpu = Phase()
+    for latency in LATENCY:
+        latency.take()
+        latency.phase = "quiet"
     await wait_rounds(pair, 2)
+    for latency in LATENCY:
+        latency.phase = "attack"
     row: dict[str, Any] = {"attack": name, "cpu_before": before_cpu.cpu_percent(), "rss_before": rss_bytes()}
     first_round = max(max(book, default=0) for book in pair.records) + 1
     peak = [rss_bytes()]
@@ -74,6 +127,15 @@ async def measure(pair: Pair, name: str, run: Any, rows: list[dict[str, Any]]) -
         nursery.cancel_scope.cancel()
     row["seconds"] = time.monotonic() - started
     row["cpu_during"], row["rss_peak"] = during.cpu_percent(), peak[0]
+    for latency in LATENCY:
+        taken = latency.take()
+        row["latency_p99_ms"] = {
+            f"{phase} {path}": p99_ms(taken.get((phase, path), []))
+            for phase in ("quiet", "attack")
+            for path in Latency.PATHS
+        }
+        row["latency_samples"] = {f"{phase} {path}": len(v) for (phase, path), v in taken.items()}
+        latency.phase = "after"
     after = Phase()
     await wait_rounds(pair, 3)
     row["cpu_after"], row["rss_after"] = after.cpu_percent(), rss_bytes()
@@ -89,8 +151,9 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| attack | attack s | attacker sent | rounds lost / not trained on / rounds "
         "| CPU % before / during / after "
-        "| RSS MB before / peak / after | RSS back within 50 MB |",
-        "|---|---|---|---|---|---|---|",
+        "| RSS MB before / peak / after | RSS back within 50 MB "
+        "| /api/status p99 ms quiet / attack | /metrics p99 ms quiet / attack |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         report = row["report"]
@@ -101,9 +164,17 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {len(row['lost'])} / {len(row['not_trained'])} / {row['rounds']} "
             f"| {row['cpu_before']:.0f} / {row['cpu_during']:.0f} / {row['cpu_after']:.0f} "
             f"| {row['rss_before'] / MB:.0f} / {row['rss_peak'] / MB:.0f} / {row['rss_after'] / MB:.0f} "
-            f"| {'yes' if back else 'no'} ({(row['rss_after'] - row['rss_before']) / MB:+.0f}) |"
+            f"| {'yes' if back else 'no'} ({(row['rss_after'] - row['rss_before']) / MB:+.0f}) "
+            f"| {latency_cell(row, '/api/status')} | {latency_cell(row, '/metrics')} |"
         )
     return "\n".join(lines)
+
+
+def latency_cell(row: dict[str, Any], path: str) -> str:
+    p99 = row.get("latency_p99_ms")
+    if not p99:
+        return "-"
+    return f"{p99[f'quiet {path}']:.0f} / {p99[f'attack {path}']:.0f}"
 
 
 def main() -> None:
@@ -141,6 +212,11 @@ def main() -> None:
         async with trio.open_nursery() as upkeep:
             if not args.no_memory_config:  # what swarmp2p node runs beside its peer
                 upkeep.start_soon(memory.give_back_periodically)
+            from swarmp2p.dashboard import serve_dashboard
+
+            port = await upkeep.start(functools.partial(serve_dashboard, functools.partial(pair.status, 0)))
+            LATENCY.append(Latency(port))
+            upkeep.start_soon(LATENCY[0].sample)
             await run_attacks(pair)
             upkeep.cancel_scope.cancel()
 
