@@ -19,7 +19,7 @@ from protocol.messages import Completion, QuestionGroup, QuestionRef
 from swarmp2p.peer import Peer, PeerSettings
 from swarmp2p.ports import InboundMessage, RoundInfo
 from swarmp2p.round_log import RoundLog
-from tests.protocol.test_admission_rules import ME, SEED, SWARM, EchoRegistry, pid
+from tests.helpers.inbox import ME, SEED, SWARM, EchoRegistry, pid
 
 ROUND_MS = 10_000
 

@@ -25,7 +25,7 @@ from protocol.messages import (
 from protocol.rounds import CoordinatorSaid, Phase, RolloutsReady, Tick
 from swarmp2p.peer import Peer, PeerSettings
 from swarmp2p.ports import InboundMessage, RoundInfo
-from tests.protocol.test_admission_rules import (
+from tests.helpers.inbox import (
     ALICE,
     BOB,
     ME,

@@ -3,16 +3,7 @@
 from __future__ import annotations
 
 from protocol.admission import Defer, fetch_priority
-from tests.protocol.test_admission_rules import (
-    ALICE,
-    BOB,
-    ME,
-    ROUND,
-    announce,
-    batch_envelope,
-    make_inbox,
-    pid,
-)
+from tests.helpers.inbox import ALICE, BOB, ME, ROUND, announce, batch_envelope, make_inbox, pid
 
 
 def test_a_defer_is_the_deferred_entry_with_sender_and_priority() -> None:

@@ -10,7 +10,7 @@ from protocol.admission import Defer, Fetch
 from protocol.decisions import _new_tuple
 from protocol.deferred import DeferredStore
 from protocol.messages import RolloutAnnouncement
-from tests.protocol.test_admission_rules import ROUND, announce, batch_envelope, key, make_inbox, pid
+from tests.helpers.inbox import ROUND, announce, batch_envelope, key, make_inbox, pid
 
 
 def test_a_round_takes_at_most_max_top_ups_per_round_deferred_announcements() -> None:

@@ -54,8 +54,8 @@ from protocol.scoring import PeerScores
 from protocol.seeds import unit_interval
 from protocol.verification import Verdict, VerificationLimits, group_shape_error, verify_batch
 from swarmp2p.rules import peer_settings_for
-from tests.protocol.test_admission_rules import ROUND as INBOX_ROUND
-from tests.protocol.test_admission_rules import announce, batch_envelope, make_inbox
+from tests.helpers.inbox import ROUND as INBOX_ROUND
+from tests.helpers.inbox import announce, batch_envelope, make_inbox
 from tests.protocol.test_protocol_acr import (
     ALICE,
     BOB,

@@ -29,21 +29,9 @@ from protocol.games import GAME_NAMES, REGISTRY, make_game, stage_count_of
 from protocol.messages import Completion, QuestionGroup, QuestionRef, RolloutAnnouncement, RolloutBatch
 from protocol.rounds import CoordinatorSaid, Generate, RoundMachine, RoundOpened
 from protocol.scoring import PeerScores
+from tests.helpers.inbox import EchoRegistry
 
 SWARM, SEED, ROUND = "acr", 5, 3
-
-
-class EchoRegistry:
-    """One task: the right answer to question i is the text str(i)."""
-
-    def task_names(self) -> tuple[str, ...]:
-        return ("echo",)
-
-    def is_heldout(self, question: QuestionRef) -> bool:
-        return False
-
-    def score(self, question: QuestionRef, completion_text: str) -> float:
-        return 1.0 if completion_text == str(question.index) else 0.0
 
 
 RULES = SingleStageGame(seed=SEED, tasks=("echo",), questions_per_round=2, registry=EchoRegistry())

@@ -19,7 +19,7 @@ from protocol.game import SingleStageGame
 from protocol.messages import RolloutAnnouncement
 from protocol.rounds import RoundMachine, RoundOpened
 from protocol.scoring import PeerScores
-from tests.protocol.test_admission_rules import EchoRegistry
+from tests.helpers.inbox import EchoRegistry
 
 SWARM = "cap"
 SEED = 3

@@ -31,20 +31,7 @@ from protocol.rounds import (
     TrainingFinished,
 )
 from protocol.staged import InputStore
-
-
-class EchoRegistry:
-    """One task: the right answer to question i is the text str(i)."""
-
-    def task_names(self) -> tuple[str, ...]:
-        return ("echo",)
-
-    def is_heldout(self, question: QuestionRef) -> bool:
-        return False
-
-    def score(self, question: QuestionRef, completion_text: str) -> float:
-        return 1.0 if completion_text == str(question.index) else 0.0
-
+from tests.helpers.inbox import EchoRegistry
 
 RULES = SingleStageGame(seed=5, tasks=("echo",), questions_per_round=2, registry=EchoRegistry())
 GAME = AnswerVerifyGame(answer=RULES)

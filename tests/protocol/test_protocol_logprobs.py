@@ -31,7 +31,7 @@ from protocol.messages import (
 )
 from protocol.rounds import RoundMachine, RoundOpened
 from protocol.verification import VerificationLimits, verify_batch
-from tests.protocol.test_admission_rules import EchoRegistry
+from tests.helpers.inbox import EchoRegistry
 
 SWARM = "logprobs"
 SEED = 23

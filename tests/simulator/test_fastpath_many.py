@@ -30,7 +30,7 @@ from simulator.fastpath.shared_open import SharedOpen
 from swarmp2p.fetcher import Fetcher
 from swarmp2p.peer_cache import VerifyCache
 from swarmp2p.ports import InboundMessage, InlineHandler
-from tests.protocol.test_admission_rules import GAME, ROUND, SEED, SWARM, key, pid
+from tests.helpers.inbox import GAME, ROUND, SEED, SWARM, key, pid
 
 SIGNERS = [key(f"signer{i}") for i in range(12)]
 SENDERS = [pid(k) for k in SIGNERS]

@@ -44,7 +44,7 @@ from simulator.fastpath.peer_sets import PeersExcept
 from simulator.fastpath.shared_open import SharedOpen
 from swarmp2p.peer_cache import VerifyCache
 from tests.helpers.budget import examples
-from tests.protocol.test_admission_rules import key, pid
+from tests.helpers.inbox import key, pid
 
 SWARM = "rules"
 SEED = 23

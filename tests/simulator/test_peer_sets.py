@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from protocol.admission import Inbox
 from simulator.fastpath.peer_sets import PeersExcept
 from simulator.network import LinkModel, SimWorld
-from tests.protocol.test_admission_rules import make_inbox
+from tests.helpers.inbox import make_inbox
 
 names = st.sampled_from([f"p{i}" for i in range(8)])
 PEERS = [f"p{i}" for i in range(8)]
