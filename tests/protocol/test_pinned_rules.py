@@ -42,13 +42,22 @@ from protocol.messages import (
     SwarmSchedule,
 )
 from protocol.rounds import (
+    AbandonRound,
     CoordinatorSaid,
+    Idle,
+    IllegalTransition,
     Report,
     RolloutsReady,
     RoundMachine,
+    RoundOpened,
+    RoundTiming,
     SkipRound,
+    StagePlan,
+    SweepDht,
     Tick,
     TrainingFinished,
+    learn_stage_ms,
+    too_late_to_start,
 )
 from protocol.scoring import PeerScores
 from protocol.seeds import unit_interval
@@ -562,3 +571,91 @@ def test_our_own_batch_is_remembered_as_an_input() -> None:
     GAME.remember(store, digest, batch, ())
     stored = store.get(ROUND, 0, pid(ALICE))
     assert stored is not None and (stored.digest, stored.batch, tuple(stored.items)) == (digest, batch, ())
+
+
+# ---- the round machine's rules (the survivors of scripts/mutation.sh protocol/rounds.py) -------
+
+
+def test_timing_fractions_and_event_fields_are_validated_with_their_names() -> None:
+    assert RoundTiming(collect_fraction=1.0, sweep_fraction=0.0).collect_fraction == 1.0
+    with pytest.raises(ValueError, match=r"^collect_fraction must be in \[0, 1\], got 1\.5$"):
+        RoundTiming(collect_fraction=1.5)
+    with pytest.raises(ValueError, match=r"^round must be a non-negative int, got -1$"):
+        RoundOpened(-1, 0, 0)
+
+
+def test_a_one_stage_plan_trains_and_votes_at_whatever_stage_a_staged_one_only_at_its_own() -> None:
+    single, staged = StagePlan(), StagePlan(3, frozenset({0, 2}), 2)
+    assert single.trains(1) and single.votes(1) and not single.staged
+    assert [staged.trains(s) for s in range(3)] == [True, False, True]
+    assert [staged.votes(s) for s in range(3)] == [False, False, True]
+
+
+def said(round_number: int, stage: int, ends_ms: int, stage_count: int = 3) -> CoordinatorSaid:
+    return CoordinatorSaid(round_number, stage, stage_count, ends_ms)
+
+
+def test_the_stage_length_is_learned_from_two_answers_stages_apart() -> None:
+    learned = learn_stage_ms(None, said(3, 1, 10_000), said(4, 0, 16_000))  # 2 stages apart
+    assert learned == 3000 and type(learned) is int
+    assert learn_stage_ms(2500, said(3, 1, 10_000), said(4, 0, 16_000)) == 2500  # the smallest is kept
+    assert learn_stage_ms(None, said(3, 1, 10_000), said(3, 2, 10_001)) == 1
+    assert learn_stage_ms(None, said(3, 1, 10_000), said(3, 2, 10_000)) is None  # no time between: nothing
+    assert learn_stage_ms(7, said(3, 1, 10_000), said(3, 1, 12_000)) == 7  # the same stage
+
+
+def test_too_late_to_start_is_strictly_less_than_the_share_left() -> None:
+    assert not too_late_to_start(500, 1000, 1000, 0.5)  # exactly half left
+    assert too_late_to_start(501, 1000, 1000, 0.5)
+    assert not too_late_to_start(1500, 1000, 1000, 0.0)  # 0: never skip, even past the end
+    assert not too_late_to_start(900, 1000, None, 0.5)  # stage length unknown
+
+
+def test_illegal_events_say_what_they_were() -> None:
+    machine = RoundMachine()
+    machine.handle(0, RoundOpened(2, 500, 1000))
+    with pytest.raises(IllegalTransition, match=r"^RolloutsReady\(3, 0\) for a round never opened"):
+        machine.handle(1, RolloutsReady(3))
+    with pytest.raises(IllegalTransition, match=r"^TrainingFinished is not allowed in phase GENERATING"):
+        machine.handle(1, TrainingFinished(2))
+
+
+def test_a_staged_machine_abandons_sweeps_and_skips_by_stage() -> None:
+    machine = RoundMachine(plan=StagePlan(3, frozenset({0, 2}), 2))
+    machine.handle(0, CoordinatorSaid(ROUND, 0, 3, 1000, stage_ms=1000))
+    machine.handle(1000, CoordinatorSaid(ROUND, 1, 3, 2000, stage_ms=1000))
+    assert machine.handle(1400, Idle()) == (SweepDht(ROUND, 1),)
+    opened = machine.handle(2000, CoordinatorSaid(ROUND, 2, 3, 3000, stage_ms=1000))
+    assert opened[0] == AbandonRound(ROUND, 1)
+    assert machine.handle(3900, CoordinatorSaid(ROUND + 1, 0, 3, 4000, stage_ms=1000)) == (
+        SkipRound(ROUND + 1, 0, 100),
+    )
+    assert machine.current_position() == (ROUND + 1, 0)
+    assert machine.handle(4950, CoordinatorSaid(ROUND + 1, 1, 3, 5000, stage_ms=1000)) == (
+        SkipRound(ROUND + 1, 1, 50),
+    )
+    assert machine.handle(4960, CoordinatorSaid(ROUND + 1, 1, 3, 5000, stage_ms=1000)) == ()  # once
+    assert machine.current_position() == (ROUND + 1, 1)
+    one = RoundMachine()
+    one.handle(0, CoordinatorSaid(ROUND, 0, 1, 1000, stage_ms=1))
+    assert one.stage_ms == 1  # a published stage length of 1 ms is taken as it is
+
+
+def test_the_round_is_over_only_once_its_end_is_known_and_reached() -> None:
+    machine = RoundMachine()
+    machine.handle(0, RoundOpened(1, 0, 0))  # no end known
+    assert not machine.round_over(0)
+    machine.handle(0, RoundOpened(2, 1, 1))
+    assert machine.round_over(1) and not machine.round_over(0)
+
+
+def test_the_wake_up_is_cut_short_by_a_stage_end_now_and_never_sooner_than_a_ms() -> None:
+    machine = RoundMachine()
+    machine.handle(0, CoordinatorSaid(ROUND, 0, 1, 1000))
+    assert machine.wake_at_ms(1000, 5000) == 1001  # the stage ends now
+    fresh = RoundMachine()
+    fresh.handle(0, RoundOpened(ROUND, 800, 1000, sweep_at_ms=300))
+    assert fresh.wake_at_ms(300, 5000) == 5300  # the sweep is due now: the runtime sweeps, no wait for it
+    assert fresh.wake_at_ms(200, 5000) == 300
+    fresh.handle(300, RolloutsReady(ROUND))
+    assert fresh.wake_at_ms(900, 5000) == 901  # the collect deadline has passed
