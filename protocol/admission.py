@@ -287,6 +287,7 @@ class Inbox:
 
     def open_round(self, round_number: int, stage: int, connected: int) -> RoundInbox:
         """A new round opened: a fresh inbox for it (the old one stays with its record)."""
+        self.scores.new_round(round_number)  # forgets long-silent peers: the table stays bounded
         if self.game.stage_count > 1:
             self.store.forget_before(round_number)  # later stages build on this round's only
         self.current = RoundInbox(
