@@ -186,7 +186,9 @@ def start_nodes(
         command = [sys.executable, "-m", "swarmp2p.cli", *words[1:], "--config", str(config)]
         command += ["--dashboard-port", str(port), "--dashboard-host", "127.0.0.1"]
         log = (out / f"node-{index}.log").open("w")  # the child holds it; closed at exit
-        started.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), data_dir, port))
+        started.append(
+            (subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), data_dir, port)
+        )
     return started
 
 
@@ -265,7 +267,9 @@ def summarize(rows: list[dict[str, Any]], warmup_rounds: int) -> dict[int, dict[
         entry: dict[str, float] = {"rounds_reached": mine[-1]["round"]}
         for series in SERIES:
             values = [float(row[series]) for row in settled]
-            entry[f"{series}_per_1000"] = slope_per_1000([(row["round"], float(row[series])) for row in settled])
+            entry[f"{series}_per_1000"] = slope_per_1000(
+                [(row["round"], float(row[series])) for row in settled]
+            )
             entry[f"{series}_min"], entry[f"{series}_max"] = min(values), max(values)
         summary[node] = entry
     return summary
@@ -288,7 +292,9 @@ def plot(path: Path, rows: list[dict[str, Any]], warmup_rounds: int) -> None:
     for node in sorted({row["node"] for row in rows}):
         mine = [row for row in rows if row["node"] == node]
         for axis, series in zip(axes, labels, strict=True):
-            axis.plot([row["round"] for row in mine], [row[series] for row in mine], lw=1.0, label=f"node {node}")
+            axis.plot(
+                [row["round"] for row in mine], [row[series] for row in mine], lw=1.0, label=f"node {node}"
+            )
     for axis, label in zip(axes, labels.values(), strict=True):
         axis.set_ylabel(label, fontsize=8)
         axis.set_ylim(bottom=0, top=max(1.0, axis.get_ylim()[1] * 1.1))
