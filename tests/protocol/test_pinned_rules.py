@@ -659,3 +659,32 @@ def test_the_wake_up_is_cut_short_by_a_stage_end_now_and_never_sooner_than_a_ms(
     assert fresh.wake_at_ms(200, 5000) == 300
     fresh.handle(300, RolloutsReady(ROUND))
     assert fresh.wake_at_ms(900, 5000) == 901  # the collect deadline has passed
+
+
+class RaisingRegistry:
+    def task_names(self) -> tuple[str, ...]:
+        return ("echo",)
+
+    def is_heldout(self, question: QuestionRef) -> bool:
+        return False
+
+    def score(self, question: QuestionRef, completion_text: str) -> float:
+        raise RuntimeError("scorer bug")
+
+
+def test_a_later_stage_verdict_says_scoring_error_forgery_and_tolerance_exactly() -> None:
+    store = store_with_answers(ALICE, BOB, CAROL)
+    items = GAME.items(ROUND, CRITIQUE, pid(ALICE), store)
+    honest = honest_batch(ALICE, CRITIQUE, items)
+    broken = attrs.evolve(GAME, answer=attrs.evolve(RULES, registry=RaisingRegistry()))
+    assert broken.verify(honest, items) == Verdict(ok=False, reason="scoring_error", groups_checked=0)
+    second = honest.groups[1]
+    claims = [attrs.evolve(c, reward=1.0 - c.reward) for c in second.completions]  # every claim flipped
+    forged = attrs.evolve(honest, groups=(honest.groups[0], attrs.evolve(second, completions=tuple(claims))))
+    assert GAME.verify(forged, items) == Verdict(ok=False, reason="forged_reward", groups_checked=1)
+    loose = attrs.evolve(GAME, answer=attrs.evolve(RULES, tolerance=0.25))
+    edge = [attrs.evolve(c, reward=abs(c.reward - 0.25)) for c in second.completions]  # off by exactly 0.25
+    at_tolerance = attrs.evolve(
+        honest, groups=(honest.groups[0], attrs.evolve(second, completions=tuple(edge)))
+    )
+    assert loose.verify(at_tolerance, items).ok
