@@ -12,6 +12,13 @@ section: `failed`, plus reverted transactions seen on the chain); and for the ch
 round and the gas the nodes' transactions used since the previous sample (every block is read, so
 a node's reverted transaction counts as failed even when its client hid it).
 
+`--attack` runs the attack kit's flood (`python -m netlab.attack_kit flood`: throwaway keys'
+announcements, junk and wrongly signed gossip at the highest rate the streams take) against every
+node for the whole soak, restarted whenever it ends; its output and reports (one JSON line per
+5-minute flood: messages sent by kind) go to OUT/attack.log. The kit
+places its announcements by a round clock, here set to the chain's round at the soak's start
+(chain rounds drift from it: stale announcements are refused all the same).
+
 It writes OUT/chain_soak.jsonl (one row per node per sample), OUT/chain_soak.png and
 OUT/summary.json, and prints a table of each series' least-squares slope per 1,000 chain rounds
 after `--warmup-rounds`. `--plot-only` re-reads OUT/chain_soak.jsonl.
@@ -167,6 +174,35 @@ class ChainWatch:
         return gas, reverted
 
 
+class Flood:
+    """The attack kit's flood against the nodes, as an outside host: restarted while the soak runs."""
+
+    def __init__(self, nodes: list[Path], stage_seconds: float, chain_round: int, out: Path) -> None:
+        infos = [json.loads((data_dir / "node.json").read_text()) for data_dir in nodes]
+        round_ms = int(stage_seconds * 1000)
+        self.args = [
+            sys.executable, "-m", "netlab.attack_kit", "flood",
+            "--targets", *(info["listen_addrs"][0] for info in infos),
+            "--swarm", infos[0]["schedule"]["swarm_id"], "--round-ms", str(round_ms),
+            "--genesis", f"{time.time() - chain_round * round_ms / 1000:.3f}",
+            "--keys", "300", "--seconds", "300",
+        ]  # fmt: skip
+        self.env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+        self.log = (out / "attack.log").open("a")
+        self.process: subprocess.Popen | None = None
+
+    def keep_running(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            return
+        self.process = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, env=self.env)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
+
+
 def node_status(port: int) -> dict[str, Any]:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=5) as reply:
@@ -195,6 +231,7 @@ def start_nodes(
 def run(args: argparse.Namespace, samples_file: Path) -> None:
     devnet = Devnet(args.out / "devnet", args.nodes, args.stage_seconds, args.out / "devnet.log")
     nodes: list[tuple[subprocess.Popen, Path, int]] = []
+    flood: Flood | None = None
     try:
         commands = devnet.node_commands()
         saved = json.loads((args.out / "devnet" / "devnet.json").read_text())
@@ -204,12 +241,21 @@ def run(args: argparse.Namespace, samples_file: Path) -> None:
         config.write_text(FAST_CONFIG)
         nodes = start_nodes(commands, config, args.out)
         first_round = chain.current_round()
+        if args.attack:
+            for process, data_dir, _ in nodes:
+                while not (data_dir / "node.json").exists():
+                    if process.poll() is not None:
+                        raise SystemExit(f"a node exited; see {args.out}")
+                    time.sleep(1)
+            flood = Flood([data_dir for _, data_dir, _ in nodes], args.stage_seconds, first_round, args.out)
         previous: dict[int, tuple[float, float]] = {}
         previous_round = first_round
         reverted_total = dict.fromkeys(accounts.values(), 0)
         began = time.monotonic()
         with samples_file.open("w") as out:
             while True:
+                if flood is not None:
+                    flood.keep_running()
                 time.sleep(args.sample_s)
                 now = time.monotonic() - began
                 chain_round = chain.current_round() - first_round
@@ -246,6 +292,8 @@ def run(args: argparse.Namespace, samples_file: Path) -> None:
                 if chain_round >= args.rounds or now >= args.max_minutes * 60:
                     break
     finally:
+        if flood is not None:
+            flood.stop()
         for process, _, _ in nodes:
             if process.poll() is None:
                 process.send_signal(signal.SIGINT)
@@ -317,6 +365,7 @@ def main() -> None:
     parser.add_argument("--sample-s", type=float, default=30.0)
     parser.add_argument("--warmup-rounds", type=int, default=20)
     parser.add_argument("--out", type=Path, default=Path("runs/chain-soak"))
+    parser.add_argument("--attack", action="store_true", help="flood the nodes with the attack kit")
     parser.add_argument("--plot-only", action="store_true")
     args = parser.parse_args()
     args.out = args.out.resolve()

@@ -51,3 +51,47 @@ def test_sample_process_reads_memory_and_cpu_of_a_live_process_and_none_of_a_gon
     rss_mib, cpu_s = sample
     assert rss_mib > 10 and cpu_s > 0
     assert bench_soak.sample_process(2**22 + 12345) is None  # above pid_max's default: no such process
+
+
+def _chain_rows(node: int, rss: list[float], failed_every: int = 0) -> list[dict]:
+    return [
+        {
+            "node": node,
+            "round": 10 * sample,
+            "rss_mib": value,
+            "cpu_pct": 20.0,
+            "fds": 14,
+            "gas_per_round": 150_000,
+            "failed_submissions": sample // failed_every if failed_every else 0,
+            "rounds_completed": 10 * sample,
+        }
+        for sample, value in enumerate(rss)
+    ]
+
+
+def test_chain_soak_slopes_are_per_1000_rounds_after_the_warm_up() -> None:
+    import bench_chain_soak
+
+    # Node 1 climbs for 5 samples (50 rounds) then holds; node 2 leaks 1 MiB a round and fails
+    # one submission every 4 samples (40 rounds).
+    rows = _chain_rows(1, [300, 350, 400, 450, 480] + [500.0] * 20) + _chain_rows(
+        2, [400.0 + 10 * s for s in range(25)], failed_every=4
+    )
+    summary = bench_chain_soak.summarize(rows, warmup_rounds=50)
+    assert summary[1]["rss_mib_per_1000"] == 0 and summary[1]["rounds_reached"] == 240
+    assert round(summary[2]["rss_mib_per_1000"]) == 1000
+    assert 20 <= summary[2]["failed_submissions_per_1000"] <= 30
+    assert summary[1]["fds_per_1000"] == summary[1]["gas_per_round_per_1000"] == 0
+    assert round(summary[1]["rounds_completed_per_1000"]) == 1000  # one round trained per round
+    assert (summary[2]["rss_mib_min"], summary[2]["rss_mib_max"]) == (450, 640)
+
+
+def test_chain_soak_counts_open_file_descriptors() -> None:
+    import bench_chain_soak
+
+    before = bench_chain_soak.open_fds(os.getpid())
+    with open(__file__) as _, open(__file__) as _:
+        assert bench_chain_soak.open_fds(os.getpid()) == before + 2
+    assert bench_chain_soak.open_fds(2**22 + 12345) == 0
+    assert bench_chain_soak.slope_per_1000([(5.0, 1.0)]) == 0.0
+    assert bench_chain_soak.slope_per_1000([(0.0, 0.0), (500.0, 2.0)]) == 4.0
