@@ -21,6 +21,9 @@ from contextlib import contextmanager
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.helpers.browser import browser  # noqa: F401 (a fixture: the dashboard's browser tests)
+from tests.helpers.chain_nodes import anvil_rpc  # noqa: F401 (a fixture: a local anvil chain)
+
 _COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow], "print_blob": True}
 
 settings.register_profile("ci", max_examples=200, **_COMMON)

@@ -17,9 +17,9 @@ import pytest
 from protocol.stage_schedule import StageSchedule
 from swarmp2p.chain.bootnodes import sync_bootnodes
 from swarmp2p.chain.embedded import EmbeddedChain
+from tests.helpers.chain_nodes import STAGE_SECONDS, StageManager, _node_config
 from tests.helpers.nodes import NodeProcess
 from tests.helpers.waiting import wait_for
-from tests.node.test_node_chain import STAGE_SECONDS, StageManager, _node_config, anvil_rpc  # noqa: F401 (fixture)
 
 ME = "12D3KooWMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMeMe"
 OTHER = "/ip4/10.0.0.2/tcp/4001/p2p/12D3KooWOtherOtherOtherOtherOtherOtherOtherOther"
@@ -78,7 +78,7 @@ def test_the_manager_publishes_nothing_when_told_not_to(chain: EmbeddedChain) ->
 
 
 @pytest.mark.slow
-def test_two_nodes_find_each_other_through_the_contract_alone(tmp_path: Path, anvil_rpc: str) -> None:  # noqa: F811
+def test_two_nodes_find_each_other_through_the_contract_alone(tmp_path: Path, anvil_rpc: str) -> None:
     from eth_account import Account
 
     from swarmp2p.chain.keys import write_key_file

@@ -8,89 +8,26 @@ rewards on the contract, and stops everything cleanly."""
 from __future__ import annotations
 
 import json
-import queue
 import shlex
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from swarmp2p.chain.anvil import find_anvil, rpc, rpc_ready
+from tests.helpers.devnet import REPO, STAGE_SECONDS, Devnet, _fast_config  # noqa: F401
 from tests.helpers.nodes import NodeProcess
 from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
-STAGE_SECONDS = 6
 
 
-class Devnet:
-    def __init__(
-        self, directory: Path, nodes: int, backend: str, stage_seconds: float = STAGE_SECONDS
-    ) -> None:
-        args = [
-            sys.executable, "-m", "swarmp2p.cli", "chain", "devnet", "--nodes", str(nodes),
-            "--dir", str(directory), "--stage-seconds", f"{stage_seconds:g}", "--port", "0",
-            "--backend", backend,
-        ]  # fmt: skip
-        self.process = subprocess.Popen(
-            args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO
-        )
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.seen: list[str] = []
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.lines.put(line.rstrip("\n"))
-
-    def until(self, prefix: str, timeout_s: float = 60) -> list[str]:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                line = self.lines.get(timeout=max(0.1, deadline - time.monotonic()))
-            except queue.Empty:
-                raise AssertionError(f"devnet printed no {prefix!r} line:\n" + "\n".join(self.seen)) from None
-            self.seen.append(line)
-            if line.startswith(prefix):
-                return self.seen
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
 
 
-def _fast_config(path: Path) -> Path:
-    path.write_text(
-        """
-[node]
-questions_per_round = 2
-n_local = 2
-n_external = 2
-hello_interval_s = 2.0
-
-[trainer]
-tasks = ["basic_arithmetic"]
-threads = 1
-format_reward = 0.5
-max_new_tokens = 16
-tiny_hidden_size = 32
-tiny_pretrain_steps = 0
-"""
-    )
-    return path
 
 
 @pytest.mark.parametrize("backend", ["anvil", "embedded"])

@@ -21,7 +21,7 @@ import pytest
 
 from swarmp2p.chain.anvil import find_anvil
 from swarmp2p.chain.client import FeePolicy
-from tests.chain.test_chain_devnet import Devnet, _fast_config
+from tests.helpers.devnet import Devnet, _fast_config
 from tests.helpers.nodes import NodeProcess
 from tests.helpers.waiting import wait_for
 

@@ -11,22 +11,18 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from swarmp2p.dashboard import peer_name
 from tests.helpers.waiting import free_port, wait_for
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 CONFIG = """
 [node]
@@ -48,17 +44,6 @@ eval_every = 2
 """
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="pip install -e '.[test]' installs playwright"
-    )
-    if CHROMIUM is None:
-        pytest.skip("no chromium on PATH (Debian package `chromium`; .ci/run installs it)")
-    with sync_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield launched
-        launched.close()
 
 
 def get_json(url: str) -> dict[str, Any]:

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from swarmp2p.dashboard.app import write_html_report
-from tests.dashboard.test_dashboard_browser import browser  # noqa: F401 (fixture)
 
 HISTORY = [{"round": r, "reward": 0.5, "rollouts_in": 1, "rollouts_out": 2, "rejected": 0} for r in range(3)]
 
@@ -20,7 +19,7 @@ def _status(chain: dict[str, Any] | None) -> dict[str, Any]:
     return status
 
 
-def _card(browser: Any, tmp_path: Path, name: str, chain: dict[str, Any] | None) -> tuple[bool, str, str]:  # noqa: F811
+def _card(browser: Any, tmp_path: Path, name: str, chain: dict[str, Any] | None) -> tuple[bool, str, str]:
     page = browser.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
@@ -35,7 +34,7 @@ def _card(browser: Any, tmp_path: Path, name: str, chain: dict[str, Any] | None)
     return shown, value, note + ("|bad" if "bad" in klass else "")
 
 
-def test_failing_submissions_are_on_the_first_screen(browser: Any, tmp_path: Path) -> None:  # noqa: F811
+def test_failing_submissions_are_on_the_first_screen(browser: Any, tmp_path: Path) -> None:
     failing = {"submitted": 4, "already_on_chain": 0, "late_skipped": 1, "failed": 7,
                "failing_in_a_row": 7, "last_error": "insufficient funds for gas"}  # fmt: skip
     shown, value, note = _card(browser, tmp_path, "failing", failing)
@@ -43,7 +42,7 @@ def test_failing_submissions_are_on_the_first_screen(browser: Any, tmp_path: Pat
     assert "insufficient funds for gas" in note and note.endswith("|bad")
 
 
-def test_healthy_and_chain_less_nodes(browser: Any, tmp_path: Path) -> None:  # noqa: F811
+def test_healthy_and_chain_less_nodes(browser: Any, tmp_path: Path) -> None:
     healthy = {"submitted": 12, "already_on_chain": 1, "late_skipped": 2, "failed": 0,
                "failing_in_a_row": 0, "last_error": ""}  # fmt: skip
     shown, value, note = _card(browser, tmp_path, "healthy", healthy)

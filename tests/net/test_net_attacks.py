@@ -32,8 +32,8 @@ from netlab.attack_kit import (
 from swarmp2p.dashboard import normalize_status, render_metrics
 from swarmp2p.net import open_libp2p_network
 from swarmp2p.peer_settings import announce_topic
+from tests.helpers.metrics import assert_every_status_counter_exported
 from tests.helpers.waiting import wait_until
-from tests.node.test_metrics_export import assert_every_status_counter_exported
 
 
 def metric(status: dict, family: str, label: str, key: str) -> float:

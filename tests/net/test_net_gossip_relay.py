@@ -22,7 +22,8 @@ from libp2p.pubsub.rpc_queue import RpcQueue
 from swarmp2p.net import open_libp2p_network
 from swarmp2p.net.counters import DropCounters
 from swarmp2p.net.gossip_bounds import SizedOutboundQueues
-from tests.net.test_net_gossip_drops import FAST, TOPIC, message, rpc, wait_until
+from tests.helpers.gossip import FAST, TOPIC, message, rpc
+from tests.helpers.waiting import wait_until
 
 
 def publish_rpc(origin: ID, seqno: int) -> rpc_pb2.RPC:

@@ -17,7 +17,8 @@ from libp2p.pubsub.gossipsub import PROTOCOL_ID_V11
 
 from swarmp2p.net import open_libp2p_network
 from swarmp2p.net.origin_limit import OriginRateLimiter
-from tests.net.test_net_gossip_drops import FAST, TOPIC, message, rpc, wait_until
+from tests.helpers.gossip import FAST, TOPIC, message, rpc
+from tests.helpers.waiting import wait_until
 
 
 def test_a_bucket_allows_its_burst_then_its_rate_and_the_table_is_capped() -> None:

@@ -40,7 +40,7 @@ from swarmp2p.peer import Peer, PeerSettings
 from swarmp2p.peer_settings import announce_topic
 from swarmp2p.round_record import RoundRecord
 from swarmp2p.schedule import ScheduleCoordinator
-from tests.node.test_metrics_export import assert_every_status_counter_exported
+from tests.helpers.metrics import assert_every_status_counter_exported
 
 SWARM = "sybil"
 ROUND_MS = 4000

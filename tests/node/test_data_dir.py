@@ -13,30 +13,12 @@ import signal
 import stat
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from swarmp2p.datadir import LOCK_FILE, DataDirInUse, lock_data_dir
-
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-
-# A tiny, fast trainer: no pre-training, short completions, one thread.
-TRAINER_TOML = textwrap.dedent(
-    """
-    [trainer]
-    tasks = ["basic_arithmetic", "calendar_arithmetic"]
-    tiny_hidden_size = 64
-    tiny_pretrain_steps = 0
-    threads = 1
-    max_new_tokens = 16
-    num_generations = 4
-    format_reward = 0.5
-    eval_questions = 2
-    seed = 3
-    """
-)
+from tests.helpers.fast_config import ENV, TRAINER_TOML
 
 
 def _swarmp2p(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:

@@ -24,9 +24,9 @@ from typing import Any
 import attrs
 import pytest
 
+from tests.helpers.acr_swarm import ROUND_SECONDS, STAGES, by_position, start_acr_swarm
 from tests.helpers.nodes import NodeProcess, swarm_report, write_config
 from tests.helpers.waiting import free_port, wait_for
-from tests.node.test_node_acr import ROUND_SECONDS, STAGES, by_position, start_acr_swarm
 
 
 def api_status(port: int) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from swarmp2p.peer_settings import PeerSettings
 from swarmp2p.ports import InboundMessage, NetworkError
 from swarmp2p.pushed import PUSHED_PREFIX
 from tests.helpers.inbox import ALICE, ROUND, SEED, SWARM, announce, batch_envelope, make_inbox, pid
-from tests.node.test_peer_inbound import Harness
+from tests.helpers.peer_harness import Harness
 
 TIMEOUT_S = 1.0
 

@@ -13,8 +13,8 @@ import pytest
 from swarmp2p.scalar_log import FanOut, ScalarLogUnavailable
 from swarmp2p.scalar_writers import open_scalar_log
 from swarmp2p.wandblog import WandbLog
+from tests.helpers.fast_config import TRAINER_TOML
 from tests.helpers.wandb_runs import history
-from tests.node.test_data_dir import TRAINER_TOML
 
 
 def test_a_run_holds_one_row_per_step_with_the_tensorboard_tags(tmp_path: Path) -> None:

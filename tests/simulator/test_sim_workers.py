@@ -23,7 +23,7 @@ from simulator.scenario import (
     load_scenario,
 )
 from simulator.shards import EVERYONE, WAKING, ShardLink, SimulationWorkerError, owner_of, route
-from tests.simulator.test_sim_properties import (
+from tests.helpers.sim_checks import (
     byzantine_banned_by_every_honest_peer,
     halves_apart_then_agreed,
     honest_completes_every_present_round,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.node.test_data_dir import ENV, TRAINER_TOML  # a fast trainer: no pre-training, short completions
+from tests.helpers.fast_config import ENV, TRAINER_TOML  # a fast trainer: no pre-training, short completions
 from trainer.selection import BestByValidation
 
 

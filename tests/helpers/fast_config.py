@@ -1,0 +1,25 @@
+"""Settings that make a real process fast enough for a test: a tiny trainer with no pre-training
+and short completions, on one thread."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+# A tiny, fast trainer: no pre-training, short completions, one thread.
+TRAINER_TOML = textwrap.dedent(
+    """
+    [trainer]
+    tasks = ["basic_arithmetic", "calendar_arithmetic"]
+    tiny_hidden_size = 64
+    tiny_pretrain_steps = 0
+    threads = 1
+    max_new_tokens = 16
+    num_generations = 4
+    format_reward = 0.5
+    eval_questions = 2
+    seed = 3
+    """
+)
