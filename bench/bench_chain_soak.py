@@ -42,8 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from procfs import cpu_seconds, rss_mib
-
-REPO = Path(__file__).resolve().parent.parent
+from soak_flood import Flood
 
 # Makes the tiny model's round fit a few-second stage on one thread; the swarm's rules are
 # untouched (the same config tests/chain's long swarm uses).
@@ -174,35 +173,6 @@ class ChainWatch:
         return gas, reverted
 
 
-class Flood:
-    """The attack kit's flood against the nodes, as an outside host: restarted while the soak runs."""
-
-    def __init__(self, nodes: list[Path], stage_seconds: float, chain_round: int, out: Path) -> None:
-        infos = [json.loads((data_dir / "node.json").read_text()) for data_dir in nodes]
-        round_ms = int(stage_seconds * 1000)
-        self.args = [
-            sys.executable, "-m", "netlab.attack_kit", "flood",
-            "--targets", *(info["listen_addrs"][0] for info in infos),
-            "--swarm", infos[0]["schedule"]["swarm_id"], "--round-ms", str(round_ms),
-            "--genesis", f"{time.time() - chain_round * round_ms / 1000:.3f}",
-            "--keys", "300", "--seconds", "300",
-        ]  # fmt: skip
-        self.env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-        self.log = (out / "attack.log").open("a")
-        self.process: subprocess.Popen | None = None
-
-    def keep_running(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            return
-        self.process = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, env=self.env)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        self.log.close()
-
-
 def node_status(port: int) -> dict[str, Any]:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/status", timeout=5) as reply:
@@ -247,7 +217,9 @@ def run(args: argparse.Namespace, samples_file: Path) -> None:
                     if process.poll() is not None:
                         raise SystemExit(f"a node exited; see {args.out}")
                     time.sleep(1)
-            flood = Flood([data_dir for _, data_dir, _ in nodes], args.stage_seconds, first_round, args.out)
+            infos = [json.loads((data_dir / "node.json").read_text()) for _, data_dir, _ in nodes]
+            round_s = args.stage_seconds  # one stage per chain round (the single-stage game)
+            flood = Flood(infos, round_s, time.time() - first_round * round_s, args.out / "attack.log")
         previous: dict[int, tuple[float, float]] = {}
         previous_round = first_round
         reverted_total = dict.fromkeys(accounts.values(), 0)

@@ -11,7 +11,8 @@ range, its growth (mean of the last third of the samples minus the first third: 
 down by ~200 MiB as evaluations allocate and free, which makes a fitted slope noisy; the slope is
 shown too), mean CPU and its growth, and rounds completed. "flat": RSS grew at most
 `--flat-growth-mib` (50: issue 15's tolerance for memory after an attack).
-`--plot-only` re-reads OUT/soak.jsonl.
+`--attack` floods every node with the attack kit for the whole soak (bench/soak_flood.py; the
+attacker's output in OUT/attack.log). `--plot-only` re-reads OUT/soak.jsonl.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 from local_swarm import start, stop_nodes, wait_for_address
 from procfs import cpu_seconds, rss_mib
+from soak_flood import Flood
 
 
 def sample_process(pid: int) -> tuple[float, float] | None:
@@ -60,14 +62,19 @@ def slope_per_hour(points: list[tuple[float, float]]) -> float:
 def run(args: argparse.Namespace, samples_file: Path) -> None:
     processes: list[subprocess.Popen] = []
     previous_cpu: dict[int, tuple[float, float]] = {}
+    flood: Flood | None = None
     try:
         first = start(1, args.out, None, args.extra, "test")
         processes.append(first)
         address = wait_for_address(args.out / "node-1.log", first, timeout_s=900)
         processes += [start(i, args.out, address, args.extra, "test") for i in range(2, args.nodes + 1)]
+        if args.attack:
+            flood = Flood(node_infos(args.out, processes), *round_clock(args.out), args.out / "attack.log")
         began = time.monotonic()
         with samples_file.open("w") as out:
             while (elapsed := time.monotonic() - began) < args.minutes * 60:
+                if flood is not None:
+                    flood.keep_running()
                 time.sleep(min(args.sample_s, max(0.0, args.minutes * 60 - elapsed)))
                 minute = (time.monotonic() - began) / 60
                 total_rss = 0.0
@@ -97,7 +104,25 @@ def run(args: argparse.Namespace, samples_file: Path) -> None:
                     flush=True,
                 )
     finally:
+        if flood is not None:
+            flood.stop()
         stop_nodes(processes)
+
+
+def node_infos(out: Path, processes: list[subprocess.Popen]) -> list[dict[str, Any]]:
+    """Every node's node.json, once each has written it (it is written when the node listens)."""
+    paths = [out / f"node-{index}" / "node.json" for index in range(1, len(processes) + 1)]
+    while not all(path.exists() for path in paths):
+        if any(process.poll() is not None for process in processes):
+            raise SystemExit(f"a node exited before it listened; see {out}/node-*.log")
+        time.sleep(1)
+    return [json.loads(path.read_text()) for path in paths]
+
+
+def round_clock(out: Path) -> tuple[float, float]:
+    """(round seconds, wall time of round 0) of the swarm node 1 started."""
+    schedule = json.loads((out / "node-1" / "node.json").read_text())["schedule"]
+    return schedule["round_ms"] / 1000, schedule["genesis_ms"] / 1000
 
 
 def thirds_growth(values: list[float]) -> float:
@@ -166,6 +191,7 @@ def main() -> None:
     parser.add_argument("--warmup-min", type=float, default=10.0)
     parser.add_argument("--flat-growth-mib", type=float, default=50.0)
     parser.add_argument("--out", type=Path, default=Path("runs/soak"))
+    parser.add_argument("--attack", action="store_true", help="flood the nodes with the attack kit")
     parser.add_argument("--plot-only", action="store_true")
     parser.add_argument("extra", nargs="*", help="more `swarmp2p node` flags, after --")
     args = parser.parse_args()

@@ -95,3 +95,37 @@ def test_chain_soak_counts_open_file_descriptors() -> None:
     assert bench_chain_soak.open_fds(2**22 + 12345) == 0
     assert bench_chain_soak.slope_per_1000([(5.0, 1.0)]) == 0.0
     assert bench_chain_soak.slope_per_1000([(0.0, 0.0), (500.0, 2.0)]) == 4.0
+
+
+def test_the_flood_targets_every_node_on_its_swarm_and_restarts_when_it_ends(tmp_path: Path) -> None:
+    import soak_flood
+
+    infos = [
+        {"listen_addrs": [f"/ip4/127.0.0.1/tcp/{port}/p2p/id{port}"], "schedule": {"swarm_id": "chain-ab"}}
+        for port in (4001, 4002)
+    ]
+    flood = soak_flood.Flood(infos, 4.0, 1000.5, tmp_path / "attack.log")
+    args = flood.args[flood.args.index("flood") + 1 :]
+    flags = dict(zip(args[3::2], args[4::2], strict=False))
+    assert args[:3] == [
+        "--targets",
+        "/ip4/127.0.0.1/tcp/4001/p2p/id4001",
+        "/ip4/127.0.0.1/tcp/4002/p2p/id4002",
+    ]
+    assert (
+        flags["--swarm"] == "chain-ab" and flags["--round-ms"] == "4000" and flags["--genesis"] == "1000.500"
+    )
+    flood.args = [sys.executable, "-c", "import time; time.sleep(30)"]  # the attacker's lifetime only
+    try:
+        flood.keep_running()
+        first = flood.process
+        flood.keep_running()
+        assert flood.process is first and flood.runs == 1
+        assert first is not None
+        first.kill()
+        first.wait()
+        flood.keep_running()
+        assert flood.process is not first and flood.runs == 2
+    finally:
+        flood.stop()
+    assert flood.process is not None and flood.process.poll() is not None
