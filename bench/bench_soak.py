@@ -12,27 +12,35 @@ down by ~200 MiB as evaluations allocate and free, which makes a fitted slope no
 shown too), mean CPU and its growth, and rounds completed. "flat": RSS grew at most
 `--flat-growth-mib` (50: issue 15's tolerance for memory after an attack).
 `--attack` floods every node with the attack kit for the whole soak (bench/soak_flood.py; the
-attacker's output in OUT/attack.log). `--plot-only` re-reads OUT/soak.jsonl.
+attacker's output in OUT/attack.log). `--netns` runs every node in its own network namespace
+behind netlab/netns_harness.py's lossy switch (`--delay-ms`, `--jitter-ms`, `--loss` on every
+node's egress; needs root); with `--attack` the attacker gets a namespace of its own on the same
+switch. `--plot-only` re-reads OUT/soak.jsonl.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # netlab
 from local_swarm import start, stop_nodes, wait_for_address
 from procfs import cpu_seconds, rss_mib
 from soak_flood import Flood
+
+if TYPE_CHECKING:
+    from netlab.netns_harness import NetnsNetwork
 
 
 def sample_process(pid: int) -> tuple[float, float] | None:
@@ -59,17 +67,65 @@ def slope_per_hour(points: list[tuple[float, float]]) -> float:
     return 60 * sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
 
 
+def lossy_network(args: argparse.Namespace, stack: contextlib.ExitStack) -> NetnsNetwork | None:
+    """With --netns: a namespace per node (and one for the attacker), impaired as asked."""
+    if not args.netns:
+        return None
+    from netlab.netns_harness import NetnsNetwork, missing_requirements
+
+    if (missing := missing_requirements()) is not None:
+        raise SystemExit(f"--netns: {missing}")
+    network = stack.enter_context(NetnsNetwork(args.nodes + int(args.attack)))
+    network.impair(delay_ms=args.delay_ms, jitter_ms=args.jitter_ms, loss=args.loss)
+    return network
+
+
+def start_node(
+    index: int, args: argparse.Namespace, bootstrap: str | None, network: NetnsNetwork | None
+) -> subprocess.Popen:
+    """Node `index` (from 1) as scripts/local_swarm.py starts it, or inside its namespace."""
+    if network is None:
+        return start(index, args.out, bootstrap, args.extra, "test")
+    from netlab.netns_harness import address
+
+    command = [
+        *network.exec_args(index - 1),
+        sys.executable, "-m", "swarmp2p.cli", "node", "--data-dir", str(args.out / f"node-{index}"),
+        "--threads", "1", "--eval-split", "test", "--listen", f"/ip4/{address(index - 1)}/tcp/4001",
+        *args.extra, *(["--bootstrap", bootstrap] if bootstrap else []),
+    ]  # fmt: skip
+    log = open(args.out / f"node-{index}.log", "w")  # the child holds it; closed at exit
+    return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True)
+
+
 def run(args: argparse.Namespace, samples_file: Path) -> None:
     processes: list[subprocess.Popen] = []
     previous_cpu: dict[int, tuple[float, float]] = {}
+    with contextlib.ExitStack() as stack:
+        network = lossy_network(args, stack)
+        try:
+            soak(args, samples_file, processes, previous_cpu, network)
+        finally:
+            stop_nodes(processes)
+
+
+def soak(
+    args: argparse.Namespace,
+    samples_file: Path,
+    processes: list[subprocess.Popen],
+    previous_cpu: dict[int, tuple[float, float]],
+    network: NetnsNetwork | None,
+) -> None:
     flood: Flood | None = None
     try:
-        first = start(1, args.out, None, args.extra, "test")
+        first = start_node(1, args, None, network)
         processes.append(first)
         address = wait_for_address(args.out / "node-1.log", first, timeout_s=900)
-        processes += [start(i, args.out, address, args.extra, "test") for i in range(2, args.nodes + 1)]
+        processes += [start_node(i, args, address, network) for i in range(2, args.nodes + 1)]
         if args.attack:
-            flood = Flood(node_infos(args.out, processes), *round_clock(args.out), args.out / "attack.log")
+            attacker = tuple(network.exec_args(args.nodes)) if network is not None else ()
+            infos = node_infos(args.out, processes)
+            flood = Flood(infos, *round_clock(args.out), args.out / "attack.log", prefix=attacker)
         began = time.monotonic()
         with samples_file.open("w") as out:
             while (elapsed := time.monotonic() - began) < args.minutes * 60:
@@ -106,7 +162,6 @@ def run(args: argparse.Namespace, samples_file: Path) -> None:
     finally:
         if flood is not None:
             flood.stop()
-        stop_nodes(processes)
 
 
 def node_infos(out: Path, processes: list[subprocess.Popen]) -> list[dict[str, Any]]:
@@ -192,6 +247,10 @@ def main() -> None:
     parser.add_argument("--flat-growth-mib", type=float, default=50.0)
     parser.add_argument("--out", type=Path, default=Path("runs/soak"))
     parser.add_argument("--attack", action="store_true", help="flood the nodes with the attack kit")
+    parser.add_argument("--netns", action="store_true", help="nodes in lossy namespaces (root)")
+    parser.add_argument("--delay-ms", type=float, default=50.0)
+    parser.add_argument("--jitter-ms", type=float, default=10.0)
+    parser.add_argument("--loss", type=float, default=0.02)
     parser.add_argument("--plot-only", action="store_true")
     parser.add_argument("extra", nargs="*", help="more `swarmp2p node` flags, after --")
     args = parser.parse_args()

@@ -16,10 +16,19 @@ FLOOD_SECONDS = 300  # one attacker run; its report (a JSON line) lands in the l
 
 
 class Flood:
-    def __init__(self, infos: list[dict[str, Any]], round_s: float, genesis_s: float, log: Path) -> None:
+    def __init__(
+        self,
+        infos: list[dict[str, Any]],
+        round_s: float,
+        genesis_s: float,
+        log: Path,
+        prefix: tuple[str, ...] = (),
+    ) -> None:
         """`infos`: the nodes' node.json; the kit announces for the round that its clock (round 0
-        at wall time `genesis_s`, `round_s` long) says is current."""
+        at wall time `genesis_s`, `round_s` long) says is current. `prefix` runs the attacker
+        elsewhere (`ip netns exec NAME`: a namespace of its own beside the nodes')."""
         self.args = [
+            *prefix,
             sys.executable, "-m", "netlab.attack_kit", "flood",
             "--targets", *(info["listen_addrs"][0] for info in infos),
             "--swarm", infos[0]["schedule"]["swarm_id"], "--round-ms", str(int(round_s * 1000)),
