@@ -146,6 +146,7 @@ class Peer:
             peer_numbers=peer_numbers,
             store=spec_of(settings.game).store(),
         )
+        self._last_round: int | None = None  # the newest round opened or skipped (for missed ones)
         self.rounds = RoundHistory(self.peer_id, settings.history_limit, on_round_complete)
         self.history = self.rounds.records
         self.sampling_state = SamplingState()  # what the sampling rule remembers between rounds
@@ -321,6 +322,7 @@ class Peer:
             self._actions.append(action)
 
     def _open(self, round_number: int, now_ms: int, *, abandons: bool = False) -> None:
+        self._note_missed(round_number, now_ms)
         # Kept for the record if the machine abandons it, else let go: a finished round's work
         # holds its inbox (`announced` is O(peers): ~3 GB over 10,000 simulated peers).
         self._abandoned = self._work if abandons else None
@@ -338,9 +340,20 @@ class Peer:
             round_ends_ms=self.machine.round_ends_ms,
         )
 
+    def _note_missed(self, round_number: int, now_ms: int) -> None:
+        """Rounds between the last one this driver opened or skipped and `round_number` passed
+        while its work ran (the driver polls between actions, so only a step longer than a
+        round leaves a gap): each gets a record, so that no round goes without one."""
+        last = self._last_round
+        self._last_round = max(last if last is not None else round_number, round_number)
+        if last is not None and round_number > last + 1:
+            self.counters["rounds_missed"] += round_number - last - 1
+            self.rounds.missed(last + 1, round_number - 1, last, now_ms)
+
     def _skip(self, action: ev.SkipRound, now_ms: int) -> None:
         """The machine left `action.round` out (once per round): it finishes the work in hand
         and opens the next round on time."""
+        self._note_missed(action.round, now_ms)
         self.counters["rounds_skipped"] += 1
         self.rounds.skipped(action.round, action.stage, action.left_ms, now_ms)
 

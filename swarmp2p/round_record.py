@@ -26,6 +26,7 @@ FATES = {
     # opened before the report, which is dropped (a report for a round that is over)
     "abandoned": "abandoned",  # the round ended before its training step: nothing of it was kept
     "skipped": "skipped: too little time left",  # never started (PeerSettings.min_round_remaining)
+    "missed": "missed: the worker was busy with an earlier round",  # passed while our work ran
 }
 """Each fate of a round, with what its round line says in brackets ("" for none)."""
 
@@ -197,7 +198,7 @@ def record_of(work: RoundWork, *, completed: bool, finished_ms: int) -> RoundRec
     )
 
 
-def skipped_record(round_number: int, stage: int, now_ms: int) -> RoundRecord:
+def skipped_record(round_number: int, stage: int, now_ms: int, fate: str = "skipped") -> RoundRecord:
     return RoundRecord(
         round=round_number,
         stage=stage,
@@ -211,6 +212,7 @@ def skipped_record(round_number: int, stage: int, now_ms: int) -> RoundRecord:
         opened_ms=now_ms,
         finished_ms=now_ms,
         skipped=True,
+        fate=fate,
     )
 
 
@@ -233,6 +235,13 @@ class RoundHistory:
             left_ms / 1000,
         )
         self.add(skipped_record(round_number, stage, now_ms))
+
+    def missed(self, first: int, last: int, busy_with: int, now_ms: int) -> None:
+        """Rounds `first`..`last` began and ended while the worker was still on round `busy_with`
+        (a step longer than a round): never opened, each recorded as missed."""
+        log.info("%s: rounds %d-%d passed while busy with round %d", self.peer_id, first, last, busy_with)
+        for round_number in range(first, last + 1):
+            self.add(skipped_record(round_number, 0, now_ms, fate="missed"))
 
     def add(self, record: RoundRecord) -> None:
         records = self.records

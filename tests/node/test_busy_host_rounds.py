@@ -302,3 +302,22 @@ def test_the_node_policy_computes_on_the_threads_asked_for_in_a_worker_that_alre
         jobs.put(None)
         thread.join()
         torch.set_num_threads(started)
+
+
+def test_rounds_that_pass_while_the_worker_is_busy_are_recorded_as_missed(tmp_path: Path) -> None:
+    """A training step longer than two whole rounds: the rounds it spans are never opened, yet
+    each has a record (fate "missed", counted), so that no round is lost without a word."""
+    clock = LoopClock()
+    policy = TimedWork(clock, generate_ms=0, train_ms=100)
+    peer, _ = make_peer(policy, clock, questions_per_round=2, n_local=2, n_external=0)
+    run_until(peer, clock, 20_500)  # two rounds on time: the stage length is learned
+    policy.train_ms = 13_000  # round 2's step runs from ~26 s to ~52 s: rounds 3 and 4 pass by
+    run_until(peer, clock, 72_000)
+    fates = {r.round: r.fate for r in peer.history}
+    assert all(n in fates for n in range(0, max(fates) + 1)), fates
+    assert fates[3] == fates[4] == "missed", fates
+    assert peer.counters["rounds_missed"] >= 2
+    lines: list[str] = []
+    missed = next(r for r in peer.history if r.round == 3)
+    RoundLog(tmp_path / "rounds.jsonl", "me", lambda: (), lines.append)(missed)
+    assert lines[0].startswith("round 3 (missed: the worker was busy with an earlier round) |"), lines
