@@ -33,7 +33,7 @@ from typing import Any
 ADDRESS = re.compile(r"listening on (\S+)")
 PLAYING = "started: playing"
 PACE_LINES = ("busy host:", "rounds fit again")
-FATES = ("completed", "trained_report_late", "abandoned", "skipped")
+FATES = ("completed", "reported_late", "trained_report_late", "abandoned", "skipped", "missed")
 
 
 def start_node(index: int, out: Path, bootstrap: str | None, extra: list[str]) -> subprocess.Popen[str]:
