@@ -48,6 +48,12 @@ def render_metrics(status: Mapping[str, Any] | None, source_errors: int) -> tupl
             "Mean reward of the latest finished round.",
             last.get("reward"),
         )
+        # Served from a published snapshot (swarmp2p/dashboard/snapshot.py): how old it is; one
+        # that keeps growing means the node's loop is stuck.
+        gauges["swarmp2p_status_age_seconds"] = (
+            "Seconds since the node built the status this scrape reports.",
+            status.get("status_age_s"),
+        )
         for name, (help_text, value) in gauges.items():
             if _is_number(value):
                 gauge = GaugeMetricFamily(name, help_text)
