@@ -107,6 +107,7 @@ class Node:
         say it from the moment the network is up, and `evaluating` while the node plays and its
         first held-out evaluation is still answered in slices (`_phase`)."""
         self._status: Callable[[], dict[str, Any]] | None = None  # the full status, once playing
+        self._dashboard_refresh: Callable[[], None] | None = None  # publish a status snapshot now
 
     def stop(self, reason: str = "stop requested") -> None:
         """Stop the node (from its own trio run): the trainer stops at its next step, start-up
@@ -242,11 +243,17 @@ class Node:
                 "network": network.status(),
             }
 
-        from swarmp2p.dashboard import serve_dashboard
+        from swarmp2p.dashboard.snapshot import StatusPublisher
+        from swarmp2p.dashboard.thread_server import serve_dashboard_in_thread
 
+        # Built here on the trio thread every 0.5 s and at each round's end, served from its own
+        # thread: a request never waits behind the node's work (a gossip flood, a long step).
+        publisher = StatusPublisher(status)
+        await nursery.start(publisher.run)
+        self._dashboard_refresh = publisher.refresh
         serve = functools.partial(
-            serve_dashboard,
-            status,
+            serve_dashboard_in_thread,
+            publisher.status,
             host=config.dashboard_host,
             port=config.dashboard_port,
             history_file=self.data_dir / ROUNDS_FILE,  # every round, not only since this start
@@ -387,6 +394,7 @@ class Node:
         await nursery.start(peer.run)
         self.phase = "playing"
         self._status = status
+        self._refresh_dashboard()
         # Free heap pages left by bursts (big DHT records, floods) go back to the system.
         nursery.start_soon(memory.give_back_periodically)
         nursery.start_soon(publish_hellos, network, own_hello, schedule.swarm_id, config.hello_interval_s)
@@ -438,9 +446,25 @@ class Node:
             policy=policy,
             registry=setup.registry,
             clock=clock,
-            on_round_complete=rounds_log,
+            on_round_complete=self._after_round(rounds_log),
             stopping=self._stopping.is_set,
         )
+
+    def _refresh_dashboard(self) -> None:
+        if self._dashboard_refresh is not None:
+            self._dashboard_refresh()
+
+    def _after_round(self, rounds_log: Callable[[Any], None]) -> Callable[[Any], None]:
+        """The round's record logged, then the dashboard's snapshot rebuilt: it shows the round
+        as soon as its line is printed, not up to a cadence later."""
+
+        def logged(record: Any) -> None:
+            try:
+                rounds_log(record)
+            finally:
+                self._refresh_dashboard()
+
+        return logged
 
     def _open_scalar_log(self) -> Any:
         """The scalar log for --tensorboard and/or --wandb (swarmp2p/scalar_log.py), else None."""

@@ -2,7 +2,7 @@
 waits for the node's trio loop: with a `SnapshotHolder` as its source (swarmp2p/dashboard/
 snapshot.py) every answer comes from the latest published snapshot, however busy the node is.
 
-    port = await nursery.start(serve_dashboard_in_thread, holder.status)
+    port = await nursery.start(serve_dashboard_in_thread, publisher.status)
 
 The server lives as long as the calling task: cancelling it stops the server's trio run and
 joins its thread (hypercorn's graceful timeout: about a second).
@@ -75,7 +75,7 @@ async def serve_dashboard_in_thread(
 ) -> None:
     """`serve_dashboard` on a thread of its own until cancelled; reports the bound port through
     `task_status`. `source` is called on that thread: it must be thread-safe (a
-    `SnapshotHolder.status`, not the node's live status)."""
+    `StatusPublisher.status`, not the node's live status)."""
     server = _ServerThread(
         functools.partial(
             serve_dashboard, source, host=host, port=port, title=title, history_file=history_file

@@ -43,7 +43,7 @@ def test_status_answers_within_half_a_second_while_the_trio_loop_is_blocked() ->
         publisher = StatusPublisher(status, interval_s=0.1)
         async with trio.open_nursery() as nursery:
             await nursery.start(publisher.run)
-            port = await nursery.start(serve_dashboard_in_thread, publisher.holder.status)
+            port = await nursery.start(serve_dashboard_in_thread, publisher.status)
             await trio.sleep(0.3)  # a few snapshots on the steady cadence
             url = f"http://127.0.0.1:{port}"
 
@@ -70,6 +70,24 @@ def test_status_answers_within_half_a_second_while_the_trio_loop_is_blocked() ->
     assert metrics_took < 0.5
     assert b"swarmp2p_status_up 1.0" in text
     assert b"swarmp2p_status_age_seconds" in text
+
+
+def test_an_idle_node_answers_with_its_state_of_the_moment_of_the_request() -> None:
+    state = {"round": 1}
+    seen: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        publisher = StatusPublisher(lambda: dict(state), interval_s=60.0)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(publisher.run)
+            port = await nursery.start(serve_dashboard_in_thread, publisher.status)
+            state["round"] = 7  # after the last cadence's snapshot, before the request
+            _took, body = await trio.to_thread.run_sync(_get, f"http://127.0.0.1:{port}/api/status")
+            seen.append(json.loads(body))
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert seen[0]["round"] == 7 and seen[0]["status_age_s"] < 0.5
 
 
 def test_snapshots_are_rebuilt_on_the_cadence_and_at_once_on_refresh() -> None:
@@ -115,7 +133,7 @@ def test_a_failing_source_is_unavailable_with_its_error_and_healthz_says_503() -
         publisher = StatusPublisher(broken)
         async with trio.open_nursery() as nursery:
             await nursery.start(publisher.run)
-            port = await nursery.start(serve_dashboard_in_thread, publisher.holder.status)
+            port = await nursery.start(serve_dashboard_in_thread, publisher.status)
             try:
                 await trio.to_thread.run_sync(_get, f"http://127.0.0.1:{port}/healthz")
             except urllib.error.HTTPError as error:
