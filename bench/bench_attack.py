@@ -13,9 +13,12 @@ as an outside host would. Per attack, in turn:
   nodes share this process and its one trio thread); RSS: this process's resident set at the
   end of "before", its peak during the attack (sampled every 0.25 s) and at the end of "after".
 - whether RSS after is within 50 MB of RSS before.
-- `/api/status` and `/metrics` latency: node 0's dashboard (as `swarmp2p node` serves it, on the
-  same trio thread as both peers) asked one request at a time from a client thread, p99 over the
-  quiet rounds before the attack and over the attack (the bar: 100 ms).
+- `/api/status` and `/metrics` latency: node 0's dashboard asked one request at a time from a
+  client thread, p99 over the quiet rounds before the attack and over the attack (the bar:
+  100 ms). `--dashboard thread` (default) serves it as `swarmp2p node` does: status snapshots
+  published from the peers' trio thread, answered from a server thread of its own
+  (swarmp2p/dashboard/snapshot.py); `--dashboard loop` serves it on the peers' trio thread,
+  each request building its status there (for comparison).
 
     python bench/bench_attack.py                      # flood 60 s, 300 sybils 60 s, DHT 30 s, replay
     python bench/bench_attack.py --flood-s 20 --sybil-s 20 --dht-s 10
@@ -59,7 +62,7 @@ class Phase:
 
 class Latency:
     """Seconds per answered GET of each dashboard path, by phase (one request at a time, from a
-    client thread: the server shares the trio thread with the peers, as in `swarmp2p node`)."""
+    client thread)."""
 
     PATHS = ("/api/status", "/metrics")
 
@@ -98,6 +101,20 @@ def p99_ms(values: list[float]) -> float:
 
 
 LATENCY: list[Latency] = []  # the dashboard's sampler, once it serves
+
+
+async def serve_node_dashboard(nursery: trio.Nursery, source: Any, mode: str) -> int:
+    """Node 0's dashboard in `nursery`, served as `mode` says (see the module's doc); its port."""
+    if mode == "loop":
+        from swarmp2p.dashboard import serve_dashboard
+
+        return int(await nursery.start(serve_dashboard, source))
+    from swarmp2p.dashboard.snapshot import StatusPublisher
+    from swarmp2p.dashboard.thread_server import serve_dashboard_in_thread
+
+    publisher = StatusPublisher(source)
+    await nursery.start(publisher.run)
+    return int(await nursery.start(serve_dashboard_in_thread, publisher.status))
 
 
 async def measure(pair: Pair, name: str, run: Any, rows: list[dict[str, Any]]) -> None:
@@ -191,6 +208,13 @@ def main() -> None:
         help="leave glibc's dynamic mmap threshold on and free heap pages kept, as before "
         "swarmp2p/memory.py (swarmp2p node fixes the threshold and gives free pages back every 5 s)",
     )
+    parser.add_argument(
+        "--dashboard",
+        choices=("thread", "loop"),
+        default="thread",
+        help="thread: snapshots served from a server thread, as swarmp2p node does; loop: the "
+        "server on the peers' trio thread, each request's status built there",
+    )
     args = parser.parse_args()
     if not args.no_memory_config:
         print(f"mmap threshold fixed as swarmp2p node does: {memory.configure()}", file=sys.stderr)
@@ -212,9 +236,7 @@ def main() -> None:
         async with trio.open_nursery() as upkeep:
             if not args.no_memory_config:  # what swarmp2p node runs beside its peer
                 upkeep.start_soon(memory.give_back_periodically)
-            from swarmp2p.dashboard import serve_dashboard
-
-            port = await upkeep.start(functools.partial(serve_dashboard, functools.partial(pair.status, 0)))
+            port = await serve_node_dashboard(upkeep, functools.partial(pair.status, 0), args.dashboard)
             LATENCY.append(Latency(port))
             upkeep.start_soon(LATENCY[0].sample)
             await run_attacks(pair)
@@ -239,6 +261,8 @@ def main() -> None:
     pair = run_pair(attacks)
     load_after = os.getloadavg()
     print(table(rows))
+    served = "a thread of its own" if args.dashboard == "thread" else "the peers' trio thread"
+    print(f"dashboard: served on {served}")
     print()
     before, after = (f"{load[0]:.2f} / {load[1]:.2f}" for load in (load_before, load_after))
     print(f"wall {time.monotonic() - started:.0f} s; load average before {before}, after {after} (1 / 5 min)")
