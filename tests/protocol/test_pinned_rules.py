@@ -29,7 +29,8 @@ from protocol.admission import Accept, Defer, Fetch, Reject
 from protocol.deferred import DeferredStore
 from protocol.envelope import seal
 from protocol.errors import ProtocolError
-from protocol.games import REGISTRY, make_game
+from protocol.fetch_draw import fetch_priority, priority_of_digest
+from protocol.games import GAME_NAMES, REGISTRY, make_game, spec_of
 from protocol.logprobs import MAX_LOGPROBS_BYTES
 from protocol.messages import (
     PROTOCOL_VERSION,
@@ -61,6 +62,7 @@ from protocol.rounds import (
 )
 from protocol.scoring import PeerScores
 from protocol.seeds import unit_interval
+from protocol.stage_schedule import StageSchedule
 from protocol.verification import Verdict, VerificationLimits, group_shape_error, verify_batch
 from swarmp2p.rules import peer_settings_for
 from tests.helpers.inbox import ROUND as INBOX_ROUND
@@ -688,3 +690,40 @@ def test_a_later_stage_verdict_says_scoring_error_forgery_and_tolerance_exactly(
         honest, groups=(honest.groups[0], attrs.evolve(second, completions=tuple(edge)))
     )
     assert loose.verify(at_tolerance, items).ok
+
+
+# ---- clocks, draws and the game registry (survivors of stage_schedule, fetch_draw, games) -----
+
+
+def test_a_stage_schedule_places_time_after_its_genesis() -> None:
+    clock = StageSchedule(genesis_ms=10_000, stage_ms=1000, stage_count=3)
+    assert clock.position(9_000) == (0, 0)  # before genesis
+    assert [clock.position(t) for t in (10_000, 12_999, 13_000, 15_999, 16_000)] == [
+        (0, 0),
+        (0, 2),
+        (1, 0),
+        (1, 2),
+        (2, 0),
+    ]
+    assert StageSchedule(genesis_ms=0, stage_ms=1, stage_count=2).position(0) == (0, 0)
+    ends = clock.stage_ends_ms(1, 2)
+    assert ends == 16_000 and type(ends) is int
+    assert clock.stage_ends_ms(0, 0) == 11_000
+    assert clock.stages_between((1, 2), (3, 1)) == 5
+    assert clock.stages_between((1, 1), (1, 1)) == 0 and clock.stages_between((3, 1), (1, 2)) == 0
+    assert clock.stages_between((0, 1), (0, 2)) == 1
+
+
+def test_the_fetch_draw_is_the_seeded_unit_interval_of_the_receivers_round() -> None:
+    for sender in ("alice", "bob"):
+        assert fetch_priority(11, 5, "me", sender) == unit_interval(11, 5, "me", sender, "fetch")
+    assert priority_of_digest(b"\x80" + b"\x00" * 31) == 0.5
+    assert priority_of_digest(b"\xff" * 32) == (2**63 - 1) / 2**63
+
+
+def test_games_by_name_are_built_on_the_swarms_rules() -> None:
+    assert make_game("answer-verify", RULES).answer == RULES
+    with pytest.raises(ValueError) as unknown:
+        spec_of("nope")
+    assert str(unknown.value) == f"unknown game 'nope' (known: {', '.join(GAME_NAMES)})"
+    assert GAME_NAMES[:2] == ("single", "answer-critique-resolve")
