@@ -567,12 +567,20 @@ def test_the_inputs_a_later_batch_needs_are_the_previous_stages_batches_we_lack(
 
 
 def test_our_own_batch_is_remembered_as_an_input() -> None:
-    store = InputStore()
-    batch = answers(ALICE)
-    digest = sealed(batch, ALICE)[1]
-    GAME.remember(store, digest, batch, ())
-    stored = store.get(ROUND, 0, pid(ALICE))
-    assert stored is not None and (stored.digest, stored.batch, tuple(stored.items)) == (digest, batch, ())
+    """With the items it answered: a peer's resolve built on our critique is checked against them."""
+    store = store_with_answers(ALICE, BOB, CAROL)
+    items = GAME.items(ROUND, CRITIQUE, pid(ALICE), store)
+    critique = honest_batch(ALICE, CRITIQUE, items)
+    digest = sealed(critique, ALICE)[1]
+    GAME.remember(store, digest, critique, items)
+    stored = store.get(ROUND, CRITIQUE, pid(ALICE))
+    assert stored is not None and (stored.digest, stored.batch, tuple(stored.items)) == (
+        digest,
+        critique,
+        items,
+    )
+    resolve = honest_batch(BOB, RESOLVE, GAME.items(ROUND, RESOLVE, pid(BOB), store))
+    assert resolve.groups and GAME.verify(resolve, GAME.resolve(resolve, store)).ok  # type: ignore[arg-type]
 
 
 # ---- the round machine's rules (the survivors of scripts/mutation.sh protocol/rounds.py) -------
