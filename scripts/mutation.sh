@@ -121,9 +121,11 @@ EOF
     }
     seconds=$(($(date +%s) - started))
     (cd "$work" && "$MUTMUT" results --all true >results.txt 2>&1) || true
-    # `results --all true` prints "<mutant>: <status>" per mutant.
+    # `results --all true` prints "<mutant>: <status>" per mutant. A mutant that makes the tests
+    # run past mutmut's timeout (an endless loop) is caught too: counted with the killed.
     total=$(grep -c ': ' "$work/results.txt" || true)
-    killed=$(grep -c ': killed$' "$work/results.txt" || true)
-    echo "$module: killed $killed / $total in ${seconds}s (all results: $work/results.txt)"
-    grep -v ': killed$' "$work/results.txt" | sed 's/^/    /' || true
+    killed=$(grep -c -E ': (killed|timeout)$' "$work/results.txt" || true)
+    timeouts=$(grep -c ': timeout$' "$work/results.txt" || true)
+    echo "$module: killed $killed / $total ($timeouts by timeout) in ${seconds}s (all results: $work/results.txt)"
+    grep -v -E ': (killed|timeout)$' "$work/results.txt" | sed 's/^/    /' || true
 done
