@@ -657,6 +657,7 @@ def test_the_round_is_over_only_once_its_end_is_known_and_reached() -> None:
     assert not machine.round_over(0)
     machine.handle(0, RoundOpened(2, 1, 1))
     assert machine.round_over(1) and not machine.round_over(0)
+    assert machine.collecting(2) and not machine.collecting(2, 1)  # stage 0 unless said
 
 
 def test_the_wake_up_is_cut_short_by_a_stage_end_now_and_never_sooner_than_a_ms() -> None:
