@@ -277,3 +277,27 @@ def test_an_evaluations_time_is_its_own(registry: ReasoningGymRegistry, tmp_path
     started = time.perf_counter()
     result = evaluate(registry, config_for(tmp_path), answer_right(registry), step=0)  # type: ignore[arg-type]
     assert 0.0 <= result["seconds"] <= time.perf_counter() - started
+
+
+def test_a_sliced_evaluation_takes_its_own_split_and_drops_a_short_last_unit_whole(
+    registry: ReasoningGymRegistry, tmp_path: Path
+) -> None:
+    config = config_for(tmp_path, eval_split="test", eval_samples=1)
+    answered: list[int] = []
+
+    def answer_unit(refs: Sequence[QuestionRef], k: int, state: object) -> tuple[list[str], object]:
+        answered.append(len(refs))
+        return [f"<answer>{registry.question(ref)[1]}</answer>" for ref in refs], state
+
+    sliced = SlicedEvaluation(registry, config, answer_unit, lambda: 0, chunk=3, split="validation")
+    assert sliced.refs == registry.eval_questions(config.eval_questions, config.eval_seed, "validation")
+    assert len(sliced.refs) % 3 != 0, "the last unit must be shorter for this test"
+    while not sliced.complete:
+        sliced.answer_next()
+    sliced.drop_last()
+    assert sliced.done == len(sliced.units) - 1
+    sliced.answer_next()  # the short last unit again
+    assert answered[-1] == answered[-2] == len(sliced.refs) % 3
+    result = sliced.result()
+    assert result["split"] == "validation" and result["questions"] == len(sliced.refs)
+    assert result["accuracy"] == 1.0
