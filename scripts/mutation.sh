@@ -24,7 +24,7 @@ MUTMUT="${MUTMUT:-$ROOT/.venv/bin/mutmut}"
 # module -> its tests (globs under tests/, any layer folder: files move between folders).
 declare -A TESTS=(
     [protocol/acr.py]="test_protocol_acr.py test_node_acr.py test_pinned_rules.py"
-    [protocol/admission.py]="test_admission_*.py test_round_core.py test_pinned_rules.py test_protocol_fetch_capture.py"
+    [protocol/admission.py]="test_admission_*.py test_round_core.py test_protocol_acr.py test_protocol_fetch_capture.py test_pinned_rules.py test_pinned_fetcher.py"
     [protocol/codec.py]="test_protocol_codec.py test_rules_codec.py test_protocol_vectors.py"
     [protocol/decisions.py]="test_admission_rules.py test_pinned_rules.py"
     [protocol/fetch_draw.py]="test_admission_rules.py test_protocol_sampling_rules.py test_pinned_rules.py"
