@@ -7,11 +7,14 @@ experiment. The parts, each small:
 - `sources`: a simulation report, an experiment or a data dir, read into the schema;
 - `metrics`: `/metrics` for Prometheus from the same status;
 - `app`:     the Starlette app, `serve_dashboard` (hypercorn under trio), `write_html_report`;
+- `snapshot`: a node's status built on its trio thread into immutable snapshots (with their age);
+- `thread_server`: `serve_dashboard_in_thread`, the app on a thread of its own, answering from
+  those snapshots however busy the node's loop is;
 - `page.html`, `page.js`: the page (inline CSS/JS/SVG, no CDN, works offline).
 
 The dashboard owns no state: it asks a `StatusSource` (a callable returning a JSON-able mapping,
-sync or async) on every request, so the node plugs in a snapshot of its own state and the
-dashboard can never fall out of date or hold the node's locks.
+sync or async) on every request. A node plugs in its published snapshots (`snapshot`), so a
+request never runs on, or waits for, the node's own thread.
 
 Peer ids, phases, tasks, completions and counter names can come from other peers; the page
 inserts them only as text (never as HTML) and a Content-Security-Policy forbids any script or
