@@ -25,7 +25,7 @@ from protocol.acr import (
     parse_pick,
     score_item,
 )
-from protocol.admission import Accept, Defer, Fetch, Reject
+from protocol.admission import Accept, Defer, Fetch, Reject, fetch_probability
 from protocol.deferred import DeferredStore
 from protocol.envelope import seal
 from protocol.errors import ProtocolError
@@ -736,3 +736,73 @@ def test_games_by_name_are_built_on_the_swarms_rules() -> None:
         spec_of("nope")
     assert str(unknown.value) == f"unknown game 'nope' (known: {', '.join(GAME_NAMES)})"
     assert GAME_NAMES[:2] == ("single", "answer-critique-resolve")
+
+
+# ---- the inbox's bookkeeping (survivors of scripts/mutation.sh protocol/admission.py) ----------
+
+
+def test_rejections_are_counted_per_round_and_per_reason_with_strikes_and_bans() -> None:
+    inbox = make_inbox()
+    for _ in range(2):
+        inbox.reject("duplicate", blame=pid(ALICE))
+    inbox.reject("forged_reward", blame=pid(BOB))
+    assert inbox.current is not None and inbox.current.rejected == {"duplicate": 2, "forged_reward": 1}
+    assert inbox.rejections == {"duplicate": 2, "forged_reward": 1}
+    assert inbox.scores.reasons_by_peer[pid(ALICE)] == {"duplicate": 2}
+    assert inbox.scores.ban_reasons == {pid(BOB): "forged_reward"}  # proof of lying: banned at once
+    fresh = make_inbox()
+    fresh.current = None  # no round open yet
+    assert fresh.reject("late", blame=None) == Reject("late", None) and fresh.rejections == {"late": 1}
+
+
+def test_queued_fetches_count_against_their_own_round_only() -> None:
+    inbox = make_inbox()
+    envelope = batch_envelope(ALICE)
+    decision = inbox.heard(pid(ALICE), announce(ALICE, envelope))
+    assert isinstance(decision, Fetch)
+    inbox.queued(decision.job)
+    inbox.queued(decision.job)
+    inbox.queued(attrs.evolve(decision.job, round=INBOX_ROUND + 1))
+    assert inbox.current is not None and inbox.current.fetches == 2
+
+
+def test_an_unreadable_announcement_is_refused_with_its_reason_and_blamed() -> None:
+    inbox = make_inbox()
+    decision = inbox.heard(pid(ALICE), b"\x93not an envelope")
+    assert isinstance(decision, Reject) and decision.blame == pid(ALICE) and decision.reason
+    assert inbox.rejections[decision.reason] == 1 and inbox.scores.invalid[pid(ALICE)] == 1
+
+
+def test_an_announcement_for_another_round_is_stale_when_considered() -> None:
+    inbox = make_inbox()
+    old = RolloutAnnouncement(SWARM, INBOX_ROUND - 1, 0, pid(ALICE), b"\1" * 32, 2, 100)
+    assert inbox.consider(old, b"\2" * 32) == Reject("stale_round", None)
+    assert inbox.scores.invalid[pid(ALICE)] == 0
+
+
+def test_every_deferral_is_counted() -> None:
+    inbox = make_inbox(fetch_sample=1)
+    inbox.open_round(INBOX_ROUND, 0, connected=400)
+    deferred = sum(isinstance(inbox.heard(*_announcement(i)), Defer) for i in range(10))
+    assert deferred >= 5 and inbox.counters["fetch_deferred"] == deferred
+
+
+def _announcement(i: int) -> tuple[str, bytes]:
+    signer = bytes([i + 1]) * 32
+    return pid(signer), announce(signer, batch_envelope(signer))
+
+
+def test_the_fetch_probability_is_the_sample_over_the_connected_peers_at_most_one() -> None:
+    assert fetch_probability(0, 10) == 1.0  # 0: fetch everything
+    assert fetch_probability(5, 20) == 0.25
+    assert fetch_probability(20, 10) == 1.0
+    assert fetch_probability(1, 1) == 1.0 and fetch_probability(1, 0) == 1.0
+
+
+def test_connected_peers_are_kept_as_a_frozen_set() -> None:
+    inbox = make_inbox()
+    inbox.peers_connected(["a", "b"])
+    assert type(inbox.connected) is frozenset and inbox.connected == {"a", "b"}
+    given = frozenset({"c"})
+    inbox.peers_connected(given)
+    assert inbox.connected is given
