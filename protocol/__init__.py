@@ -11,6 +11,10 @@ Imports none of trio, libp2p, torch or web3 (a test enforces this). Time is an i
     game          questions, verification per stage      seeds         deterministic seeds (sha256)
     decisions     the inbox's Fetch, Defer, Reject ...   deferred      sampled-out batches kept for top-ups
     fetch_draw    the one fetch draw (sampled fetching)  sender_map    per-sender maps as lists by peer number
+    games         the game registry, a GameSpec a game   staged        later stages built on earlier batches
+    acr           answer -> critique -> resolve game     answer_verify answer -> verify game
+    stage_inputs  InputRef, InputStore, StageItem        inputs        admitting a later stage's inputs
+    stage_schedule round and stage from a clock reading  logprobs      sampling log-probs on the wire
 
 The admission rules are written once, in admission.py (`Inbox.heard`, `consider`, `fetched`):
 the simulator's fast delivery path that decides their common case for many peers in one
