@@ -2,7 +2,7 @@
 
 In the simulator each of N virtual peers keeps, per sender, the last round it heard of it
 (`Inbox.known`) and the digest it announced this round (`RoundInbox.announced`): N x N
-entries. As dicts that is ~30 bytes an entry, ~6 GB at 10,000 peers (issue 13). Here every
+entries. As dicts that is ~30 bytes an entry, ~6 GB at 10,000 peers, most of an 8 GiB bound. Here every
 map of the process numbers senders through one shared `PeerNumbers`, and a map is a list
 indexed by that number: 8 bytes an entry, and no rehashing as a round's map fills up. `known`
 holds round numbers, so it is a `SenderRounds`: 4-byte ints in an array, half that again.
