@@ -18,7 +18,7 @@ Keys are free, so senders are told apart by whether they are `established` (a ba
 verified before, or connected to us): unknown keys may take only `unknown_fetch_share` of the
 round's fetch budget and park only `max_early_unknown` next-round announcements in all, and
 the runtime runs established senders' fetches first (`fetch_lane`). A few hundred throwaway keys
-then cannot crowd an honest peer's batch out of a round (issue 15).
+then cannot crowd an honest peer's batch out of a round.
 
 The rules, in the order they are applied, are the methods `heard`, `consider`, `sweep`,
 `top_up` and `fetched`. Nothing here does IO or reads a clock: the round's timing comes from
