@@ -197,7 +197,7 @@ class AdmissionRules:
     unknown_fetch_share: float = 0.25
     """The share of `max_fetch_per_round` that senders we have no reason to trust may take (see
     `Inbox.established`): keys are free, so without it a few hundred throwaway keys announcing
-    first fill the budget and the honest peers' batches go unfetched (issue 15)."""
+    first fill the budget and the honest peers' batches go unfetched."""
     max_early_unknown: int = 16
     """How many announcements for the NEXT round (held until it opens) unknown senders may park,
     in all; each sender parks at most one. Established senders are held to the fetch budget."""
