@@ -204,7 +204,7 @@ class AdmissionRules:
     max_top_ups_per_round: int = attrs.field(default=MAX_TOP_UPS_PER_ROUND, validator=attrs.validators.ge(0))
     """How many sampled-out announcements a round may take to replace failed fetches (`top_up`);
     only that many are kept (`protocol.deferred`). Not `max_fetch_per_round`: the simulator sets
-    that to twice the peers, and the deferred entries would stay O(peers) per peer (issue 13)."""
+    that to twice the peers, and the deferred entries would stay O(peers) per peer."""
 
 
 @attrs.define
