@@ -4,7 +4,7 @@ The in-memory network gives each pair of peers a fixed base latency, a pure func
 ids (`pair_latency_s`: blake2b of the sorted pair, scaled into the model's range). Gossip needs,
 for each publish, the latencies from the sender to every subscriber. Kept per sender (one
 array of N floats each) that is N x N floats, 800 MB at 10,000 peers, and the pair cache that
-spared rebuilding them after churn took another ~250 MB (issue 13: 10,000 peers within 8 GiB).
+spared rebuilding them after churn took another ~250 MB (10,000 peers must fit in 8 GiB).
 Here each unordered pair is stored once, in one flat array: N x (N + 1) / 2 floats, 400 MB at
 10,000 peers, and a sender's row is gathered from it with numpy when it publishes (~60 us at
 10,000 subscribers). The values are the function's own, so every report stays byte for byte.
