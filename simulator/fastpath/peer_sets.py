@@ -8,7 +8,7 @@ frozenset of the online peers and leaves out `me` on lookup.
 
 While a swarm starts, though, every peer asks right after it comes online, so each asks a
 different set: the peers online so far. One frozenset per ask was N sets of N/2 ids on
-average, ~2.5 GB at 10,000 peers until round 1 let them go (issue 13). So a view is `base`
+average, ~2.5 GB at 10,000 peers until round 1 let them go. So a view is `base`
 (the online peers when the world last rebuilt it) plus the first `count` peers of `joined`,
 the peers that came online since, in order: every view of one base shares its frozenset, its
 list and its index, and holds only its own count. The membership, length and elements are
