@@ -142,7 +142,7 @@ class ShardLink:
         process's peers share theirs: the envelopes its honest peers sealed go out marked with
         their signer (the receiving worker trusts the seal, as a process trusts its own peers'),
         and every verdict it computes goes to the others. Without it, each worker checked each
-        signature and re-scored each batch again (issue 13: 4x the cache misses of one process)."""
+        signature and re-scored each batch again (4x the cache misses of one process)."""
         self._cache = cache
         cache.track_seals()
         cache.on_verdict = self._share_verdict
