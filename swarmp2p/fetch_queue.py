@@ -1,6 +1,6 @@
 """A bounded fetch queue with two lanes: workers take lane 0 (established senders) before lane 1
 (unknown keys). A FIFO channel let a few hundred fetches of throwaway keys, each of which may
-wait out its timeout, sit in front of an honest peer's fetch until its round was over (issue 15).
+wait out its timeout, sit in front of an honest peer's fetch until its round was over.
 
 Order alone is not enough: 16 unknown keys' fetches released at a round's open can take all 8
 workers before the honest announcement arrives, each waits out its timeout, and the honest fetch
