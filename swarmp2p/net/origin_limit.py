@@ -1,5 +1,5 @@
 """A per-origin token bucket for inbound gossip, checked before the signature and the node's
-decode (issue 15): a key that floods pays only a dict lookup per message past its allowance,
+decode: a key that floods pays only a dict lookup per message past its allowance,
 not an Ed25519 verification and a msgpack decode.
 
 An honest origin sends one announcement a round and a hello every few seconds (each arrives
