@@ -2,7 +2,7 @@
 
 Gossip waits in two queues on its way to the node (py-libp2p's per-topic subscription queue,
 then the adapter's per-receiver queue), and both dropped whatever arrived when full. A flood of
-throwaway keys filled them and honest announcements were dropped with the junk (issue 15: at
+throwaway keys filled them and honest announcements were dropped with the junk (at
 about 8,000 messages an honest announcement was lost). Here, when the inbox is full, a message
 of an established peer takes the place of the newest queued message of an unknown one (that
 one is dropped, counted), and the receiver takes established peers' messages first. Only when
