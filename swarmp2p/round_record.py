@@ -134,7 +134,7 @@ class RoundWork:
 def digest_hex(digest: bytes) -> str:
     """`digest.hex()`, one string per digest while it is recent: in the simulator several peers
     accept each batch and every round record keeps its digest, and each copy cost 113 bytes
-    (~1 KB a peer and round at 1000 peers, measured; issue 13)."""
+    (~1 KB a peer and round at 1000 peers, measured)."""
     return digest.hex()
 
 
