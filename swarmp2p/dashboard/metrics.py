@@ -195,7 +195,7 @@ def _labeled_metrics(status: Mapping[str, Any]) -> list[Any]:
 PEER_SERIES = 20
 """`peer_rejections` (messages blamed on each peer) gets a series for at most this many peers,
 the most blamed; the others are summed under peer="other". One series per peer key let a sybil
-attack add a series to every scrape per throwaway key (issue 15)."""
+attack add a series to every scrape per throwaway key."""
 
 
 def _peer_rejections(status: Mapping[str, Any]) -> Any:
