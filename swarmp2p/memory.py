@@ -6,7 +6,7 @@ unmaps it when it is freed. But the threshold is dynamic: the first time such a 
 glibc raises the threshold to that chunk's size. From then on, ~1 MiB buffers (DHT records,
 fetched batches, their hex forms in py-libp2p's log formatting) come from the heap. Small
 long-lived objects allocated between them pin that heap memory, so it stays resident after the
-buffers are freed. The DHT-abuse attack of issue 15 left a node +99 MB (docs/reliability.md).
+buffers are freed. A DHT-abuse attack left a node +99 MB (docs/reliability.md).
 In tests/node/test_memory_release.py, a hundred 1 MB buffers interleaved with small objects leave
 95 MB resident after their release; with the threshold fixed, none.
 
