@@ -1,4 +1,4 @@
-"""The fetch queue's lanes: established senders' fetches run before unknown keys' (issue 15),
+"""The fetch queue's lanes: established senders' fetches run before unknown keys',
 and otherwise it behaves as the memory channel it replaced."""
 
 from __future__ import annotations
