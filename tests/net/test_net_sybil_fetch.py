@@ -1,4 +1,4 @@
-"""Issue 15, attack 1 over real py-libp2p: ~300 throwaway keys announce the NEXT round to two
+"""The next-round sybil attack over real py-libp2p: ~300 throwaway keys announce the NEXT round to two
 honest nodes every round. They once filled the per-round fetch budget (256) before the round
 opened, the honest peer's announcement was refused as `fetch_limit`, and neither node trained
 on the other's rollouts. Now unknown keys get a bounded share and established peers go first.
