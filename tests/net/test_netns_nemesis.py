@@ -1,4 +1,4 @@
-"""Issue 14's nemesis on three real `swarmp2p node` processes, each on its own host (network
+"""The nemesis on three real `swarmp2p node` processes, each on its own host (network
 namespace) behind netlab/netns_harness.py's switch at 50 ± 10 ms one-way and 2% loss:
 
 1. node 1 is SIGKILLed mid-round and restarted at once on the same data dir;
