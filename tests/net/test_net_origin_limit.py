@@ -1,4 +1,4 @@
-"""Inbound gossip is rate-limited per origin key before its signature is checked (issue 15):
+"""Inbound gossip is rate-limited per origin key before its signature is checked:
 past its burst, a flooding key's messages are dropped and counted as
 `gossip_origin_rate_limited`, never verified, and other origins still get through."""
 
