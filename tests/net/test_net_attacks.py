@@ -1,4 +1,4 @@
-"""Issue 15's attacks on two running honest Peers over real py-libp2p (netlab/attack_kit.py): a
+"""Attacks on two running honest Peers over real py-libp2p (netlab/attack_kit.py): a
 gossip flood from one outside host, DHT-store abuse and hello replay. Each asserts that the two
 honest peers still get (fetch and verify) each other's batch in every round and that the
 defence's counters moved (in /api/status and, as Prometheus series, in /metrics). Whether a
