@@ -1,4 +1,4 @@
-"""Fetch scheduling that unknown keys cannot capture (issue 15): any number of throwaway keys
+"""Fetch scheduling that unknown keys cannot capture: any number of throwaway keys
 announcing this round or the next one before an established peer does never costs that peer
 its fetch. Established: a history of valid batches, or connected to us when the round opened.
 
