@@ -133,8 +133,8 @@ class VerifyCache:
         """`data` is an envelope this process sealed itself, and `opened` what opening it gives:
         remembered as if opened, without checking the signature we just made. In the simulator
         every peer shares this cache, so each honest announcement and batch skips its one
-        Ed25519 verification and decode (issue 13: "cheaper signatures where the simulator may
-        trust its own signing"); an adversary seals on its own and is opened as usual. A node's
+        Ed25519 verification and decode (signatures are cheaper where the simulator may
+        trust its own signing); an adversary seals on its own and is opened as usual. A node's
         own envelopes never come back to it to be opened, so there this costs one entry."""
         if self._memoizable(data):
             self._known_opened(data, opened)
