@@ -1,4 +1,4 @@
-"""Simulator scale work (issue 13): memory bounds and caches must not change what a seed produces."""
+"""Simulator scale work: memory bounds and caches must not change what a seed produces."""
 
 from __future__ import annotations
 
