@@ -67,7 +67,7 @@ def test_the_pair_triangle_holds_each_pairs_latency_once(ids: list[str], data: s
 
 
 def test_a_world_keeps_one_latency_per_pair_not_one_per_sender() -> None:
-    # 10,000 peers within 8 GiB (issue 13): per-sender arrays were N x N floats; attaching the
+    # 10,000 peers within 8 GiB: per-sender arrays were N x N floats; attaching the
     # same peer again (a restart) adds nothing.
     world = SimWorld(LinkModel(), seed=1, now_ms=lambda: 0, round_of=lambda ms: 0)
     for index in range(40):
