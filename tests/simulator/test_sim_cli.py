@@ -103,7 +103,7 @@ def test_simulate_error_keeps_bracketed_section_names(tmp_path: Path) -> None:
 
 def test_simulate_draws_a_solo_baseline_beside_the_swarm(tmp_path: Path) -> None:
     """The same peers with no external groups (training alone) run beside the swarm: the report
-    carries their mean reward per round, the summary both curves' last round (issue 11)."""
+    carries their mean reward per round, the summary both curves' last round."""
     args = ["simulate", "--peers", "6", "--rounds", "4", "--seed", "3", "--out", str(tmp_path)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
