@@ -1,5 +1,5 @@
 """The join command a chain node prints carries the chain flags and a key of the joiner's own
-(issue 12: it once left them out, so the pasted joiner started a chain-less swarm of its own),
+(without them the pasted joiner starts a chain-less swarm of its own),
 and the key step it prints works as pasted."""
 
 from __future__ import annotations
