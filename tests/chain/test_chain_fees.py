@@ -1,7 +1,7 @@
 """Fees and nonces on a real local chain (anvil): the price a transaction pays stays bounded by
 the chain's base fee, whatever the swarm sent before.
 
-The bug this pins (issue 12): the client paid 2 x `eth_gasPrice` as a legacy price; anvil's
+The bug this pins: the client paid 2 x `eth_gasPrice` as a legacy price; anvil's
 `eth_gasPrice` is the base fee plus the tip recent transactions paid, so every transaction's
 price doubled the next one's (7.8 gwei at block 2, 4e15 wei at block 50) until every
 submission failed with "Insufficient funds" although the accounts held thousands of ETH.
