@@ -1,4 +1,4 @@
-"""Issue 15's attacks over real py-libp2p, shared by tests/net/test_net_attacks.py and
+"""The attacks over real py-libp2p, shared by tests/net/test_net_attacks.py and
 bench/bench_attack.py.
 
 - `run_pair`: two honest Peers (the simulator's cheap policy, real libp2p hosts on 127.0.0.1,
