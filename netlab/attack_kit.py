@@ -436,7 +436,7 @@ async def flood(
 async def next_round_sybils(
     targets: list[str], seconds: float, swarm: str, round_ms: int, keys: int, genesis: float
 ) -> dict[str, Any]:
-    """Issue 15's first attack: as each round opens, `keys` throwaway keys announce the NEXT
+    """The next-round sybil attack: as each round opens, `keys` throwaway keys announce the NEXT
     round to every target (validly signed gossip and envelopes), for `seconds`."""
     topic = announce_topic(swarm)
     sybils = [Sybil(f"next-{i}") for i in range(keys)]
