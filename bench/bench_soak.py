@@ -10,7 +10,7 @@ node over time) and OUT/summary.json, and prints a table: per node after the war
 range, its growth (mean of the last third of the samples minus the first third: RSS saws up and
 down by ~200 MiB as evaluations allocate and free, which makes a fitted slope noisy; the slope is
 shown too), mean CPU and its growth, and rounds completed. "flat": RSS grew at most
-`--flat-growth-mib` (50: issue 15's tolerance for memory after an attack).
+`--flat-growth-mib` (50: the tolerance for memory after an attack).
 `--attack` floods every node with the attack kit for the whole soak (bench/soak_flood.py; the
 attacker's output in OUT/attack.log). `--netns` runs every node in its own network namespace
 behind netlab/netns_harness.py's lossy switch (`--delay-ms`, `--jitter-ms`, `--loss` on every
