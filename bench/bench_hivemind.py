@@ -34,7 +34,7 @@ prints each run's table, then the medians (lost and crashed summed over the runs
 targets are judged: at 20 processes on 2 cores one run can fall into a backlog that never drains
 (p99 27.9 s against 5.7 s in the next run, 2026-11-27), so a single run says little.
 
-Targets (issue 14): at 20 processes with 10 KB batches, our p99 at most 1/8 of hivemind's and
+Targets: at 20 processes with 10 KB batches, our p99 at most 1/8 of hivemind's and
 our CPU per process at most half of hivemind's; 1 MB batches with nothing lost.
 """
 
