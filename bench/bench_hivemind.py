@@ -164,7 +164,7 @@ def medians(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def targets(results: list[dict[str, Any]]) -> list[str]:
-    """Issue 14's targets, each `met` / `not met` / `not measured`, with the figures. They are
+    """The targets, each `met` / `not met` / `not measured`, with the figures. They are
     set on loopback; the namespaces' rows get a line each for 20 processes x 10 KB, no target."""
     by_key = {
         (r["procs"], r["size"], r["stack"]): r
