@@ -1,4 +1,4 @@
-"""Issue 15's attacks against two honest nodes, measured: rollouts lost, CPU and RSS.
+"""Attacks against two honest nodes, measured: rollouts lost, CPU and RSS.
 
 Two honest Peers run in this process (netlab/attack_kit.py `run_pair`: the simulator's cheap
 policy, real libp2p hosts on 127.0.0.1, the node's hellos and gossip checks, 4 s rounds); each
