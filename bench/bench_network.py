@@ -46,7 +46,7 @@ relays have settled (network_worker.py `wait_for_relays`); both count in the sta
     python bench/bench_network.py --all-to-all --netns --vs-loopback --procs 5,10 --sizes 10000,1000000 \
         --messages 5 --interval 6 --idle 0 --delay-ms 50 --loss 0.01
 
-Targets (issue 6): p99 < 0.5 s at 20 processes with 10 KB batches; 1 MB batches with nothing lost.
+Targets: p99 < 0.5 s at 20 processes with 10 KB batches; 1 MB batches with nothing lost.
 Target (issue 14): with 100 ms RTT and 1% loss, p99 time-to-all within 4 RTT of loopback's.
 """
 
