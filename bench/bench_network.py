@@ -47,7 +47,7 @@ relays have settled (network_worker.py `wait_for_relays`); both count in the sta
         --messages 5 --interval 6 --idle 0 --delay-ms 50 --loss 0.01
 
 Targets: p99 < 0.5 s at 20 processes with 10 KB batches; 1 MB batches with nothing lost.
-Target (issue 14): with 100 ms RTT and 1% loss, p99 time-to-all within 4 RTT of loopback's.
+Target: with 100 ms RTT and 1% loss, p99 time-to-all within 4 RTT of loopback's.
 """
 
 from __future__ import annotations
