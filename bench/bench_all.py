@@ -81,7 +81,7 @@ def main() -> None:
         )
 
     print()
-    print(f"== issue 13 benchmarks (load {load_before:.2f} before, {os.getloadavg()[0]:.2f} after) ==")
+    print(f"== benchmarks (load {load_before:.2f} before, {os.getloadavg()[0]:.2f} after) ==")
     if generation:
         for unit, key, ratio in (
             ("s", "tokens_per_s", "vs_ours"),
