@@ -15,7 +15,7 @@ class; `register_config` (also applied by `load_config` itself) records them. `s
 imports every subcommand module at start, so config classes imported at module level by
 those modules are all registered before any command loads its config.
 
-Over 400 lines (~550): one precedence rule and its one-line errors for every kind of
+Over 400 lines: one precedence rule and its one-line errors for every kind of
 field (scalars, tuples, paths, nested tables, env parsing); splitting it by type would scatter the
 rule that every command must share. The config classes themselves live with their commands.
 """
