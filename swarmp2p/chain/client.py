@@ -31,7 +31,7 @@ A transaction is signed once and, on a transient failure, the SAME signed bytes 
 again: a node that already has it answers "already known" / "nonce too low", and we go on
 waiting for its receipt, so a retry can never submit twice.
 
-Over 400 lines (~420): every contract call and transaction with its fee, nonce and revert
+Over 400 lines: every contract call and transaction with its fee, nonce and revert
 handling in one place, so the rules for sending a transaction are read once.
 """
 
