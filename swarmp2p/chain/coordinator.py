@@ -20,7 +20,7 @@ ERROR line naming the last reason; the first success after it says so once too. 
 `tolerant=True` (what the node uses) failed submissions are only counted and logged that way,
 not raised, so the round loop does not log a warning every round.
 
-Over 400 lines (~420): the CoordinatorPort, its error mapping and the stage manager that
+Over 400 lines: the CoordinatorPort, its error mapping and the stage manager that
 advances the contract share the one serialized worker and its retry policy.
 """
 
