@@ -9,7 +9,7 @@ through four ports (swarmp2p/ports.py): NetworkPort, CoordinatorPort, PolicyPort
 
 One round end to end, and how the parts fit: docs/architecture.md.
 
-Over 400 lines (471): the driver itself is ~340; the rest is the surface tools and tests use
+Over 400 lines: the driver, and beside it the surface that tools and tests use
 (`status`, the settings setter, `_state`, `_early`, `_serve_fetch`, `_on_announcement`, the
 re-exports in `__all__`).
 
