@@ -17,7 +17,7 @@
 
 Each finished round becomes one log line and one JSON line in <data_dir>/rounds.jsonl (round_log.py).
 
-Over 400 lines (~420): assembly only, in the order above; each step calls a module of its own
+Over 400 lines: assembly only, in the order above; each step calls a module of its own
 (node_setup, node_policy, hello, swarm_file, round_log, dashboard, scalar_log).
 """
 
