@@ -1,4 +1,4 @@
-"""Start-up, generation and simulator figures side by side in one run: CPU generation tokens/s (ours vs plain `generate`
+"""The figures side by side in one run: CPU generation tokens/s (ours vs plain `generate`
 vs TRL), node start-up with a cached model (address line, first round line), and simulator
 wall / CPU / peak memory for 100x100, 1000x50 and 10,000x20.
 
