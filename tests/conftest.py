@@ -21,9 +21,6 @@ from contextlib import contextmanager
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.helpers.browser import browser  # noqa: F401 (a fixture: the dashboard's browser tests)
-from tests.helpers.chain_nodes import anvil_rpc  # noqa: F401 (a fixture: a local anvil chain)
-
 _COMMON = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow], "print_blob": True}
 
 settings.register_profile("ci", max_examples=200, **_COMMON)
@@ -169,3 +166,19 @@ def warm_model(tmp_path_factory: pytest.TempPathFactory) -> object:
     from tests.helpers.nodes import build_warm_model
 
     return build_warm_model(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    """A headless chromium for a module's dashboard browser tests (tests/helpers/browser.py)."""
+    from tests.helpers.browser import launched_browser
+
+    yield from launched_browser()
+
+
+@pytest.fixture
+def anvil_rpc() -> Iterator[str]:
+    """A local anvil chain for one test, its RPC URL (tests/helpers/chain_nodes.py)."""
+    from tests.helpers.chain_nodes import running_anvil
+
+    yield from running_anvil()

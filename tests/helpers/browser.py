@@ -11,8 +11,8 @@ import pytest
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def launched_browser() -> Iterator[Any]:
+    """Chromium launched for a module's tests (tests/conftest.py serves it as `browser`)."""
     sync_api = pytest.importorskip(
         "playwright.sync_api", reason="pip install -e '.[test]' installs playwright"
     )

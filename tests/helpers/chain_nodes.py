@@ -16,8 +16,8 @@ ANVIL = ROOT / "tools" / "anvil" / "node_modules" / ".bin" / "anvil"
 STAGE_SECONDS = 6
 
 
-@pytest.fixture
-def anvil_rpc() -> Iterator[str]:
+def running_anvil() -> Iterator[str]:
+    """A local anvil for one test (tests/conftest.py serves it as `anvil_rpc`): its RPC URL."""
     if not ANVIL.exists():
         pytest.fail(f"anvil is not installed ({ANVIL}); run: npm install --prefix tools/anvil")
     from swarmp2p.chain.anvil import Anvil

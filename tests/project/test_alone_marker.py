@@ -47,7 +47,7 @@ def run_generated_suite(folder: Path, files: dict[str, str], *args: str) -> dict
     """Run the generated test `files` in `folder` on two workers, with a copy of our conftest;
     every test or fixture logs `name start end` to intervals.txt. Returns those intervals."""
     folder.mkdir()
-    shutil.copy(HERE / "conftest.py", folder / "conftest.py")
+    shutil.copy(HERE.parent / "conftest.py", folder / "conftest.py")  # the suite's own
     (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    alone: runs alone\n")
     for name, text in files.items():
         (folder / name).write_text(text)
@@ -189,7 +189,7 @@ def test_a_pytest_started_inside_a_worker_takes_no_lock_of_the_outer_run(tmp_pat
     folder = Path(tempfile.gettempdir()) / f"swarmp2p-pytest-alone-{os.getuid()}"
     folder.mkdir(exist_ok=True)
     gate_path = folder / f"{run_id}.gate"
-    (tmp_path / "conftest.py").write_text((HERE / "conftest.py").read_text())
+    (tmp_path / "conftest.py").write_text((HERE.parent / "conftest.py").read_text())
     (tmp_path / "test_inner.py").write_text("def test_inner():\n    print('INNER RAN')\n")
     environment = {**os.environ, "PYTEST_XDIST_WORKER": "gw0", "PYTEST_XDIST_TESTRUNUID": run_id}
     try:
