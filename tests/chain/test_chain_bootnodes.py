@@ -17,7 +17,8 @@ import pytest
 from protocol.stage_schedule import StageSchedule
 from swarmp2p.chain.bootnodes import sync_bootnodes
 from swarmp2p.chain.embedded import EmbeddedChain
-from tests.helpers.chain_nodes import STAGE_SECONDS, StageManager, _node_config
+from tests.helpers.chain_nodes import STAGE_SECONDS, StageManager
+from tests.helpers.fast_config import write_fast_node_config
 from tests.helpers.nodes import NodeProcess
 from tests.helpers.waiting import wait_for
 
@@ -83,7 +84,7 @@ def test_two_nodes_find_each_other_through_the_contract_alone(tmp_path: Path, an
 
     from swarmp2p.chain.keys import write_key_file
 
-    config = _node_config(tmp_path / "chain.toml")
+    config = write_fast_node_config(tmp_path / "chain.toml")
     with StageManager(anvil_rpc, period_s=STAGE_SECONDS) as chain:
         nodes: list[NodeProcess] = []
         addresses = []

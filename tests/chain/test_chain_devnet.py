@@ -18,16 +18,12 @@ from pathlib import Path
 import pytest
 
 from swarmp2p.chain.anvil import find_anvil, rpc, rpc_ready
-from tests.helpers.devnet import REPO, STAGE_SECONDS, Devnet, _fast_config  # noqa: F401
+from tests.helpers.devnet import REPO, STAGE_SECONDS, Devnet  # noqa: F401
+from tests.helpers.fast_config import write_fast_node_config
 from tests.helpers.nodes import NodeProcess
 from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.slow
-
-
-
-
-
 
 
 @pytest.mark.parametrize("backend", ["anvil", "embedded"])
@@ -73,7 +69,7 @@ def test_devnet_and_its_printed_node_commands(tmp_path: Path, backend: str) -> N
         assert shown.returncode == 0 and "bootnode /ip4/127.0.0.1/" in shown.stdout, shown.stderr
 
         # The printed commands, as printed; the config only makes the tiny model fast here.
-        config = _fast_config(tmp_path / "fast.toml")
+        config = write_fast_node_config(tmp_path / "fast.toml")
         for words in commands:
             data_dir = Path(words[words.index("--data-dir") + 1])
             node = NodeProcess(data_dir, config, Path("tiny"), [])

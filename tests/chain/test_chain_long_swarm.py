@@ -21,7 +21,8 @@ import pytest
 
 from swarmp2p.chain.anvil import find_anvil
 from swarmp2p.chain.client import FeePolicy
-from tests.helpers.devnet import Devnet, _fast_config
+from tests.helpers.devnet import Devnet
+from tests.helpers.fast_config import write_fast_node_config
 from tests.helpers.nodes import NodeProcess
 from tests.helpers.waiting import wait_for
 
@@ -49,7 +50,7 @@ def test_a_two_node_chain_swarm_runs_many_rounds_with_every_reward_on_chain(tmp_
         w3 = Web3(HTTPProvider(saved["rpc"], request_kwargs={"timeout": 10}))
         coordinator = w3.eth.contract(address=saved["contract"], abi=load_artifact().abi)
         accounts = {node["address"].lower() for node in saved["nodes"]}
-        config = _fast_config(tmp_path / "fast.toml")
+        config = write_fast_node_config(tmp_path / "fast.toml")
         for words in commands:
             node = NodeProcess(Path(words[words.index("--data-dir") + 1]), config, Path("tiny"), [])
             node.args = [sys.executable, "-m", "swarmp2p.cli", *words[1:], "--config", str(config)]

@@ -72,24 +72,3 @@ class StageManager:
 
     def has_reward(self, round_number: int, peer_id: str) -> bool:
         return bool(self.contract.functions.hasSubmittedReward(round_number, 0, peer_id).call())
-
-
-def _node_config(path: Path) -> Path:
-    path.write_text(
-        """
-[node]
-questions_per_round = 2
-n_local = 2
-n_external = 2
-hello_interval_s = 2.0
-
-[trainer]
-tasks = ["basic_arithmetic"]
-threads = 1
-format_reward = 0.5
-max_new_tokens = 16
-tiny_hidden_size = 32
-tiny_pretrain_steps = 0
-"""
-    )
-    return path

@@ -56,24 +56,3 @@ class Devnet:
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode
-
-
-def _fast_config(path: Path) -> Path:
-    path.write_text(
-        """
-[node]
-questions_per_round = 2
-n_local = 2
-n_external = 2
-hello_interval_s = 2.0
-
-[trainer]
-tasks = ["basic_arithmetic"]
-threads = 1
-format_reward = 0.5
-max_new_tokens = 16
-tiny_hidden_size = 32
-tiny_pretrain_steps = 0
-"""
-    )
-    return path

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.chain_nodes import STAGE_SECONDS, StageManager, _node_config
+from tests.helpers.chain_nodes import STAGE_SECONDS, StageManager
+from tests.helpers.fast_config import write_fast_node_config
 from tests.helpers.nodes import NodeProcess
 from tests.helpers.waiting import wait_for
 
@@ -26,7 +27,7 @@ def test_two_nodes_register_and_submit_rewards_on_the_contract(tmp_path: Path, a
 
     from swarmp2p.chain.keys import write_key_file
 
-    config = _node_config(tmp_path / "chain.toml")
+    config = write_fast_node_config(tmp_path / "chain.toml")
     with StageManager(anvil_rpc, period_s=STAGE_SECONDS) as chain:
         nodes: list[NodeProcess] = []
         addresses = []
