@@ -30,4 +30,9 @@ echo "== tests"
 # order tests/conftest.py gives them: those with `alone` tests first (queued behind the 60-round
 # chain swarm, one waited ~230 s with its worker idle: 1238 s -> 1136 s for the whole suite), then
 # the slow ones, then the rest.
+# Random order (pytest-randomly, in the test extra): tests/conftest.py keeps the module order
+# above and the order of the tests inside each module changes every run; the seed is printed at
+# the top, and
+# `-p "randomly_seed=N"` replays a run's order, `-p no:randomly` turns it off.
+# scripts/each_alone.sh runs every module in a process of its own (not here: an hour on 2 cores).
 python -m pytest -n "${SWARMP2P_TEST_WORKERS:-2}" --dist loadscope --durations=30 "$@"

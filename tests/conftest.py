@@ -116,7 +116,8 @@ def _module_of(item: pytest.Item) -> str:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run order, by module: modules with `alone` tests first, then modules marked `slow`, then the
     rest; within each, modules with more tests first (xdist's own heuristic), then as collected.
-    A module's tests keep their order.
+    A module's tests keep the order they came in (a new random one each run under pytest-randomly,
+    which shuffles before this hook).
 
     Why: an `alone` test waits for the test the other worker is running. Queued behind the
     60-round chain swarm (tests/chain/test_chain_long_swarm.py, ~250 s), one worker idled for ~230 s in
