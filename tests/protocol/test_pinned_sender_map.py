@@ -1,0 +1,25 @@
+"""protocol/sender_map.py: what an operator reads of a SenderMap (its repr in a debugger or a
+log line, the error of a misuse) names the map's kind and its entries."""
+
+from __future__ import annotations
+
+import pytest
+
+from protocol.sender_map import PeerNumbers, SenderMap, SenderRounds
+
+
+def test_drop_below_on_a_map_it_did_not_make_says_which_map_it_takes() -> None:
+    numbers = PeerNumbers(["a"])
+    with pytest.raises(TypeError) as raised:
+        numbers.drop_below({"a": 1}, 2)
+    assert str(raised.value) == "PeerNumbers.drop_below takes the map its rounds() made"
+
+
+def test_a_sender_maps_repr_names_its_kind_and_entries() -> None:
+    numbers = PeerNumbers(["b", "a"])
+    rounds = SenderRounds(numbers)
+    rounds["a"] = 3
+    digests: SenderMap[bytes] = SenderMap(numbers)
+    digests["b"] = b"\x01"
+    assert repr(rounds) == "SenderRounds({'a': 3})"
+    assert repr(digests) == "SenderMap({'b': b'\\x01'})"
