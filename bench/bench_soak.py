@@ -49,10 +49,68 @@ def sample_process(pid: int) -> tuple[float, float] | None:
     return None if cpu_s is None else (rss_mib(pid), cpu_s)
 
 
-def rounds_completed(rounds_file: Path) -> int:
-    if not rounds_file.exists():
+def open_fds(pid: int) -> int:
+    """How many file descriptors `pid` holds now; 0 once it is gone."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
         return 0
-    return sum(1 for line in rounds_file.read_text().splitlines() if '"completed": true' in line)
+
+
+def threads(pid: int) -> int:
+    """How many threads `pid` runs now (Threads: of /proc/PID/status); 0 once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class RoundTally:
+    """What a node's rounds.jsonl says so far, read on from where the last call stopped (the
+    file only grows, and re-reading an hour of rounds every minute for ten nodes would cost the
+    CPU the soak measures). A half-written last line is left for the next call."""
+
+    def __init__(self, rounds_file: Path) -> None:
+        self.rounds_file = rounds_file
+        self.offset = 0
+        self.played = 0  # every round line: each round the node saw pass, whatever its fate
+        self.completed = 0
+        self.trained = 0  # rounds whose update ran on at least one batch
+        self.fates: dict[str, int] = {}
+        self.rejected = 0  # announcements refused, summed over rounds (each line counts its own)
+        self.drops = 0  # the network's drop counters, summed (each line carries the running totals)
+        self.last_round = -1
+
+    def read(self) -> None:
+        if not self.rounds_file.exists():
+            return
+        with self.rounds_file.open("rb") as handle:
+            handle.seek(self.offset)
+            chunk = handle.read()
+        complete = chunk[: chunk.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        for line in complete.decode().splitlines():
+            if line.strip():
+                self._count(json.loads(line))
+
+    def _count(self, record: dict[str, Any]) -> None:
+        self.played += 1
+        self.completed += bool(record.get("completed"))
+        self.trained += record.get("trained_local", 0) + record.get("trained_external", 0) > 0
+        fate = str(record.get("fate", "unknown"))
+        self.fates[fate] = self.fates.get(fate, 0) + 1
+        self.rejected += sum(record.get("rejected", {}).values())
+        self.drops = sum(record.get("network_drops", {}).values())
+        self.last_round = int(record.get("round", self.last_round))
+
+
+def rounds_completed(rounds_file: Path) -> int:
+    tally = RoundTally(rounds_file)
+    tally.read()
+    return tally.completed
 
 
 def slope_per_hour(points: list[tuple[float, float]]) -> float:
@@ -127,6 +185,7 @@ def soak(
             infos = node_infos(args.out, processes)
             flood = Flood(infos, *round_clock(args.out), args.out / "attack.log", prefix=attacker)
         began = time.monotonic()
+        tallies: dict[int, RoundTally] = {}
         with samples_file.open("w") as out:
             while (elapsed := time.monotonic() - began) < args.minutes * 60:
                 if flood is not None:
@@ -134,6 +193,7 @@ def soak(
                 time.sleep(min(args.sample_s, max(0.0, args.minutes * 60 - elapsed)))
                 minute = (time.monotonic() - began) / 60
                 total_rss = 0.0
+                load = os.getloadavg()[0]
                 for index, process in enumerate(processes, 1):
                     sample = sample_process(process.pid)
                     if sample is None or process.poll() is not None:
@@ -145,18 +205,33 @@ def soak(
                     last_minute, last_cpu = previous_cpu.get(index, (0.0, 0.0))
                     previous_cpu[index] = (minute, cpu)
                     cpu_pct = 100 * (cpu - last_cpu) / max(1e-9, (minute - last_minute) * 60)
-                    rounds = rounds_completed(args.out / f"node-{index}" / "rounds.jsonl")
+                    tally = tallies.setdefault(index, RoundTally(args.out / f"node-{index}" / "rounds.jsonl"))
+                    tally.read()
                     row = {
                         "node": index,
                         "minute": minute,
                         "rss_mib": rss,
                         "cpu_pct": cpu_pct,
-                        "rounds": rounds,
+                        "fds": open_fds(process.pid),
+                        "threads": threads(process.pid),
+                        "rounds": tally.completed,
+                        "played": tally.played,
+                        "trained": tally.trained,
+                        "round": tally.last_round,
+                        "fates": dict(tally.fates),
+                        "rejected": tally.rejected,
+                        "drops": tally.drops,
+                        "load1": load,
+                        "flood_runs": flood.runs if flood is not None else 0,
                     }
                     out.write(json.dumps(row) + "\n")
                 out.flush()
+                played = sum(tally.played for tally in tallies.values())
                 print(
-                    f"{time.strftime('%H:%M:%S')} minute {minute:5.1f}: RSS {total_rss:7.0f} MiB in all",
+                    f"{time.strftime('%H:%M:%S')} minute {minute:5.1f}: RSS {total_rss:7.0f} MiB in all,"
+                    f" {played} rounds played, drops {sum(t.drops for t in tallies.values())},"
+                    f" flood runs {flood.runs if flood is not None else 0},"
+                    f" load {load:.2f}",
                     flush=True,
                 )
     finally:
