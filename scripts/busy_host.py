@@ -9,7 +9,9 @@ others join it with `--bootstrap` (its printed address), as README's commands do
 minutes count from when all three print that they play rounds. The busy arm starts two
 `python -c 'while True: pass'` loops before the nodes and stops them after. Every node then gets
 SIGINT (a clean stop), and its rounds.jsonl and log are read. The table goes to stdout and
-OUT/summary.json.
+OUT/summary.json; it holds every arm under OUT, so `--arms busy` now and `--arms idle` later (same
+OUT) give one table, as does `--table-only`. Each arm's own figures (minutes, load, ready time)
+stay in OUT/<arm>/arm.json.
 
 A round counts as trained when its training step ran (its record has training metrics), as
 updated when that step changed the weights (`updated` 1), as reported when it completed; rounds
@@ -34,6 +36,8 @@ ADDRESS = re.compile(r"listening on (\S+)")
 PLAYING = "started: playing"
 PACE_LINES = ("busy host:", "rounds fit again")
 FATES = ("completed", "reported_late", "trained_report_late", "abandoned", "skipped", "missed")
+ARMS = ("busy", "idle")
+ARM_FILE = "arm.json"  # OUT/<arm>/arm.json: what the arm's run measured (minutes, load, ...)
 
 
 def start_node(index: int, out: Path, bootstrap: str | None, extra: list[str]) -> subprocess.Popen[str]:
@@ -152,24 +156,18 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=3)
-    parser.add_argument("--minutes", type=float, default=20.0, help="per arm, from when all nodes play")
-    parser.add_argument("--arms", default="busy,idle", help="busy, idle or both, in this order")
-    parser.add_argument("--out", type=Path, default=Path("runs/busy-host"))
-    parser.add_argument("--table-only", action="store_true", help="only re-read OUT")
-    parser.add_argument("extra", nargs="*", help="more `swarmp2p node` flags, after --")
-    args = parser.parse_args()
-    arms = [arm for arm in args.arms.split(",") if arm]
-    if not set(arms) <= {"busy", "idle"}:
-        raise SystemExit("--arms: busy and/or idle")
+def collect(out: Path, nodes: int) -> dict[str, dict[str, Any]]:
+    """Every arm OUT holds, busy first, whichever run left it: the arms can run on different
+    days (the idle arm wants an idle machine), and each run's measurements stay in its arm's
+    folder so that a later run or `--table-only` reports both."""
     results: dict[str, dict[str, Any]] = {}
-    for arm in arms:
-        where = args.out / arm
-        run = {} if args.table_only else run_arm(arm, where, args.nodes, args.minutes, args.extra)
+    for arm in ARMS:
+        where = out / arm
+        if not where.is_dir():
+            continue
+        measured = json.loads((where / ARM_FILE).read_text()) if (where / ARM_FILE).exists() else {}
         results[arm] = {
-            **run,
+            **measured,
             "nodes": {
                 f"node {i}": summarise(
                     read_rounds(where / f"node-{i}" / "rounds.jsonl"),
@@ -177,10 +175,31 @@ def main() -> None:
                     if (where / f"node-{i}.log").exists()
                     else "",
                 )
-                for i in range(1, args.nodes + 1)
+                for i in range(1, nodes + 1)
             },
         }
-    summary = {"minutes": args.minutes, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **results}
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--minutes", type=float, default=20.0, help="per arm, from when all nodes play")
+    parser.add_argument("--arms", default="busy,idle", help="busy, idle or both, in this order")
+    parser.add_argument("--out", type=Path, default=Path("runs/busy-host"))
+    parser.add_argument("--table-only", action="store_true", help="only re-read OUT (every arm in it)")
+    parser.add_argument("extra", nargs="*", help="more `swarmp2p node` flags, after --")
+    args = parser.parse_args()
+    arms = [arm for arm in args.arms.split(",") if arm]
+    if not set(arms) <= {"busy", "idle"}:
+        raise SystemExit("--arms: busy and/or idle")
+    for arm in [] if args.table_only else arms:
+        run = run_arm(arm, args.out / arm, args.nodes, args.minutes, args.extra)
+        date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        measured = {"minutes": args.minutes, "date": date, **run}
+        (args.out / arm / ARM_FILE).write_text(json.dumps(measured, indent=1) + "\n")
+    results = collect(args.out, args.nodes)
+    summary = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **results}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     print(table(results))

@@ -4,6 +4,8 @@ a node's rounds.jsonl records and log."""
 from __future__ import annotations
 
 import importlib.util
+import json
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -48,3 +50,41 @@ def test_records_without_a_fate_read_it_from_their_flags() -> None:
     assert busy_host.fate_of({"completed": False, "skipped": True}) == "skipped"
     assert busy_host.fate_of({"completed": False}) == "abandoned"
     assert busy_host.fate_of({"completed": True}) == "completed"
+
+
+def _fake_arm(busy_host: ModuleType, rounds: int) -> Any:
+    """run_arm's stand-in: writes the rounds a node would have, returns what a run measures."""
+
+    def run_arm(arm: str, out: Path, nodes: int, minutes: float, extra: list[str]) -> dict[str, Any]:
+        for index in range(1, nodes + 1):
+            (out / f"node-{index}").mkdir(parents=True, exist_ok=True)
+            lines = [json.dumps(record(r, "completed", 1.0)) for r in range(rounds)]
+            (out / f"node-{index}" / "rounds.jsonl").write_text("\n".join(lines) + "\n")
+            (out / f"node-{index}.log").write_text("")
+        return {"ready_s": 5.0, "load_1min": {"start": 4.0 if arm == "busy" else 0.5}}
+
+    return run_arm
+
+
+def test_the_idle_arm_run_later_joins_the_busy_arm_in_the_same_folder(
+    tmp_path: Path, monkeypatch: Any, capsys: Any
+) -> None:
+    busy_host = load_script()
+    out = tmp_path / "busy-host"
+
+    def main(*flags: str) -> str:
+        monkeypatch.setattr(sys, "argv", ["busy_host.py", "--out", str(out), *flags])
+        busy_host.main()
+        return str(capsys.readouterr().out)
+
+    monkeypatch.setattr(busy_host, "run_arm", _fake_arm(busy_host, rounds=4))
+    busy_only = main("--minutes", "20", "--arms", "busy")
+    assert "| busy | node 3 | 4 |" in busy_only and "| idle |" not in busy_only
+    monkeypatch.setattr(busy_host, "run_arm", _fake_arm(busy_host, rounds=6))
+    main("--minutes", "20", "--arms", "idle")
+    combined = main("--table-only")
+    assert "| busy | node 1 | 4 |" in combined and "| idle | node 1 | 6 |" in combined
+    assert combined.index("| busy |") < combined.index("| idle |")
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["busy"]["load_1min"] == {"start": 4.0} and summary["idle"]["load_1min"] == {"start": 0.5}
+    assert summary["busy"]["minutes"] == summary["idle"]["minutes"] == 20
