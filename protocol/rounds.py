@@ -304,12 +304,28 @@ def learn_stage_ms(known_ms: int | None, earlier: Any, later: Any) -> int | None
     return estimate if known_ms is None else min(known_ms, estimate)
 
 
-def too_late_to_start(now_ms: int, stage_ends_ms: int, stage_ms: int | None, min_remaining: float) -> bool:
-    """Whether a round whose stage ends at `stage_ends_ms` has less than `min_remaining` of a
-    `stage_ms`-long stage left at `now_ms` (never, while the stage length is unknown)."""
+def too_late_to_start(
+    now_ms: int,
+    stage_ends_ms: int,
+    stage_ms: int | None,
+    min_remaining: float,
+    *,
+    generate_ms: int = 0,
+    collect_fraction: float = 1.0,
+) -> bool:
+    """Whether a round whose stage ends at `stage_ends_ms` is too late to start at `now_ms`
+    (never, while the stage length is unknown or `min_remaining` is 0): less than
+    `min_remaining` of a `stage_ms`-long stage is left, or a peer whose generation is expected
+    to take `generate_ms` (measured; 0: not known) would publish at or after the swarm's
+    collect deadline, `collect_fraction` of the stage in, where the peers that opened the
+    stage at its start stop taking batches in. The share alone lets a peer that opens with
+    just over half the stage left publish after that deadline when its generation is slow."""
     if stage_ms is None or min_remaining <= 0:
         return False
-    return stage_ends_ms - now_ms < min_remaining * stage_ms
+    if stage_ends_ms - now_ms < min_remaining * stage_ms:
+        return True
+    swarm_collect_until_ms = stage_ends_ms - stage_ms + int(collect_fraction * stage_ms)
+    return generate_ms > 0 and now_ms + generate_ms >= swarm_collect_until_ms
 
 
 # ---- the machine ------------------------------------------------------------------------
@@ -335,6 +351,9 @@ class RoundMachine:
     """The newest round skipped for lack of time..."""
     skipped_stage: int = 0
     """...and its stage."""
+    expected_generate_ms: int = 0
+    """How long the driver expects its next generation to take (0: not known), measured over
+    its recent rounds: a round it would publish late is skipped (`too_late_to_start`)."""
 
     def handle(self, now_ms: int, event: Event) -> tuple[Action, ...]:
         """Apply `event` at time `now_ms`; returns the actions the runtime must carry out."""
@@ -395,7 +414,14 @@ class RoundMachine:
         if self._at(said.round, said.stage) <= self._at(self.round, self.stage):
             return ()
         timing = self.timing
-        if too_late_to_start(now_ms, said.stage_ends_ms, self.stage_ms, timing.min_round_remaining):
+        if too_late_to_start(
+            now_ms,
+            said.stage_ends_ms,
+            self.stage_ms,
+            timing.min_round_remaining,
+            generate_ms=self.expected_generate_ms,
+            collect_fraction=timing.collect_fraction,
+        ):
             if self._at(said.round, said.stage) <= self._at(self.skipped_round, self.skipped_stage):
                 return ()  # polls see it again until it ends: skipped once
             self.skipped_round, self.skipped_stage = said.round, said.stage

@@ -59,7 +59,15 @@ from swarmp2p.peer_settings import (
 )
 from swarmp2p.ports import Clock, CoordinatorError, CoordinatorPort, InboundMessage, NetworkPort, PolicyPort
 from swarmp2p.publisher import Publisher
-from swarmp2p.round_pace import Pace, apply_threads, deepest_level, policy_threads, times_of
+from swarmp2p.round_pace import (
+    GenerationTimes,
+    Pace,
+    apply_threads,
+    deepest_level,
+    policy_threads,
+    scaled,
+    times_of,
+)
 from swarmp2p.round_record import RoundHistory, RoundRecord, RoundWork, record_of
 from swarmp2p.round_steps import Offload
 
@@ -168,6 +176,7 @@ class Peer:
         self._actions: deque[ev.Action] = deque()
         # How much of its own work fits a round here (swarmp2p/round_pace.py).
         self.pace = Pace(threads=policy_threads(policy))
+        self.generations = GenerationTimes()
 
     # ---- public surface -------------------------------------------------------------------
 
@@ -487,3 +496,7 @@ class Peer:
             apply_threads(self.policy, self.pace)
             level = logging.WARNING if self.pace.level > 0 else logging.INFO
             log.log(level, "%s", self.pace.line(self.settings))
+        # The next round is skipped if its generation, by the recent ones, would publish late.
+        self.generations.add(work.generate_s, len(work.questions))
+        questions = scaled(self.settings.questions_per_round, self.pace.share)
+        self.machine.expected_generate_ms = self.generations.expected_ms(questions)

@@ -205,6 +205,37 @@ def deepest_level(settings: PeerSettings) -> int:
     return level
 
 
+GENERATIONS_KEPT = 3
+"""Recent generations the expected generation time is taken from."""
+
+
+@attrs.define
+class GenerationTimes:
+    """How long this peer's recent generations took, for the round machine's guard: a round
+    opened with just over half of it left must still publish before the swarm's collect
+    deadline (protocol.rounds.too_late_to_start)."""
+
+    recent: list[tuple[int, int]] = attrs.Factory(list)
+    """(milliseconds, questions answered) of the last `GENERATIONS_KEPT` generations."""
+
+    def add(self, generate_s: float | None, questions: int) -> None:
+        """One round's generation (None: it did not finish one)."""
+        if generate_s is None or questions <= 0:
+            return
+        self.recent = [*self.recent, (round(generate_s * 1000), questions)][-GENERATIONS_KEPT:]
+
+    def expected_ms(self, questions: int) -> int:
+        """The slowest recent generation, scaled up to `questions` when they are more, never
+        down: part of a generation's time does not shrink with its questions (a batched
+        call, the prompt's prefill), and a late batch costs more than a skipped round that
+        would just have fit. 0 before any generation."""
+        return max((ceil_div(ms * max(questions, asked), asked) for ms, asked in self.recent), default=0)
+
+
+def ceil_div(numerator: int, denominator: int) -> int:
+    return -(-numerator // denominator)
+
+
 def times_of(work: RoundWork) -> RoundTimes:
     return RoundTimes(
         opened_ms=work.opened_ms,

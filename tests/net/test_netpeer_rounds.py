@@ -20,7 +20,6 @@ from simulator.registry import SimTaskRegistry
 from swarmp2p.clocks import TrioClock
 from swarmp2p.peer import Peer, PeerSettings, learn_stage_ms, too_late_to_start
 from swarmp2p.ports import NetworkError, RoundInfo
-from swarmp2p.round_pace import Pace
 from swarmp2p.schedule import ScheduleCoordinator
 
 ROUND_MS = 10_000
@@ -154,21 +153,14 @@ def test_a_failing_dht_put_or_announcement_is_counted_and_the_other_still_happen
         assert peer.counters["internal_error"] == 0
 
 
-class SteadyPace(Pace):
-    """A pace that never changes (the guard's test runs without the busy-host adaptation)."""
-
-    def observe(self, round_number: int, times: Any, deepest: int = 0) -> str | None:
-        return None
-
-
 def test_a_peer_that_falls_behind_skips_the_round_instead_of_publishing_late() -> None:
     # Peer 0's training step takes 10 s instead of 2 s: it starts at the collect deadline (6 s
     # into round r) and ends 6 s into round r + 1, with 4 s of that round left (< half).
+    # With the busy-host pace (swarmp2p/round_pace.py): after two overrun rounds it halves its
+    # own work, so its generation ends sooner, but the fixed 8 s still end its training just
+    # over half into the next round (5 s left in round 5): its measured generation would then
+    # publish at the swarm's collect deadline, so that round is skipped too.
     swarm = Swarm(3, extra_train_s={0: 8.0})
-    # The guard alone: a peer that keeps overrunning would also cut its own work after two
-    # rounds (swarmp2p/round_pace.py, tested in tests/node/test_busy_host_rounds.py), which
-    # changes which rounds it skips.
-    swarm.peers[0].pace = SteadyPace(threads=swarm.peers[0].pace.threads)
     rounds = 8
     swarm.run(rounds=rounds)
     slow, *on_time = swarm.peers
@@ -193,6 +185,8 @@ def test_a_peer_that_falls_behind_skips_the_round_instead_of_publishing_late() -
         assert peer.counters["rounds_skipped"] == 0
     for peer in swarm.peers:
         assert peer.counters["internal_error"] == 0
+    assert slow.pace.level == 2 and slow.counters["pace_changes"] == 2  # 2 of 4 questions, then 1
+    assert slow.machine.expected_generate_ms == 2_000  # 4 questions at 0.5 s, from round 0
 
 
 def test_without_the_guard_the_slow_peer_publishes_after_the_deadline() -> None:

@@ -7,7 +7,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from swarmp2p.peer_settings import PeerSettings
-from swarmp2p.round_pace import MAX_LEVEL, STREAK, Pace, RoundTimes, Verdict, deepest_level, judge, scaled
+from swarmp2p.round_pace import (
+    GENERATIONS_KEPT,
+    MAX_LEVEL,
+    STREAK,
+    GenerationTimes,
+    Pace,
+    RoundTimes,
+    Verdict,
+    deepest_level,
+    judge,
+    scaled,
+)
 
 OVERRAN = RoundTimes(0, 10_000, 1_000, 6_000, 12_000)
 TIGHT = RoundTimes(0, 10_000, 1_000, 6_000, 9_000)  # 1 s left, 4 s of work
@@ -84,3 +95,36 @@ def test_the_deepest_level_is_where_every_count_is_one() -> None:
     pace = Pace(level=2)
     assert pace.observe(0, OVERRAN, deepest=2) is None
     assert pace.observe(1, OVERRAN, deepest=2) is None and pace.level == 2  # nothing less to do
+
+
+def test_the_expected_generation_is_the_slowest_recent_one_scaled_up_never_down() -> None:
+    times = GenerationTimes()
+    assert times.expected_ms(4) == 0  # nothing measured: the guard goes by the share left alone
+    times.add(None, 4)  # a round abandoned before its generation finished says nothing
+    times.add(2.0, 0)
+    assert times.expected_ms(4) == 0
+    times.add(2.0, 4)
+    assert times.expected_ms(4) == 2_000
+    assert times.expected_ms(8) == 4_000  # twice the questions: twice the time
+    assert times.expected_ms(1) == 2_000  # a quarter of them: not assumed faster
+    times.add(0.3, 1)
+    assert times.expected_ms(2) == 2_000  # the slowest of the recent ones
+    times.add(0.3, 1)
+    times.add(0.3, 1)  # three newer generations: the 2 s one is no longer recent
+    assert times.expected_ms(2) == 600
+
+
+@given(
+    runs=st.lists(st.tuples(st.floats(0.001, 100.0), st.integers(1, 64)), min_size=1, max_size=8),
+    questions=st.integers(1, 64),
+)
+def test_the_expected_generation_never_undercuts_a_recent_one(
+    runs: list[tuple[float, int]], questions: int
+) -> None:
+    times = GenerationTimes()
+    for seconds, asked in runs:
+        times.add(seconds, asked)
+    recent = [(round(seconds * 1000), asked) for seconds, asked in runs[-GENERATIONS_KEPT:]]
+    expected = times.expected_ms(questions)
+    assert expected >= max(ms for ms, _ in recent)
+    assert expected >= max(ms * questions / asked for ms, asked in recent)  # at this many questions

@@ -1,0 +1,64 @@
+"""The too-late-to-start guard counts a peer's expected generation time against the swarm's
+collect deadline: a round is opened only when the peer's batch would be published before the
+peers that opened the stage at its start stop taking batches in, and only the share of the
+stage left or that deadline ever skip one."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from protocol.rounds import CoordinatorSaid, Generate, RoundMachine, RoundTiming, SkipRound
+
+fractions = st.integers(1, 99).map(lambda percent: percent / 100)
+
+
+def opened_or_skipped(
+    stage_ms: int, collect_fraction: float, min_remaining: float, generate_ms: int, elapsed_ms: int
+) -> tuple[bool, int]:
+    """A machine that knows the stage length (published) and expects `generate_ms` of
+    generation, polled `elapsed_ms` into stage 0 of round 5: (opened, the swarm's collect
+    deadline)."""
+    start_ms = 5 * stage_ms
+    machine = RoundMachine(
+        timing=RoundTiming(collect_fraction=collect_fraction, min_round_remaining=min_remaining),
+        expected_generate_ms=generate_ms,
+    )
+    actions = machine.handle(start_ms + elapsed_ms, CoordinatorSaid(5, 0, 1, start_ms + stage_ms, stage_ms))
+    opened = any(isinstance(action, Generate) for action in actions)
+    skipped = any(isinstance(action, SkipRound) for action in actions)
+    assert opened != skipped  # a new round is always one or the other
+    return opened, start_ms + int(collect_fraction * stage_ms)
+
+
+@given(
+    stage_ms=st.integers(1_000, 600_000),
+    collect_fraction=fractions,
+    min_remaining=fractions,
+    generate_share=st.floats(0.001, 1.0),
+    elapsed_share=st.floats(0.0, 1.0),
+)
+def test_a_round_is_opened_only_when_its_batch_would_be_published_before_the_swarm_stops_collecting(
+    stage_ms: int, collect_fraction: float, min_remaining: float, generate_share: float, elapsed_share: float
+) -> None:
+    generate_ms = max(1, int(generate_share * stage_ms))
+    elapsed_ms = int(elapsed_share * stage_ms)
+    opened, swarm_collect_until_ms = opened_or_skipped(
+        stage_ms, collect_fraction, min_remaining, generate_ms, elapsed_ms
+    )
+    now_ms = 5 * stage_ms + elapsed_ms
+    fits_deadline = now_ms + generate_ms < swarm_collect_until_ms
+    enough_left = stage_ms - elapsed_ms >= min_remaining * stage_ms
+    # Opened exactly when both hold: no batch published late, no round skipped that fit.
+    assert opened == (fits_deadline and enough_left)
+
+
+def test_just_over_half_left_is_skipped_when_the_measured_generation_would_publish_at_the_deadline() -> None:
+    # 10 s rounds, the swarm collects for 6 s: at 5 s in, 1 s of generation publishes at 6 s,
+    # exactly when the others stop collecting (the case the share of the round left missed).
+    assert opened_or_skipped(10_000, 0.6, 0.5, 1_000, 5_000) == (False, 56_000)
+    assert opened_or_skipped(10_000, 0.6, 0.5, 999, 5_000) == (True, 56_000)
+    # Not measured yet (0): the share of the stage left alone decides, as before any round ran.
+    assert opened_or_skipped(10_000, 0.6, 0.5, 0, 5_000)[0]
+    # 0 turns the guard off altogether, measured generation or not.
+    assert opened_or_skipped(10_000, 0.6, 0.0, 9_000, 5_000)[0]
