@@ -1,0 +1,291 @@
+"""Pinned training rules: what a GRPO step computes (trainer/grpo.py), which weights a run keeps
+(trainer/selection.py) and which questions it trains on (trainer/tasks.py).
+
+Each test pins a behaviour the rest of the trainer relies on, with values worked out by hand:
+the advantage's sign and scale, the padded layout every completion shares, the clipped
+surrogate and its clip fraction, the KL term, the loss's aggregation, the task weights and the
+index range of sampled questions. Written against the survivors of scripts/mutation.sh on
+those modules.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import torch
+
+from protocol.messages import QuestionRef
+from trainer.grpo import (
+    behaviour_weights,
+    completion_logps,
+    group_advantages,
+    grpo_loss,
+    pack,
+    position_ids_for,
+)
+from trainer.tasks import PROMPT_TEMPLATE, ReasoningGymRegistry, TaskError
+
+# ---- advantages: sign and scale ----
+
+
+def test_a_group_of_one_or_none_has_no_advantage() -> None:
+    assert group_advantages([0.7]) == [0.0]
+    assert group_advantages([]) == []
+
+
+def test_a_pair_already_has_advantages_of_opposite_sign() -> None:
+    """Two completions are the smallest group that teaches: the better one is pushed up."""
+    low, high = group_advantages([0.0, 1.0])
+    assert high > 0 > low
+    assert high == pytest.approx(1 / math.sqrt(2), rel=1e-3)
+
+
+def test_a_uniform_group_has_exactly_zero_advantages() -> None:
+    assert group_advantages([0.5, 0.5, 0.5]) == [0.0, 0.0, 0.0]
+
+
+# ---- the padded layout: one completion column for every row ----
+
+
+def test_prompts_are_left_padded_and_completions_right_padded() -> None:
+    batch = pack([[1, 2, 3], [4]], [[5], [6, 7]], pad_id=9)
+    assert batch.prompt_ids.tolist() == [[1, 2, 3], [9, 9, 4]]
+    assert batch.prompt_mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert batch.completion_ids.tolist() == [[5, 9], [6, 7]]
+    assert batch.completion_mask.tolist() == [[1, 0], [1, 1]]
+    assert batch.input_ids.tolist() == [[1, 2, 3, 5, 9], [9, 9, 4, 6, 7]]
+    assert batch.attention_mask.tolist() == [[1, 1, 1, 1, 0], [0, 0, 1, 1, 1]]
+
+
+def test_empty_completions_still_get_one_masked_column() -> None:
+    batch = pack([[1], []], [[], []], pad_id=0)
+    assert batch.completion_ids.tolist() == [[0], [0]]
+    assert batch.completion_mask.tolist() == [[0], [0]]
+    assert batch.prompt_mask.tolist() == [[1], [0]]
+
+
+def test_positions_skip_left_padding() -> None:
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
+    assert position_ids_for(mask).tolist() == [[0, 0, 0, 1, 2], [0, 1, 2, 3, 4]]
+
+
+class _FixedLogits(torch.nn.Module):
+    """A causal LM stand-in whose logits are a fixed tensor; it records how it was called."""
+
+    def __init__(self, logits: torch.Tensor) -> None:
+        super().__init__()
+        self.logits = logits
+        self.calls: list[dict[str, Any]] = []
+
+    def forward(self, **kwargs: Any) -> SimpleNamespace:
+        self.calls.append(kwargs)
+        return SimpleNamespace(logits=self.logits[:, -kwargs["logits_to_keep"] :, :])
+
+
+def test_completion_logps_are_the_tokens_log_softmax_at_the_sampling_temperature() -> None:
+    torch.manual_seed(0)
+    logits = torch.randn(1, 4, 5)  # positions 0..3 of a 2-token prompt + 2-token completion
+    input_ids = torch.tensor([[1, 2, 3, 4]])
+    attention = torch.tensor([[0, 1, 1, 1]])
+    model = _FixedLogits(logits)
+    got = completion_logps(model, input_ids, attention, completion_width=2, temperature=2.0)
+    # token 3 is predicted at position 1, token 4 at position 2
+    expected = torch.log_softmax(logits[0, 1:3] / 2.0, dim=-1)[[0, 1], [3, 4]]
+    assert torch.allclose(got[0], expected, atol=1e-6)
+    call = model.calls[0]
+    assert call["logits_to_keep"] == 3 and call["use_cache"] is False
+    assert call["position_ids"].tolist() == [[0, 0, 1, 2]]
+    assert torch.equal(call["attention_mask"], attention)
+
+
+# ---- the clipped surrogate ----
+
+
+def _one_token_rows(ratios: list[float], advantages: list[float]) -> dict[str, torch.Tensor]:
+    old = torch.full((len(ratios), 1), -1.0)
+    logps = (old + torch.log(torch.tensor(ratios)).unsqueeze(1)).requires_grad_(True)
+    return {
+        "logps": logps,
+        "old_logps": old,
+        "advantages": torch.tensor(advantages),
+        "mask": torch.ones(len(ratios), 1),
+    }
+
+
+def test_the_surrogate_clips_only_the_side_the_advantage_pushes_towards() -> None:
+    """ratio 1.5 with A > 0 is clipped at 1 + eps_high (no gain from moving further); ratio 0.5
+    with A < 0 at 1 - eps_low; the other two are not clipped and keep their gradient."""
+    rows = _one_token_rows([1.5, 1.5, 0.5, 0.5], [1.0, -1.0, 1.0, -1.0])
+    parts = grpo_loss(**rows, eps_low=0.2, eps_high=0.28)
+    per_token = [-1.28, 1.5, -0.5, 0.8]
+    assert parts.loss.item() == pytest.approx(sum(per_token) / 4, rel=1e-5)
+    assert parts.clip_fraction == pytest.approx(0.5)
+    parts.loss.backward()
+    grad = rows["logps"].grad[:, 0]
+    assert grad[0].item() == 0.0 and grad[3].item() == 0.0  # clipped: no gradient
+    # d(-ratio * A)/d logp / 4 tokens
+    assert grad[1].item() == pytest.approx(1.5 / 4, rel=1e-5)
+    assert grad[2].item() == pytest.approx(-0.5 / 4, rel=1e-5)
+
+
+def test_the_clip_fraction_counts_live_tokens_only() -> None:
+    rows = _one_token_rows([1.5, 1.5], [1.0, 1.0])
+    rows["mask"] = torch.tensor([[1.0], [0.0]])
+    assert grpo_loss(**rows, eps_low=0.2, eps_high=0.2).clip_fraction == pytest.approx(1.0)
+
+
+def test_token_aggregation_weighs_every_token_and_sequence_aggregation_every_completion() -> None:
+    logps = torch.zeros(2, 2)
+    advantages = torch.tensor([1.0, 2.0])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    args = {"logps": logps, "old_logps": logps, "advantages": advantages, "mask": mask}
+    # ratio 1 everywhere: every live token costs -A
+    assert grpo_loss(**args, eps_low=0.2, eps_high=0.2).loss.item() == pytest.approx(-4 / 3)
+    sequence = grpo_loss(**args, eps_low=0.2, eps_high=0.2, aggregation="sequence")
+    assert sequence.loss.item() == pytest.approx(-1.5)
+    # micro-batches divide by the whole batch's token count; never by less than one token
+    assert grpo_loss(**args, eps_low=0.2, eps_high=0.2, normalizer=8).loss.item() == pytest.approx(-0.5)
+    assert grpo_loss(**args, eps_low=0.2, eps_high=0.2, normalizer=0.5).loss.item() == pytest.approx(-4.0)
+    with pytest.raises(ValueError, match="unknown loss aggregation"):
+        grpo_loss(**args, eps_low=0.2, eps_high=0.2, aggregation="batch")
+
+
+def test_per_token_advantages_are_used_as_given() -> None:
+    logps = torch.zeros(1, 2)
+    parts = grpo_loss(logps, logps, torch.tensor([[1.0, 3.0]]), torch.ones(1, 2), 0.2, 0.2)
+    assert parts.loss.item() == pytest.approx(-2.0)
+
+
+def test_an_all_padding_batch_costs_nothing() -> None:
+    logps = torch.zeros(1, 2)
+    for aggregation in ("token", "sequence"):
+        parts = grpo_loss(
+            logps, logps, torch.tensor([1.0]), torch.zeros(1, 2), 0.2, 0.2, aggregation=aggregation
+        )
+        assert parts.loss.item() == 0.0 and parts.clip_fraction == 0.0
+
+
+# ---- the KL term ----
+
+
+def _kl(delta: float) -> float:
+    return math.exp(delta) - delta - 1.0
+
+
+def test_the_kl_term_is_k3_of_the_reference_weighted_by_beta_and_the_ratio() -> None:
+    old = torch.tensor([[-1.0, -1.0]])
+    logps = old + torch.log(torch.tensor([[1.5, 1.0]]))
+    ref = logps + torch.tensor([[0.5, -0.25]])
+    mask = torch.tensor([[1.0, 1.0]])
+    zero = torch.tensor([0.0])  # no surrogate: only the KL term remains
+    corrected = grpo_loss(logps, old, zero, mask, 0.2, 0.2, beta=0.1, ref_logps=ref)
+    plain = grpo_loss(logps, old, zero, mask, 0.2, 0.2, beta=0.1, ref_logps=ref, kl_ratio_correction=False)
+    assert corrected.mean_kl == pytest.approx((_kl(0.5) + _kl(-0.25)) / 2, rel=1e-5)
+    assert plain.mean_kl == pytest.approx(corrected.mean_kl)
+    assert plain.loss.item() == pytest.approx(0.1 * (_kl(0.5) + _kl(-0.25)) / 2, rel=1e-5)
+    assert corrected.loss.item() == pytest.approx(0.1 * (1.5 * _kl(0.5) + _kl(-0.25)) / 2, rel=1e-5)
+
+
+def test_the_mean_kl_leaves_out_padding_and_needs_a_reference() -> None:
+    logps = torch.zeros(1, 2)
+    ref = torch.tensor([[0.5, 7.0]])
+    mask = torch.tensor([[1.0, 0.0]])
+    parts = grpo_loss(logps, logps, torch.tensor([0.0]), mask, 0.2, 0.2, beta=0.1, ref_logps=ref)
+    assert parts.mean_kl == pytest.approx(_kl(0.5), rel=1e-5)
+    assert grpo_loss(logps, logps, torch.tensor([0.0]), mask, 0.2, 0.2).mean_kl == 0.0
+    with pytest.raises(ValueError, match="reference"):
+        grpo_loss(logps, logps, torch.tensor([0.0]), mask, 0.2, 0.2, beta=0.1)
+
+
+# ---- truncated importance weights ----
+
+
+def test_behaviour_weights_are_capped_and_padding_weighs_one() -> None:
+    old = torch.zeros(1, 4)
+    behaviour = torch.log(torch.tensor([[0.25, 1.0, 4.0, 0.01]]))  # ratios 4, 1, 0.25, 100
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    weight, truncated = behaviour_weights(old, behaviour, cap=2.0, mask=mask)
+    assert weight[0].tolist() == pytest.approx([2.0, 1.0, 0.25, 1.0])
+    assert truncated.tolist() == [[True, False, False, False]]
+    # at the cap exactly: kept, not counted as truncated
+    at_cap = torch.tensor([[math.log(2.0)]], dtype=torch.float64)
+    behaviour = torch.zeros(1, 1, dtype=torch.float64)
+    weight, truncated = behaviour_weights(at_cap, behaviour, cap=2.0, mask=torch.ones(1, 1))
+    assert weight.item() == 2.0 and not truncated.item()
+
+
+def test_the_default_behaviour_cap_is_two() -> None:
+    old = torch.zeros(1, 1)
+    logps = old.clone()
+    parts = grpo_loss(logps, old, torch.tensor([1.0]), torch.ones(1, 1), 0.2, 0.2, behaviour_logps=old - 3.0)
+    assert parts.behaviour_weight.item() == 2.0 and parts.behaviour_truncated.item()
+    assert parts.loss.item() == pytest.approx(-2.0)
+    with pytest.raises(ValueError, match="behaviour_cap must be >= 1"):
+        grpo_loss(logps, old, torch.tensor([1.0]), torch.ones(1, 1), 0.2, 0.2, behaviour_logps=old,
+                  behaviour_cap=0.5)  # fmt: skip
+
+
+# ---- which questions a run trains on ----
+
+TWO_TASKS = ("basic_arithmetic", "leg_counting")
+
+
+def test_task_weights_decide_which_tasks_are_drawn() -> None:
+    only_second = ReasoningGymRegistry(TWO_TASKS, weights=(0.0, 1.0))
+    drawn = only_second.sample(random.Random(0), 40, dataset_seed=1)
+    assert {ref.task for ref in drawn} == {"leg_counting"}
+    # no weights: every task equally likely (200 draws, each share well inside 0.35-0.65)
+    counts = Counter(ref.task for ref in ReasoningGymRegistry(TWO_TASKS).sample(random.Random(1), 200, 1))
+    assert set(counts) == set(TWO_TASKS) and min(counts.values()) > 70
+    with pytest.raises(TaskError, match="1 weights for 2 tasks"):
+        ReasoningGymRegistry(TWO_TASKS, weights=(1.0,))
+    with pytest.raises(TaskError, match="no tasks"):
+        ReasoningGymRegistry(())
+
+
+def test_sampled_questions_lie_in_the_index_range_and_are_never_held_out() -> None:
+    registry = ReasoningGymRegistry(("basic_arithmetic",))
+    drawn = registry.sample(random.Random(2), 30, dataset_seed=4, index_range=(100, 110))
+    assert len(drawn) == 30
+    assert all(ref.dataset_seed == 4 and 100 <= ref.index < 110 for ref in drawn)
+    assert not any(registry.is_heldout(ref) for ref in drawn)
+
+
+def test_a_task_with_nothing_trainable_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    registry = ReasoningGymRegistry(("basic_arithmetic",))
+    monkeypatch.setattr(registry, "is_heldout", lambda ref: True)
+    with pytest.raises(TaskError, match="basic_arithmetic: no trainable question"):
+        registry.sample(random.Random(0), 1, dataset_seed=0)
+
+
+def test_the_prompt_asks_for_the_answer_in_the_tags_the_scorer_reads() -> None:
+    registry = ReasoningGymRegistry(("basic_arithmetic",))
+    ref = QuestionRef("basic_arithmetic", 0, 3)
+    prompt, answer = registry.question(ref)
+    question = registry.entry(ref)["question"]
+    assert prompt == PROMPT_TEMPLATE.format(question=question)
+    assert prompt.startswith("Solve the problem.") and prompt.endswith("\n\nResponse:")
+    assert "between <answer> and </answer>" in prompt and f"Problem: {question}" in prompt
+    assert answer is not None and registry.correctness(ref, answer) == 1.0
+    assert registry.correctness(ref, "surely not " + answer) < 1.0
+
+
+def test_a_negative_index_is_refused_and_scores_zero() -> None:
+    registry = ReasoningGymRegistry(("basic_arithmetic",))
+    bad = QuestionRef("basic_arithmetic", 0, -1)
+    with pytest.raises(TaskError, match="bad question index"):
+        registry.question(bad)
+    assert registry.score(bad, "<answer>1</answer>") == 0.0
+    assert registry.correctness(bad, "1") == 0.0
+    assert registry.is_heldout(bad)  # never trained on
+
+
+def test_a_task_outside_the_registry_is_refused() -> None:
+    registry = ReasoningGymRegistry(("basic_arithmetic",))
+    with pytest.raises(TaskError, match="not in this registry's task list"):
+        registry.question(QuestionRef("leg_counting", 0, 0))
