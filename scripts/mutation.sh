@@ -55,7 +55,7 @@ declare -A TESTS=(
     [swarmp2p/fetcher.py]="test_peer_inbound.py test_pushed_batches.py test_pinned_fetcher.py"
     [swarmp2p/fetch_queue.py]="test_fetch_queue.py test_pinned_fetcher.py"
     [swarmp2p/net/gossip.py]="test_net_gossip_*.py test_pinned_gossip.py"
-    [swarmp2p/net/origin_limit.py]="test_net_origin_limit.py test_pinned_gossip.py"
+    [swarmp2p/net/origin_limit.py]="test_net_origin_limit.py test_pinned_gossip.py test_pinned_net_limits.py"
 )
 
 tests_of() {  # the test files for module $1 that exist now, as paths

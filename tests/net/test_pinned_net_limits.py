@@ -1,0 +1,85 @@
+"""Pinned per-origin limits of inbound gossip (swarmp2p/net/origin_limit.py): the burst cap, the
+refill rate, what a refused message costs its bucket and which origin the capped table forgets.
+
+A flooding key must get no more than its burst at once and its rate afterwards, however long it
+stayed quiet; an honest key must never be charged for messages that were dropped; and the table
+must stay bounded while keeping the buckets of the origins seen most recently. Written against
+the survivors of scripts/mutation.sh on that module.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from swarmp2p.net.origin_limit import OriginRateLimiter
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_default_bucket_is_a_burst_of_fifty_then_ten_a_second() -> None:
+    clock = Clock()
+    limiter = OriginRateLimiter(clock=clock)
+    assert [limiter.allow(b"k") for _ in range(51)] == [True] * 50 + [False]
+    clock.now = 1.0
+    assert [limiter.allow(b"k") for _ in range(11)] == [True] * 10 + [False]
+
+
+def test_the_default_table_holds_16384_origins_before_it_forgets_one() -> None:
+    limiter = OriginRateLimiter(clock=Clock())
+    for i in range(16384):
+        limiter.allow(i.to_bytes(4, "big"))
+    assert len(limiter) == 16384 and limiter.evicted == 0
+    limiter.allow(b"one more")
+    assert len(limiter) == 16384 and limiter.evicted == 1
+
+
+def test_a_quiet_origin_refills_only_up_to_its_burst_cap() -> None:
+    clock = Clock()
+    limiter = OriginRateLimiter(rate_per_s=2.0, burst=3, clock=clock)
+    assert [limiter.allow(b"k") for _ in range(3)] == [True] * 3
+    clock.now = 1000.0  # 2000 tokens' worth of quiet
+    assert [limiter.allow(b"k") for _ in range(4)] == [True] * 3 + [False]
+
+
+def test_a_refused_message_costs_no_token_and_partial_tokens_accumulate() -> None:
+    clock = Clock()
+    limiter = OriginRateLimiter(rate_per_s=1.0, burst=1, clock=clock)
+    assert limiter.allow(b"k")
+    clock.now = 0.5
+    assert not limiter.allow(b"k")  # half a token: refused, and the half is kept
+    clock.now = 1.0
+    assert limiter.allow(b"k")  # 0.5 kept + 0.5 refilled
+    assert not limiter.allow(b"k")
+
+
+def test_the_full_table_forgets_the_least_recently_seen_origin() -> None:
+    clock = Clock()
+    limiter = OriginRateLimiter(rate_per_s=1e-9, burst=1, max_origins=2, clock=clock)
+    assert limiter.allow(b"a") and limiter.allow(b"b")
+    assert not limiter.allow(b"a")  # seen again: now the most recent, its bucket empty
+    assert limiter.allow(b"c")  # the table is full: b, least recently seen, is forgotten
+    assert len(limiter) == 2 and limiter.evicted == 1
+    assert not limiter.allow(b"a")  # a's empty bucket was kept
+    assert limiter.allow(b"b")  # b starts again with a full bucket (and pushes c out)
+    assert limiter.evicted == 2
+
+
+def test_a_table_of_one_origin_and_a_burst_of_one_are_allowed() -> None:
+    limiter = OriginRateLimiter(rate_per_s=0.001, burst=1, max_origins=1, clock=Clock())
+    assert limiter.allow(b"a") and limiter.allow(b"b")
+    assert len(limiter) == 1 and limiter.evicted == 1
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [{"rate_per_s": 0.0}, {"rate_per_s": -1.0}, {"burst": 0.5}, {"max_origins": 0}],
+)
+def test_a_limiter_that_could_never_allow_anything_is_refused(arguments: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match="need rate_per_s > 0, burst >= 1 and max_origins >= 1"):
+        OriginRateLimiter(**arguments)  # type: ignore[arg-type]
