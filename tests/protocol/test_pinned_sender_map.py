@@ -23,3 +23,20 @@ def test_a_sender_maps_repr_names_its_kind_and_entries() -> None:
     digests["b"] = b"\x01"
     assert repr(rounds) == "SenderRounds({'a': 3})"
     assert repr(digests) == "SenderMap({'b': b'\\x01'})"
+
+
+def test_storing_none_says_why_a_sender_map_refuses_it() -> None:
+    digests: SenderMap[bytes] = SenderMap(PeerNumbers())
+    with pytest.raises(ValueError) as raised:
+        digests["a"] = None  # type: ignore[assignment]
+    assert str(raised.value) == "a SenderMap cannot hold None (it marks an empty slot)"
+
+
+@pytest.mark.parametrize("kind", [SenderMap, SenderRounds])
+def test_deleting_an_absent_sender_names_the_sender(kind: type[SenderMap[int]]) -> None:
+    numbers = PeerNumbers(["known"])
+    mapped = kind(numbers)
+    for peer in ("known", "stranger"):  # numbered but empty, and never numbered
+        with pytest.raises(KeyError) as raised:
+            del mapped[peer]
+        assert raised.value.args == (peer,)
