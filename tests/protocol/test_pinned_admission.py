@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from collections import Counter
+from collections.abc import MutableMapping
 
 import attrs
 from hypothesis import given, settings
@@ -20,6 +22,7 @@ from protocol.admission import (
     Accept,
     AdmissionRules,
     Defer,
+    DictMaps,
     Fetch,
     FetchJob,
     Hold,
@@ -38,10 +41,12 @@ from protocol.rounds import RoundMachine, RoundOpened
 from protocol.scoring import PeerScores
 from protocol.staged import InputStore
 from protocol.verification import Verdict
+from simulator.fastpath.shared_open import SharedOpen
 from swarmp2p.peer_cache import VerifyCache
 from tests.helpers.inbox import (
     ALICE,
     BOB,
+    GAME,
     ME,
     ROUND,
     SEED,
@@ -77,8 +82,8 @@ def staged_inbox(game: Game, store: InputStore, stage: int, **rules: object) -> 
         machine,
         game,
         scores=PeerScores(),
+        store=store,
     )
-    inbox.store = store
     inbox.open_round(ACR_ROUND, stage, connected=0)
     return inbox
 
@@ -291,11 +296,96 @@ def test_a_later_stages_deferred_fetch_is_topped_up_while_that_stage_collects() 
 # ---- unknown keys and next-round announcements -------------------------------------------------
 
 
-def test_the_unknown_budget_is_not_full_before_any_round_opened() -> None:
-    """The fetcher asks for every delivery, including those before the first round opens."""
-    inbox = make_inbox()
-    inbox.current = None
+def test_an_inbox_built_with_defaults_only_answers_before_its_first_round_and_plays_a_staged_one() -> None:
+    """A node's inbox exists before its first round opens (the fetcher asks it about every
+    delivery from then on); built with no scores, counters or store of the runtime's, it keeps
+    its own, and a staged game's inputs of older rounds are dropped as each round opens."""
+    game = AnswerVerifyGame(answer=RULES)
+    machine = RoundMachine(plan=REGISTRY[game.name].plan)
+    machine.handle(0, RoundOpened(ACR_ROUND, collect_until_ms=1000, round_ends_ms=2000))
+    inbox = Inbox(AdmissionRules(swarm_id=ACR_SWARM, me=pid(ME), seed=ACR_SEED), machine, game)
     assert inbox.unknown_budget_full() is False
+    batch = answers(ALICE)
+    envelope, digest = sealed(batch, ALICE)
+    claim = RolloutAnnouncement(ACR_SWARM, ACR_ROUND, 0, pid(ALICE), digest, len(batch.groups), len(envelope))
+    assert inbox.heard(pid(ALICE), seal(claim, ALICE)) == Reject("stale_round", None)  # no round open yet
+    inbox.open_round(ACR_ROUND, 0, connected=0)
+    assert isinstance(fetch_batch(inbox, ALICE, batch), Accept)
+    assert inbox.scores.valid[pid(ALICE)] == 1 and inbox.counters["accepted_batches"] == 1
+    assert inbox.store.get(ACR_ROUND, 0, pid(ALICE)) is not None  # type: ignore[attr-defined]
+    inbox.open_round(ACR_ROUND + 1, 0, connected=0)
+    assert inbox.store.get(ACR_ROUND, 0, pid(ALICE)) is None  # type: ignore[attr-defined]
+
+
+class _HeldMaps(DictMaps):
+    """SenderMaps whose maps the test can read (as the simulator's numbered ones are its own)."""
+
+    def __init__(self) -> None:
+        self.made_rounds: list[MutableMapping[str, int]] = []
+        self.made_digests: list[MutableMapping[str, bytes]] = []
+
+    def rounds(self) -> MutableMapping[str, int]:
+        self.made_rounds.append({})
+        return self.made_rounds[-1]
+
+    def digests(self) -> MutableMapping[str, bytes]:
+        self.made_digests.append({})
+        return self.made_digests[-1]
+
+
+def test_the_inbox_keeps_its_state_where_the_runtime_hands_it() -> None:
+    """The runtime reads the scores (bans), counters (status) and verify cache it passes in, and
+    the simulator's inboxes keep their per-sender maps in the simulator's numbered ones."""
+    machine = RoundMachine()
+    machine.handle(0, RoundOpened(ROUND, collect_until_ms=1000, round_ends_ms=2000))
+    scores, counters, cache, maps = PeerScores(ban_threshold=3), Counter[str](), VerifyCache(), _HeldMaps()
+    rules = AdmissionRules(swarm_id=SWARM, me=pid(ME), seed=SEED)
+    inbox = Inbox(rules, machine, GAME, opener=cache, scores=scores, counters=counters, peer_numbers=maps)
+    inbox.open_round(ROUND, 0, connected=0)
+    honest = batch_envelope(ALICE)
+    assert isinstance(fetch_announced(inbox, ALICE, honest), Accept)
+    forged = batch_envelope(BOB, groups=groups_for(pid(BOB), forge=True))
+    assert fetch_announced(inbox, BOB, forged) == Reject("forged_reward", pid(BOB))
+    assert scores.is_banned(pid(BOB)) and scores.valid[pid(ALICE)] == 1
+    assert counters["accepted_batches"] == 1
+    assert cache.misses > 0
+    assert maps.made_rounds == [{pid(ALICE): ROUND, pid(BOB): ROUND}]
+    assert maps.made_digests[-1] == {
+        pid(ALICE): hashlib.sha256(honest).digest(),
+        pid(BOB): hashlib.sha256(forged).digest(),
+    }
+
+
+def test_an_announcement_of_exactly_the_size_cap_is_taken() -> None:
+    data = announce(ALICE, batch_envelope(ALICE))
+    inbox = make_inbox(max_announce_bytes=len(data))
+    assert isinstance(inbox.heard(pid(ALICE), data), Fetch)
+
+
+def test_an_announcement_opened_once_for_many_receivers_is_decided_as_if_each_opened_it() -> None:
+    """The simulator opens a gossiped message once for all its receivers in a process: each
+    inbox's decision is the one it makes opening the message itself."""
+    good = announce(ALICE, batch_envelope(ALICE))
+    shared = SharedOpen(good)
+    for _ in range(2):
+        inbox = make_inbox()
+        assert isinstance(inbox.heard(pid(ALICE), good, shared), Fetch)
+    garbled = SharedOpen(b"\x93not an envelope")
+    alone = make_inbox().heard(pid(BOB), garbled.data)
+    assert isinstance(alone, Reject) and make_inbox().heard(pid(BOB), garbled.data, garbled) == alone
+
+
+def test_an_established_senders_next_round_announcement_is_held_past_the_unknown_allowance() -> None:
+    """The next-round allowance limits unknown keys only: a connected peer's early announcement
+    is held even once throwaway keys used the allowance up."""
+    inbox = make_inbox(max_early_unknown=1)
+    inbox.peers_connected([pid(BOB)])
+    stranger = signer(7)
+    assert inbox.heard(
+        pid(stranger), announce(stranger, batch_envelope(stranger, ROUND + 1), round_number=ROUND + 1)
+    ) == Hold(ROUND + 1)
+    bobs = announce(BOB, batch_envelope(BOB, ROUND + 1), round_number=ROUND + 1)
+    assert inbox.heard(pid(BOB), bobs) == Hold(ROUND + 1)
 
 
 @settings(max_examples=25)
