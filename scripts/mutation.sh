@@ -26,7 +26,7 @@ MUTMUT="${MUTMUT:-$ROOT/.venv/bin/mutmut}"
 # Protocol only (mutmut mutates function bodies: nothing to mutate).
 declare -A TESTS=(
     [protocol/acr.py]="test_protocol_acr.py test_node_acr.py test_pinned_rules.py"
-    [protocol/admission.py]="test_admission_*.py test_round_core.py test_protocol_acr.py test_protocol_fetch_capture.py test_pinned_rules.py test_pinned_fetcher.py"
+    [protocol/admission.py]="test_admission_*.py test_round_core.py test_protocol_acr.py test_protocol_fetch_capture.py test_pinned_rules.py test_pinned_fetcher.py test_pinned_admission.py"
     [protocol/codec.py]="test_protocol_codec.py test_rules_codec.py test_protocol_vectors.py test_pinned_codec.py"
     [protocol/decisions.py]="test_admission_rules.py test_pinned_rules.py"
     [protocol/fetch_draw.py]="test_admission_rules.py test_protocol_sampling_rules.py test_pinned_rules.py"
@@ -53,7 +53,7 @@ declare -A TESTS=(
     [trainer/selection.py]="test_train_selection.py test_pinned_training.py"
     [trainer/tasks.py]="test_trainer_tasks.py test_pinned_evaluation.py test_pinned_training.py"
     [swarmp2p/fetcher.py]="test_peer_inbound.py test_pushed_batches.py test_pinned_fetcher.py"
-    [swarmp2p/fetch_queue.py]="test_fetch_queue.py test_pinned_fetcher.py test_pinned_fetch.py"
+    [swarmp2p/fetch_queue.py]="test_fetch_queue.py test_pinned_fetcher.py"
     [swarmp2p/net/gossip.py]="test_net_gossip_*.py test_pinned_gossip.py"
     [swarmp2p/net/origin_limit.py]="test_net_origin_limit.py test_pinned_gossip.py test_pinned_net_limits.py"
 )
