@@ -49,6 +49,15 @@ def test_a_uniform_group_has_exactly_zero_advantages() -> None:
     assert group_advantages([0.5, 0.5, 0.5]) == [0.0, 0.0, 0.0]
 
 
+def test_advantages_are_computed_in_double_precision() -> None:
+    """Rewards like 0.1 are not float32 numbers: a float32 advantage is off by ~1e-7."""
+    rewards = [0.1, 0.2, 0.7]
+    mean = sum(rewards) / 3
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / 2)
+    expected = [(r - mean) / (std + 1e-4) for r in rewards]
+    assert group_advantages(rewards) == pytest.approx(expected, rel=1e-12, abs=1e-15)
+
+
 # ---- the padded layout: one completion column for every row ----
 
 
@@ -60,6 +69,14 @@ def test_prompts_are_left_padded_and_completions_right_padded() -> None:
     assert batch.completion_mask.tolist() == [[1, 0], [1, 1]]
     assert batch.input_ids.tolist() == [[1, 2, 3, 5, 9], [9, 9, 4, 6, 7]]
     assert batch.attention_mask.tolist() == [[1, 1, 1, 1, 0], [0, 0, 1, 1, 1]]
+    # integer tensors: the model looks the ids up in its embedding and the masks mark positions
+    for tensor in (batch.prompt_ids, batch.prompt_mask, batch.completion_ids, batch.completion_mask):
+        assert tensor.dtype == torch.long
+
+
+def test_a_prompt_without_its_completion_is_refused() -> None:
+    with pytest.raises(ValueError):
+        pack([[1], [2]], [[3]], pad_id=0)
 
 
 def test_empty_completions_still_get_one_masked_column() -> None:
