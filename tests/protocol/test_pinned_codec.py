@@ -6,10 +6,20 @@ from __future__ import annotations
 
 import msgpack
 import pytest
+from hypothesis import given
 
 from protocol import codec
 from protocol.errors import ProtocolError
-from protocol.messages import PROTOCOL_VERSION, FetchResponse, RewardReport, SwarmSchedule
+from protocol.messages import (
+    CLASS_OF,
+    KIND_OF,
+    PROTOCOL_VERSION,
+    FetchResponse,
+    RewardReport,
+    SwarmSchedule,
+    WireMessage,
+)
+from tests.helpers.strategies import wire_messages
 
 REPORT = RewardReport(swarm_id="swarm", round=3, stage=1, peer_id="peer", reward=0.25)
 
@@ -77,3 +87,47 @@ def test_bad_utf8_says_so() -> None:
     top = msgpack.packb({"v": PROTOCOL_VERSION, "k": "reward", "b": {"swarm_id": "@@@@"}}, use_bin_type=True)
     data = top.replace(b"@@@@", b"\xff\xfe\xfd\xfc")
     assert error_of(codec.decode, data) == "malformed: string is not valid UTF-8"
+
+
+def test_a_map_key_that_is_not_a_string_is_malformed() -> None:
+    # Field names are strings; an int key is not a message with an unknown field but garbage.
+    data = msgpack.packb({"v": PROTOCOL_VERSION, "k": "reward", "b": {1: 2}})
+    with pytest.raises(ProtocolError) as caught:
+        codec.decode(data)
+    assert caught.value.reason == "malformed"
+
+
+def test_an_extension_value_of_any_length_is_refused_before_the_schema() -> None:
+    # No msgpack extension type may appear anywhere: even a one-byte one never reaches the schema.
+    body = {"swarm_id": msgpack.ExtType(5, b"x"), "round": 3, "stage": 1, "peer_id": "peer", "reward": 0.25}
+    with pytest.raises(ProtocolError) as caught:
+        codec.decode(msgpack.packb({"v": PROTOCOL_VERSION, "k": "reward", "b": body}))
+    assert caught.value.reason in {"malformed", "oversized"}
+
+
+def test_a_body_may_carry_unknown_keys_up_to_twice_the_largest_schema_to_be_named() -> None:
+    # The decoder's map bound leaves room to report an extra key by name; beyond it, oversized.
+    largest = max(len(record.fields) for record in (*codec.SCHEMAS.values(), codec.SWARM_SCHEDULE))
+    body = {"swarm_id": "swarm", "round": 3, "stage": 1, "peer_id": "peer", "reward": 0.25}
+
+    def reason_with(keys: int) -> str:
+        padded = {**body, **{f"x{i}": 0 for i in range(keys - len(body))}}
+        with pytest.raises(ProtocolError) as caught:
+            codec.decode(msgpack.packb({"v": PROTOCOL_VERSION, "k": "reward", "b": padded}))
+        return caught.value.reason
+
+    assert reason_with(2 * largest) == "extra_key"
+    assert reason_with(2 * largest + 1) == "oversized"
+
+
+@given(wire_messages)
+def test_every_encoded_message_starts_with_its_kinds_prefix_only(message: WireMessage) -> None:
+    data = codec.encode(message)
+    for kind in CLASS_OF:
+        assert data.startswith(codec.kind_prefix(kind)) == (kind == KIND_OF[type(message)])
+
+
+def test_an_unknown_kind_has_no_prefix() -> None:
+    with pytest.raises(ValueError) as caught:
+        codec.kind_prefix("nope")
+    assert str(caught.value) == "unknown message kind 'nope'"
