@@ -111,14 +111,24 @@ class Pair:
     records: list[dict[int, Any]] = field(default_factory=lambda: [{}, {}])
     snapshots: list[dict[str, Any]] = field(default_factory=list)  # status of each, at the end
 
-    def attacker_args(self, mode: str, seconds: float, keys: int) -> list[str]:
-        """Arguments of `python -m netlab.attack_kit` aimed at both nodes, on their clock."""
+    def attacker_args(
+        self, mode: str, seconds: float, keys: int, start_round: int | None = None
+    ) -> list[str]:
+        """Arguments of `python -m netlab.attack_kit` aimed at both nodes, on their clock. With
+        `start_round` the attacker gets ready (imports, keys, connections) at once and attacks
+        from that round's start: its start-up then costs no round of the pair's."""
         genesis = time.time() - self.clock.now_ms() / 1000
         targets = [net.listen_addrs()[0] for net in self.nets]
+        start = [] if start_round is None else ["--start-round", str(start_round)]
         return [
             *(mode, "--targets", *targets, "--seconds", str(seconds), "--keys", str(keys)),
             *("--round-ms", str(self.round_ms), "--genesis", f"{genesis:.3f}", "--swarm", SWARM),
+            *start,
         ]
+
+    def round_start_in_s(self, round_number: int) -> float:
+        """Seconds from now until `round_number` starts on the pair's clock (negative: begun)."""
+        return (round_number * self.round_ms - self.clock.now_ms()) / 1000
 
     def current_round(self) -> int:
         return int(self.clock.now_ms() // self.round_ms)
@@ -246,6 +256,15 @@ def run_pair(attack: Attack, *, round_ms: int = 4000, settings: NetworkSettings 
     return result[0]
 
 
+async def wait_round_done(pair: Pair, round_number: int) -> None:
+    """Until both nodes have finished (recorded) `round_number`, or a later round; bounded: three
+    round lengths past its end."""
+    limit = max(0.0, pair.round_start_in_s(round_number + 1)) + 3 * pair.round_ms / 1000
+    with trio.move_on_after(limit):
+        while any(max(book, default=-1) < round_number for book in pair.records):
+            await trio.sleep(0.1)
+
+
 async def wait_rounds(pair: Pair, rounds: int) -> None:
     """Until both nodes have finished `rounds` more rounds (bounded: 3x their length)."""
     start = [len(book) for book in pair.records]
@@ -254,11 +273,12 @@ async def wait_rounds(pair: Pair, rounds: int) -> None:
             await trio.sleep(0.1)
 
 
-async def run_attacker(args: list[str], seconds: float) -> dict[str, Any]:
+async def run_attacker(args: list[str], seconds: float, start_in_s: float = 0.0) -> dict[str, Any]:
     """Run `python -m netlab.attack_kit ARGS` (inherits PYTHONPATH); its report (last stdout line,
-    JSON). Killed after `seconds` + 60 s of start-up slack."""
+    JSON). Killed after `start_in_s` (its wait for `--start-round`) + `seconds` + 60 s of start-up
+    slack."""
     command = [sys.executable, "-m", "netlab.attack_kit", *args]
-    with trio.fail_after(seconds + 60):
+    with trio.fail_after(max(0.0, start_in_s) + seconds + 60):
         done = await trio.run_process(
             command, capture_stdout=True, check=False, env={**os.environ, "OMP_NUM_THREADS": "1"}
         )
@@ -394,8 +414,20 @@ def round_now(genesis: float, round_ms: int) -> int:
     return int((time.time() - genesis) * 1000 // round_ms)
 
 
+async def until_round(genesis: float, round_ms: int, start_round: int | None) -> None:
+    """Sleep until `start_round` begins on the pair's clock (None: not at all)."""
+    if start_round is not None:
+        await trio.sleep(max(0.0, genesis + start_round * round_ms / 1000 - time.time()))
+
+
 async def flood(
-    targets: list[str], seconds: float, swarm: str, round_ms: int, keys: int, genesis: float
+    targets: list[str],
+    seconds: float,
+    swarm: str,
+    round_ms: int,
+    keys: int,
+    genesis: float,
+    start_round: int | None = None,
 ) -> dict[str, Any]:
     """Gossip at the highest rate the streams take, for `seconds`, in frames of 102 messages:
     announcements of `keys` throwaway keys for the current and the next round (validly signed,
@@ -411,6 +443,7 @@ async def flood(
     valid: list[rpc_pb2.Message] = []
     signed_for = -1
     async with attacker_gossip(targets, sent) as writer:
+        await until_round(genesis, round_ms, start_round)
         deadline = trio.current_time() + seconds
         i = 0
         while trio.current_time() < deadline:
@@ -434,7 +467,13 @@ async def flood(
 
 
 async def next_round_sybils(
-    targets: list[str], seconds: float, swarm: str, round_ms: int, keys: int, genesis: float
+    targets: list[str],
+    seconds: float,
+    swarm: str,
+    round_ms: int,
+    keys: int,
+    genesis: float,
+    start_round: int | None = None,
 ) -> dict[str, Any]:
     """The next-round sybil attack: as each round opens, `keys` throwaway keys announce the NEXT
     round to every target (validly signed gossip and envelopes), for `seconds`."""
@@ -442,6 +481,7 @@ async def next_round_sybils(
     sybils = [Sybil(f"next-{i}") for i in range(keys)]
     sent: dict[str, Any] = {"rounds": 0, "messages": 0}
     async with attacker_gossip(targets, sent) as writer:
+        await until_round(genesis, round_ms, start_round)
         deadline = trio.current_time() + seconds
         while trio.current_time() < deadline:
             now = round_now(genesis, round_ms)
@@ -455,7 +495,13 @@ async def next_round_sybils(
 
 
 async def dht_abuse(
-    targets: list[str], seconds: float, swarm: str, round_ms: int, keys: int, genesis: float
+    targets: list[str],
+    seconds: float,
+    swarm: str,
+    round_ms: int,
+    keys: int,
+    genesis: float,
+    start_round: int | None = None,
 ) -> dict[str, Any]:
     """PUT_VALUE straight to each target for `seconds`: validly signed records near the 1 MiB
     limit under our namespace from one key (many rounds and stages), 60 KiB ones from `keys`
@@ -479,6 +525,7 @@ async def dht_abuse(
         infos = [info_from_p2p_addr(multiaddr.Multiaddr(addr)) for addr in targets]
         for info in infos:
             await host.connect(info)
+        await until_round(genesis, round_ms, start_round)
 
         def signed(sybil: Sybil, round_number: int, stage: int, kib: int) -> tuple[str, bytes]:
             return batch_dht_key(swarm, round_number, stage, sybil.identity.peer_id), signed_batch(
@@ -548,10 +595,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--round-ms", type=int, default=4000)
     parser.add_argument("--keys", type=int, default=1000)
     parser.add_argument("--genesis", type=float, required=True, help="wall time of the pair's round 0")
+    parser.add_argument("--start-round", type=int, default=None, help="attack from this round's start")
     args = parser.parse_args(argv)
     attack = {"flood": flood, "sybils": next_round_sybils, "dht": dht_abuse}[args.mode]
     started = time.process_time()
-    report = trio.run(attack, args.targets, args.seconds, args.swarm, args.round_ms, args.keys, args.genesis)
+    at = (args.round_ms, args.keys, args.genesis, args.start_round)
+    report = trio.run(attack, args.targets, args.seconds, args.swarm, *at)
     report["cpu_s"] = round(time.process_time() - started, 2)
     print(json.dumps(report), flush=True)
 
