@@ -147,6 +147,7 @@ class Pace:
             "level": self.level,
             "share": self.share,
             "threads": self.use_threads,
+            "of_threads": self.threads,
             "questions": scaled(questions, self.share),
             "of_questions": questions,
             "n_local": scaled(n_local, self.share),

@@ -166,6 +166,14 @@ function renderChain(chain) {
   $("chain_note").textContent = failing ? "last: " + (chain.last_error || "unknown") :
     (chain.late_skipped || 0) + " late, skipped · " + (chain.failed || 0) + " failed in all";
 }
+// A node's busy-host pace (view.pace): "normal", or "busy host" and what it does now, since when.
+function renderPace(pace) {
+  $("pace_card").style.display = pace ? "" : "none";
+  if (!pace) return;
+  $("pace").textContent = pace.label;
+  $("pace").className = "v" + (pace.busy ? " warn" : "");
+  $("pace_note").textContent = pace.detail || "";
+}
 
 function render(body) {
   const v = body.view || {};
@@ -178,6 +186,7 @@ function render(body) {
   text("peer_count", body.peer_count);
   text("last_reward", fmt(v.last_reward, 3));
   renderChain(body.chain || null);
+  renderPace(v.pace || null);
   schedule = v.schedule || null; tick();
   const last = body.eval || null;
   text("eval_accuracy", last ? fmt(last.accuracy, 3) : null);

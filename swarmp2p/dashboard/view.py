@@ -319,6 +319,34 @@ def _feed(status: Mapping[str, Any], history: list[dict[str, Any]], me: str | No
     return entries
 
 
+def _count(number: Any, what: str) -> str:
+    return f"{number} {what}" if number == 1 else f"{number} {what}s"
+
+
+def _pace(status: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A node's busy-host pace (swarmp2p/round_pace.py), as the page says it: "normal", or
+    "busy host" with what the node does now out of what it would, since which round and why.
+    None when the status has no pace (a simulation report, an experiment)."""
+    pace = status.get("pace")
+    if not isinstance(pace, Mapping) or not all(
+        is_number(pace.get(key)) for key in ("level", "threads", "questions", "of_questions")
+    ):
+        return None
+    threads = _count(pace["threads"], "thread")
+    groups = f"{pace.get('n_local', '–')} + {pace.get('n_external', '–')} groups"
+    if pace["level"] <= 0:
+        detail = f"{threads}, all {pace['of_questions']} questions, {groups}"
+        return {"busy": False, "label": "normal", "detail": detail, "since_round": None}
+    since_round = pace.get("since_round") if is_number(pace.get("since_round")) else None
+    parts = (
+        f"{threads}, {pace['questions']}/{pace['of_questions']} questions, {groups}",
+        f"since round {since_round}" if since_round is not None else "",
+        str(pace.get("reason") or ""),
+    )
+    detail = " · ".join(part for part in parts if part)
+    return {"busy": True, "label": "busy host", "detail": detail, "since_round": since_round}
+
+
 def _summary(rows: Any) -> list[list[str]]:
     if not isinstance(rows, list):
         return []
@@ -368,4 +396,5 @@ def build_view(status: Mapping[str, Any]) -> dict[str, Any]:
         "feed": _feed(status, history, me),
         "summary": _summary(status.get("summary_rows")),
         "peers": [{"peer_id": peer, "name": peer_name(peer)} for peer in status.get("peers") or []],
+        "pace": _pace(status),
     }
