@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections import Counter
 from types import SimpleNamespace
 from typing import Any
@@ -28,6 +29,7 @@ from trainer.grpo import (
     pack,
     position_ids_for,
 )
+from trainer.selection import BestByValidation
 from trainer.tasks import PROMPT_TEMPLATE, ReasoningGymRegistry, TaskError
 
 # ---- advantages: sign and scale ----
@@ -306,3 +308,38 @@ def test_a_task_outside_the_registry_is_refused() -> None:
     registry = ReasoningGymRegistry(("basic_arithmetic",))
     with pytest.raises(TaskError, match="not in this registry's task list"):
         registry.question(QuestionRef("leg_counting", 0, 0))
+
+
+# ---- which weights a run keeps ----
+
+
+class _DeviceTensor:
+    """A parameter on some accelerator: records where a copy of it was asked to go."""
+
+    def __init__(self, copies: list[tuple[object, bool]]) -> None:
+        self.copies = copies
+
+    def detach(self) -> _DeviceTensor:
+        return self
+
+    def to(self, device: object = None, copy: bool = False) -> str:
+        self.copies.append((device, copy))
+        return f"copy on {device}"
+
+
+def test_the_kept_weights_are_a_copy_on_the_cpu_whatever_the_models_device() -> None:
+    """A GPU run must not hold a second copy of the model in device memory."""
+    copies: list[tuple[object, bool]] = []
+    model = SimpleNamespace(state_dict=lambda: {"w": _DeviceTensor(copies)})
+    best = BestByValidation(window=1)
+    assert best.offer(0, 0.5, model)
+    assert copies == [("cpu", True)]
+    loaded: list[dict[str, object]] = []
+    best.restore(SimpleNamespace(load_state_dict=loaded.append))
+    assert loaded == [{"w": "copy on cpu"}]
+
+
+def test_restoring_before_any_evaluation_names_the_cause() -> None:
+    message = "^" + re.escape("no weights were selected: no validation evaluation ran") + "$"
+    with pytest.raises(RuntimeError, match=message):
+        BestByValidation().restore(torch.nn.Linear(1, 1))
