@@ -160,10 +160,11 @@ def alone_module(request: pytest.FixtureRequest) -> Iterator[None]:
 # ---- shared fixtures ------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def warm_model(tmp_path_factory: pytest.TempPathFactory) -> object:
-    """A tiny model warmed up by a few supervised steps, saved as a folder every node of a module's
-    real-process swarm loads (tests/helpers/nodes.py)."""
+    """A tiny model warmed up by a few supervised steps, saved as a folder every node of a
+    real-process swarm loads (tests/helpers/nodes.py). Built once per session (per xdist worker):
+    nodes only read it (their checkpoints go to their data dirs), and each build took 10-40 s."""
     from tests.helpers.nodes import build_warm_model
 
     return build_warm_model(tmp_path_factory)

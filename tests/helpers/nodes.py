@@ -1,7 +1,7 @@
-"""Real `swarmp2p node` OS processes for tests: a warmed-up tiny model shared by a module's nodes,
+"""Real `swarmp2p node` OS processes for tests: a warmed-up tiny model shared by every swarm's nodes,
 a fast node config, the process wrapper, and a report of every node's rounds for a failure message.
 
-The tiny model is built and warmed up ONCE per module (a few supervised steps, so that GRPO groups
+The tiny model is built and warmed up ONCE per session (a few supervised steps, so that GRPO groups
 have reward variance and are not all dropped) and saved as a model folder every node loads.
 """
 
