@@ -1,0 +1,140 @@
+"""protocol/questions.py: every peer re-derives every other peer's questions, so the derivation
+is pinned by known vectors (a change to any of them is a wire-format change: peers on either
+side would reject each other's batches), and the bounds of the held-out scan and of a refusing
+`exclude` are pinned by what a caller observes."""
+
+from __future__ import annotations
+
+import pytest
+
+from protocol.messages import QuestionRef
+from protocol.questions import (
+    EVAL_INDEX_BASE,
+    EVAL_SCAN_LIMIT,
+    EVAL_SCAN_PATIENCE,
+    dataset_seed_for,
+    evaluation_questions,
+    heldout_split,
+    questions_for,
+    specialty,
+)
+
+# A real libp2p id's length (52): msgpack frames strings of 32-255 bytes differently by option,
+# so a short id alone would not pin the serialization.
+PEER = "12D3KooWRq4tRHs3N9ETaCAKfqC9Wq7vH8tZWZ9uTmvpFYrq5bAx"
+TASKS = ("arith", "chain_sum", "leg")
+ARITH, LEG = 2473219292214122294, 7487711628319036709
+
+
+def test_dataset_seeds_are_pinned() -> None:
+    assert dataset_seed_for(5, "arith") == ARITH
+    assert dataset_seed_for(5, "leg") == LEG
+
+
+def test_a_peers_questions_are_pinned() -> None:
+    assert questions_for(5, 3, 1, PEER, TASKS, 4) == (
+        QuestionRef("leg", LEG, 215338),
+        QuestionRef("leg", LEG, 427787),
+        QuestionRef("arith", ARITH, 140739),
+        QuestionRef("leg", LEG, 353371),
+    )
+
+
+def test_weighted_questions_are_pinned() -> None:
+    # Same draws as above: only the task of each comes from the weights (chain_sum weighs 0).
+    picked = questions_for(5, 3, 1, PEER, TASKS, 4, weights=(1.0, 0.0, 3.0))
+    assert [(ref.task, ref.index) for ref in picked] == [
+        ("leg", 215338),
+        ("leg", 427787),
+        ("leg", 140739),
+        ("leg", 353371),
+    ]
+
+
+def test_a_peers_specialty_is_pinned() -> None:
+    assert specialty(TASKS, PEER) == "arith"
+
+
+def test_held_out_splits_are_pinned() -> None:
+    splits = [heldout_split("arith", str(key)) for key in range(12)]
+    assert splits == [None] * 9 + ["validation", "test", "validation"]
+
+
+def test_evaluation_sets_are_pinned() -> None:
+    def key_of(ref: QuestionRef) -> str:
+        return str(ref.index % 40)
+
+    assert [
+        (ref.task, ref.index - EVAL_INDEX_BASE)
+        for ref in evaluation_questions(("arith", "leg"), 9, 3, key_of)
+    ] == [
+        ("arith", 9),
+        ("arith", 11),
+        ("arith", 20),
+        ("leg", 21),
+        ("leg", 22),
+        ("leg", 29),
+    ]
+    test_split = evaluation_questions(("arith",), 9, 2, key_of, split="test")
+    assert [ref.index - EVAL_INDEX_BASE for ref in test_split] == [10, 33]
+
+
+def test_an_exclude_that_refuses_everything_gives_up_after_its_patience() -> None:
+    # 64 draws a question plus 64: one question's worth of refusals ends at draw 129.
+    with pytest.raises(ValueError) as raised:
+        questions_for(5, 3, 1, PEER, TASKS, 1, exclude=lambda ref: True)
+    assert str(raised.value) == "fewer than 1 trainable questions in 129 draws"
+    with pytest.raises(ValueError) as raised:
+        questions_for(5, 3, 1, PEER, TASKS, 2, exclude=lambda ref: True)
+    assert str(raised.value) == "fewer than 2 trainable questions in 193 draws"
+
+
+def test_an_exclude_that_refuses_most_still_fills_the_round() -> None:
+    refused = 0
+
+    def exclude(ref: QuestionRef) -> bool:
+        nonlocal refused
+        refused += 1
+        return refused <= 100  # 100 refusals, within one question's patience of 128
+
+    assert len(questions_for(5, 3, 1, PEER, TASKS, 1, exclude=exclude)) == 1
+
+
+def test_the_held_out_scan_stops_after_its_patience_without_a_new_key() -> None:
+    calls: list[int] = []
+
+    def same_key(ref: QuestionRef) -> str:
+        calls.append(ref.index)
+        return "9"  # held out for validation ("arith", "9"): one question, then nothing new
+
+    assert len(evaluation_questions(("arith",), 9, 5, same_key)) == 1
+    assert len(calls) == EVAL_SCAN_PATIENCE
+
+
+def test_the_held_out_scan_reads_at_most_its_limit_of_items() -> None:
+    calls: list[int] = []
+
+    def fresh_key(ref: QuestionRef) -> str:
+        calls.append(ref.index)
+        return str(ref.index)  # every item new: the scan runs to its limit
+
+    found = evaluation_questions(("arith",), 9, EVAL_SCAN_LIMIT, fresh_key)
+    assert len(calls) == EVAL_SCAN_LIMIT and 0 < len(found) < EVAL_SCAN_LIMIT
+    assert calls[-1] == EVAL_INDEX_BASE + EVAL_SCAN_LIMIT - 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"tasks": "arith"}, "tasks must be a sequence of task names, not one string"),
+        ({"tasks": ()}, "tasks must not be empty"),
+        ({"tasks": ("a", "a")}, "tasks must not contain duplicates (it would skew the task mix)"),
+        ({"peer_id": ""}, "peer_id must be a non-empty string"),
+        ({"weights": (0.0, 0.0, 0.0)}, "weights must not all be zero"),
+    ],
+)
+def test_bad_arguments_say_what_is_wrong(kwargs: dict[str, object], message: str) -> None:
+    arguments: dict[str, object] = {"peer_id": PEER, "tasks": TASKS, "count": 2, **kwargs}
+    with pytest.raises(ValueError) as raised:
+        questions_for(5, 3, 1, **arguments)  # type: ignore[arg-type]
+    assert str(raised.value) == message
