@@ -40,3 +40,25 @@ def test_deleting_an_absent_sender_names_the_sender(kind: type[SenderMap[int]]) 
         with pytest.raises(KeyError) as raised:
             del mapped[peer]
         assert raised.value.args == (peer,)
+
+
+@pytest.mark.parametrize("kind", [SenderMap, SenderRounds])
+def test_reading_an_absent_sender_names_the_sender(kind: type[SenderMap[int]]) -> None:
+    mapped = kind(PeerNumbers(["known"]))
+    with pytest.raises(KeyError) as raised:
+        mapped["known"]
+    assert raised.value.args == ("known",)
+
+
+@pytest.mark.parametrize("kind", [SenderMap, SenderRounds])
+def test_a_map_grows_to_the_numbering_and_no_further(kind: type[SenderMap[int]]) -> None:
+    # A slot per numbered peer is the module's memory bound (N x N slots in a simulation).
+    numbers = PeerNumbers([f"p{i}" for i in range(5)])
+    mapped = kind(numbers)
+    assert len(mapped.slots) == 5
+    numbers.of("p5")
+    numbers.of("p6")
+    mapped["p6"] = 1
+    assert len(mapped.slots) == len(numbers) == 7
+    mapped["p7"] = 2
+    assert len(mapped.slots) == 8
