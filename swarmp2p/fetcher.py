@@ -211,6 +211,7 @@ class Fetcher:
         if self._waits_bounded:
             fetched = await self._request_batch(job, request)
         else:
+            fetched = None  # what the limit below leaves when it cancels the request
             # Belt and braces over the port's own timeout.
             with trio.move_on_after(self.settings.fetch_timeout_s * 2):
                 fetched = await self._request_batch(job, request)
