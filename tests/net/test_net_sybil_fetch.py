@@ -44,7 +44,7 @@ from tests.helpers.metrics import assert_every_status_counter_exported
 
 SWARM = "sybil"
 ROUND_MS = 4000
-ROUNDS = 6
+ROUNDS = 5  # the sybils announce each next round from the first: every round after it is crowded
 SYBILS = 300
 FAST = NetworkSettings(handler_timeout_s=2.0, peer_exchange_interval_s=0.5, upkeep_interval_s=0.2)
 
@@ -114,7 +114,8 @@ def test_two_honest_nodes_train_on_each_other_every_round_under_300_next_round_s
                         # peer that never opens a gossip stream back): a real attacker opens
                         # another one next round, and so does this one.
                         streams[index] = None
-                await trio.sleep((round_number + 1) * ROUND_MS / 1000 - trio.current_time() + 0.05)
+                # On a busy machine the writes can outlast the round: then on to the next at once.
+                await trio.sleep(max(0.0, (round_number + 1) * ROUND_MS / 1000 - trio.current_time() + 0.05))
 
     async def main() -> None:
         clock = TrioClock(0)
