@@ -14,6 +14,13 @@ for each other at every operation, and one thread ran the default tiny model's g
 12x faster than two on a 2-core host at load 15 (docs/node.md, "On a busy host"). It costs no
 share of the work, so it comes first.
 
+A multi-stage game plays no pace (the Peer neither observes nor cuts its rounds): its later
+stages answer items built from every peer's earlier batches, so answering fewer would leave
+others less to build on; a stage that does not train has no training step to judge (`judge`
+would call each such stage an overrun); and each stage is a cycle of its own whose timings
+say little about the next stage's work. Its rounds are skipped by the share of the stage left
+alone (no measured generation: `GenerationTimes` is fed by one-stage rounds only).
+
 Sans-IO: `Pace.observe` takes a round's timings and returns the change to say, if any; the
 Peer applies `share` to the next round. Each verdict moves the level only after a run of
 rounds in a row (`STREAK`), by `STEP`: one late round (a slow checkpoint save, a burst of
