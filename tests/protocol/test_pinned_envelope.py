@@ -1,0 +1,78 @@
+"""protocol/envelope.py: the frame's hostile-input bounds (key length, arrays, key count, the
+inner message's size) each give their own counter key at their exact edge, and a bad key's
+error says what a key must be."""
+
+from __future__ import annotations
+
+import hashlib
+
+import msgpack
+import pytest
+
+from protocol import codec, limits
+from protocol.envelope import (
+    MAX_INNER_BYTES,
+    open_envelope,
+    peer_id_from_public_key,
+    peer_id_from_seed,
+    public_key_from_seed,
+    seal,
+)
+from protocol.errors import ProtocolError
+from protocol.messages import FetchResponse, RewardReport
+
+SEED = hashlib.sha256(b"peer a").digest()
+
+
+def reason_of(frame: dict[str, object]) -> str:
+    with pytest.raises(ProtocolError) as caught:
+        open_envelope(msgpack.packb(frame, use_bin_type=True))
+    return caught.value.reason
+
+
+def sealed_parts() -> dict[str, object]:
+    report = RewardReport(swarm_id="swarm", round=7, stage=0, peer_id=peer_id_from_seed(SEED), reward=0.5)
+    return msgpack.unpackb(seal(report, SEED), raw=False)
+
+
+def test_a_frame_key_longer_than_any_envelope_key_is_oversized_from_nine_bytes() -> None:
+    assert reason_of({**sealed_parts(), "eightchr": 1}) == "extra_key"
+    assert reason_of({**sealed_parts(), "ninechars": 1}) == "oversized"
+
+
+def test_an_array_anywhere_in_the_frame_is_refused_by_its_size() -> None:
+    assert reason_of({**sealed_parts(), "m": []}) == "bad_type"  # empty: within the bound
+    assert reason_of({**sealed_parts(), "m": [1]}) == "oversized"
+
+
+def test_a_frame_may_name_up_to_ten_keys_before_it_is_oversized() -> None:
+    five_extra = {f"x{i}": 0 for i in range(5)}
+    assert reason_of({**sealed_parts(), **five_extra}) == "extra_key"
+    assert reason_of({**sealed_parts(), **five_extra, "x5": 0}) == "oversized"
+
+
+def _response_with_inner_size(size: int) -> FetchResponse:
+    probe = FetchResponse(found=True, envelope=b"\x00" * 100_000)
+    overhead = len(codec.encode(probe)) - 100_000
+    return FetchResponse(found=True, envelope=b"\x00" * (size - overhead))
+
+
+def test_the_largest_sealable_message_is_exactly_the_inner_cap() -> None:
+    largest = _response_with_inner_size(MAX_INNER_BYTES)
+    assert len(codec.encode(largest)) == MAX_INNER_BYTES
+    assert open_envelope(seal(largest, SEED)).message == largest
+    with pytest.raises(ProtocolError) as caught:
+        seal(_response_with_inner_size(MAX_INNER_BYTES + 1), SEED)
+    assert (
+        str(caught.value)
+        == f"oversized: envelope: inner message {MAX_INNER_BYTES + 1} bytes > {MAX_INNER_BYTES}"
+    )
+
+
+def test_bad_keys_say_what_a_key_must_be() -> None:
+    with pytest.raises(ValueError) as raised:
+        public_key_from_seed(b"x" * 31)
+    assert str(raised.value) == "an Ed25519 private key seed must be exactly 32 bytes"
+    with pytest.raises(ValueError) as raised:
+        peer_id_from_public_key(b"x" * limits.ED25519_SIGNATURE_BYTES)
+    assert str(raised.value) == "an Ed25519 public key must be exactly 32 bytes"
