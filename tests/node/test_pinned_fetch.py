@@ -1,19 +1,32 @@
-"""Pinned fetch-queue rules (swarmp2p/fetch_queue.py): which configurations it accepts, that a
-job put without a lane is an established sender's, that a waiting job goes to the worker that
-has waited longest, and that a limited lane never has more jobs in the workers' hands than its
-limit however often workers finish. Written against the survivors of scripts/mutation.sh on
-that module.
+"""Pinned fetch rules. The queue (swarmp2p/fetch_queue.py): which configurations it accepts,
+that a job put without a lane is an established sender's, that a waiting job goes to the worker
+that has waited longest, and that a limited lane never has more jobs in the workers' hands than
+its limit however often workers finish. The fetcher (swarmp2p/fetcher.py): a later stage's
+inputs are fetched depth first, a sweep reads the DHT under the batch's key, an oversized DHT
+value is not taken, and without a port timeout a fetch still ends. Written against the
+survivors of scripts/mutation.sh on those modules.
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TypeVar
 
 import pytest
 import trio
 import trio.testing
 
+from protocol.decisions import Accept, FetchJob, NeedInputs
+from protocol.messages import FetchResponse
 from swarmp2p.fetch_queue import LaneQueue
+from swarmp2p.fetcher import Fetcher
+from swarmp2p.peer_cache import VerifyCache
+from swarmp2p.peer_settings import PeerSettings, batch_dht_key
+from swarmp2p.ports import InboundMessage, NetworkError
+
+T = TypeVar("T")
 
 CAPACITY_MESSAGE = "^" + re.escape("need capacity >= 1 and lanes >= 1") + "$"
 
@@ -155,3 +168,147 @@ def test_done_from_a_worker_that_holds_no_job_is_harmless() -> None:
         return [first, await queue.get()]
 
     assert trio.run(main) == ["a", "b"]
+
+
+# ---- the fetcher's IO (swarmp2p/fetcher.py): inputs of later stages, the DHT, its deadline ----
+
+SWARM_ID = "pinned-fetch"
+TIMEOUT_S = 1.0
+
+
+class ServingNetwork:
+    """Peers in `serving` answer a fetch with b"env:<peer>"; any other request fails. The DHT
+    holds `dht`. `hang` makes every request and lookup wait forever (a port without its own
+    timeout: `bounds_waits` False)."""
+
+    def __init__(self, serving: set[str], dht: dict[str, bytes], *, hang: bool = False) -> None:
+        self.serving = serving
+        self.dht = dht
+        self.hang = hang
+        self.bounds_waits = not hang
+        self.connected: list[str] = []
+        self.dht_keys: list[str] = []
+        self.cache = VerifyCache()
+
+    def connected_peers(self) -> Sequence[str]:
+        return self.connected
+
+    async def request(self, peer_id: str, data: bytes, timeout_s: float) -> bytes:
+        if self.hang:
+            await trio.sleep_forever()
+        if peer_id not in self.serving:
+            raise NetworkError("no answer")
+        return self.cache.encode(FetchResponse(found=True, envelope=b"env:" + peer_id.encode()))
+
+    async def dht_get(self, key: str) -> bytes | None:
+        self.dht_keys.append(key)
+        if self.hang:
+            await trio.sleep_forever()
+        return self.dht.get(key)
+
+
+class RecordingInbox:
+    """The admission inbox's side of the fetcher, scripted: `needs` maps a sender to the inputs
+    its batch (or input) references; every call is recorded."""
+
+    def __init__(self, needs: dict[str, tuple[FetchJob, ...]] | None = None) -> None:
+        self.counters: Counter[str] = Counter()
+        self.needs = dict(needs or {})
+        self.calls: list[tuple[object, ...]] = []
+
+    def may_fetch(self, job: FetchJob) -> bool:
+        return True
+
+    def fetched(
+        self, job: FetchJob, envelope: bytes | None, direct: bool, inputs_fetched: bool = False
+    ) -> object:
+        self.calls.append(("fetched", job.sender, envelope, direct, inputs_fetched))
+        if job.sender in self.needs and not inputs_fetched:
+            return NeedInputs(self.needs[job.sender])
+        return Accept(job.sender, ()) if envelope is not None else None
+
+    def input_fetched(self, job: FetchJob, envelope: bytes | None, last: bool) -> object:
+        self.calls.append(("input", job.sender, envelope, last))
+        jobs = self.needs.pop(job.sender, None)
+        return NeedInputs(jobs) if jobs else None
+
+    def unknown_budget_full(self) -> bool:
+        return False
+
+    def heard(self, sender: str, data: bytes, shared: object) -> None:
+        self.calls.append(("heard", sender, data))
+
+
+def job(sender: str, stage: int = 0, *, dht_only: bool = False) -> FetchJob:
+    return FetchJob(round=7, stage=stage, sender=sender, digest=b"", group_count=-1, dht_only=dht_only)
+
+
+def fetcher(inbox: RecordingInbox, network: ServingNetwork) -> Fetcher:
+    settings = PeerSettings(swarm_id=SWARM_ID, seed=1, tasks=("echo",), fetch_timeout_s=TIMEOUT_S)
+    return Fetcher(settings, "me", network, inbox, VerifyCache(), on_hold=lambda: None)  # type: ignore[arg-type]
+
+
+def run_virtual(main: Callable[[], Awaitable[T]]) -> T:
+    return trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_a_later_stage_batch_gets_its_inputs_and_theirs_before_it_is_judged_again() -> None:
+    """Stage 2's batch needs a and b (stage 1); a needs c (stage 0). Each input comes from its
+    author, else the DHT (b is served by nobody: judged missing); an input's own inputs are
+    fetched before it is handed over as the last word on it."""
+    inbox = RecordingInbox({"top": (job("a", 1), job("b", 1)), "a": (job("c"),)})
+    network = ServingNetwork({"top", "a", "c"}, {})
+    accepted = run_virtual(lambda: fetcher(inbox, network)._fetch_and_verify(job("top", 2)))
+    assert accepted
+    assert inbox.calls == [
+        ("fetched", "top", b"env:top", True, False),
+        ("input", "a", b"env:a", False),
+        ("input", "c", b"env:c", True),
+        ("input", "a", b"env:a", True),
+        ("input", "b", None, False),
+        ("fetched", "top", b"env:top", True, True),
+    ]
+
+
+def test_a_sweep_of_a_peer_not_connected_reads_its_batch_key_in_the_dht() -> None:
+    key = batch_dht_key(SWARM_ID, 7, 1, "gone")
+    network = ServingNetwork(set(), {key: b"from the dht"})
+    inbox = RecordingInbox()
+    assert run_virtual(lambda: fetcher(inbox, network)._fetch_and_verify(job("gone", 1, dht_only=True)))
+    assert network.dht_keys == [key]
+    assert inbox.calls == [("fetched", "gone", b"from the dht", False, False)]
+
+
+def test_a_dht_value_larger_than_a_batch_is_not_taken() -> None:
+    settings_limit = PeerSettings(swarm_id=SWARM_ID, seed=1, tasks=("echo",)).max_batch_bytes
+    key = batch_dht_key(SWARM_ID, 7, 0, "gone")
+    for size, found in ((settings_limit, True), (settings_limit + 1, False)):
+        network = ServingNetwork(set(), {key: b"x" * size})
+        got = run_virtual(lambda network=network: fetcher(RecordingInbox(), network)._from_dht(job("gone")))
+        assert (got is not None) == found
+
+
+def test_without_a_port_timeout_a_fetch_gives_up_on_the_peer_then_on_the_dht() -> None:
+    """A port whose waits are not bounded: the announcer is given twice the fetch timeout, then
+    the DHT the fetch timeout, and the fetch ends with nothing found (the worker is free)."""
+    network = ServingNetwork({"slow"}, {}, hang=True)
+
+    async def main() -> tuple[object, float, list[str]]:
+        got = await fetcher(RecordingInbox(), network)._fetch(job("slow"))
+        return got, trio.current_time(), network.dht_keys
+
+    got, ended_at, dht_keys = run_virtual(main)
+    assert got is None and ended_at == pytest.approx(3 * TIMEOUT_S)
+    assert dht_keys == [batch_dht_key(SWARM_ID, 7, 0, "slow")]
+
+
+def test_one_instants_deliveries_reach_each_fetcher_in_order() -> None:
+    inboxes = [RecordingInbox(), RecordingInbox()]
+    fetchers = [fetcher(inbox, ServingNetwork(set(), {})) for inbox in inboxes]
+    deliveries = [
+        (fetchers[0], [InboundMessage("t", "p1", b"one"), InboundMessage("t", "p2", b"two")]),
+        (fetchers[1], [InboundMessage("t", "p3", b"three")]),
+    ]
+    Fetcher.handle_announcement_many(deliveries)
+    assert inboxes[0].calls == [("heard", "p1", b"one"), ("heard", "p2", b"two")]
+    assert inboxes[1].calls == [("heard", "p3", b"three")]
