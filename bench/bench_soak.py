@@ -113,8 +113,8 @@ def rounds_completed(rounds_file: Path) -> int:
     return tally.completed
 
 
-def slope_per_hour(points: list[tuple[float, float]]) -> float:
-    """Least-squares slope of (minutes, value) points, per hour (0 with fewer than 2 points)."""
+def least_squares_slope(points: list[tuple[float, float]]) -> float:
+    """Slope of the least-squares line through (x, y) points (0 with fewer than 2 distinct x)."""
     if len(points) < 2:
         return 0.0
     xs, ys = [p[0] for p in points], [p[1] for p in points]
@@ -122,7 +122,12 @@ def slope_per_hour(points: list[tuple[float, float]]) -> float:
     spread = sum((x - mean_x) ** 2 for x in xs)
     if spread == 0:
         return 0.0
-    return 60 * sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+    return sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
+
+
+def slope_per_hour(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (minutes, value) points, per hour (0 with fewer than 2 points)."""
+    return 60 * least_squares_slope(points)
 
 
 def lossy_network(args: argparse.Namespace, stack: contextlib.ExitStack) -> NetnsNetwork | None:
@@ -262,6 +267,37 @@ def thirds_growth(values: list[float]) -> float:
     return sum(values[-third:]) / third - sum(values[:third]) / third
 
 
+SERIES = ("rss_mib", "cpu_pct", "fds", "threads", "played", "trained", "rejected", "drops")
+"""What every sample holds per node and the summary gives a slope for (per hour and per 1,000 of
+the swarm's rounds). The last four are counters: their slope is a rate (rounds played per 1,000
+rounds is ~1,000 for a node that sees every round), not growth."""
+
+
+def slope_per_1000(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (round, value) points, per 1,000 rounds (0 with fewer than 2
+    distinct rounds)."""
+    return 1000 * least_squares_slope(points)
+
+
+def series_slopes(settled: list[dict[str, Any]]) -> dict[str, float]:
+    """Each series' slope per hour and per 1,000 swarm rounds, and its range, over the samples
+    after the warm-up that carry it (a soak written before a series was sampled has none)."""
+    slopes: dict[str, float] = {}
+    timed = [row for row in settled if row.get("round", -1) >= 0]
+    for series in SERIES:
+        if not all(series in row for row in settled):
+            continue
+        values = [float(row[series]) for row in settled]
+        slopes[f"{series}_per_hour"] = slope_per_hour(
+            [(row["minute"], value) for row, value in zip(settled, values, strict=True)]
+        )
+        slopes[f"{series}_per_1000_rounds"] = slope_per_1000(
+            [(float(row["round"]), float(row[series])) for row in timed]
+        )
+        slopes[f"{series}_min"], slopes[f"{series}_max"] = min(values), max(values)
+    return slopes
+
+
 def summarize(rows: list[dict[str, Any]], warmup_min: float, flat_growth_mib: float) -> dict[int, dict]:
     summary: dict[int, dict] = {}
     for node in sorted({row["node"] for row in rows}):
@@ -270,6 +306,9 @@ def summarize(rows: list[dict[str, Any]], warmup_min: float, flat_growth_mib: fl
         rss = [row["rss_mib"] for row in settled]
         growth = thirds_growth(rss)
         summary[node] = {
+            **series_slopes(settled),
+            "fates": mine[-1].get("fates", {}),
+            "swarm_round": mine[-1].get("round", -1),
             "rss_after_warmup_mib": rss[0],
             "rss_end_mib": rss[-1],
             "rss_min_mib": min(rss),
@@ -284,33 +323,82 @@ def summarize(rows: list[dict[str, Any]], warmup_min: float, flat_growth_mib: fl
     return summary
 
 
+PANELS = {
+    "rss_mib": "RSS (MiB)",
+    "cpu_pct": "CPU (% of a core)",
+    "fds": "open fds",
+    "played": "rounds played\n(dotted: trained)",
+    "drops": "network drops\n(thousands)",
+    "load1": "load average\n(1 min, host)",
+}
+
+
 def plot(path: Path, rows: list[dict[str, Any]], warmup_min: float) -> None:
+    """One panel per quantity over the soak's minutes, a line per node (the same colour in every
+    panel); panels for quantities the samples lack (an older soak) are left out."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, (memory, cpu) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    for node in sorted({row["node"] for row in rows}):
+    panels = {key: label for key, label in PANELS.items() if rows and all(key in row for row in rows)}
+    figure, axes = plt.subplots(len(panels), 1, figsize=(8, 1.9 * len(panels) + 0.6), sharex=True)
+    axes = list(axes) if len(panels) > 1 else [axes]
+    colours = plt.get_cmap("tab10").colors
+    nodes = sorted({row["node"] for row in rows})
+    for number, node in enumerate(nodes):
         mine = [row for row in rows if row["node"] == node]
         minutes = [row["minute"] for row in mine]
-        memory.plot(minutes, [row["rss_mib"] for row in mine], lw=1.2, label=f"node {node}")
-        cpu.plot(minutes, [row["cpu_pct"] for row in mine], lw=1.0)
-    for axis in (memory, cpu):
+        colour = colours[number % len(colours)]
+        for axis, key in zip(axes, panels, strict=True):
+            if key == "load1":
+                if number == 0:  # one host, one line: every node's sample carries the same load
+                    axis.plot(minutes, [row[key] for row in mine], lw=1.0, color="black")
+                continue
+            scale = 1000 if key == "drops" else 1
+            axis.plot(minutes, [row[key] / scale for row in mine], lw=1.0, color=colour, label=f"node {node}")
+            if key == "played" and "trained" in mine[0]:
+                axis.plot(minutes, [row["trained"] for row in mine], lw=1.0, color=colour, ls=":")
+    for axis, label in zip(axes, panels.values(), strict=True):
+        axis.set_ylabel(label, fontsize=8)
+        axis.set_ylim(bottom=0, top=max(1.0, axis.get_ylim()[1] * 1.05))
         axis.axvline(warmup_min, color="grey", ls=":", lw=1)
         axis.grid(alpha=0.3)
-    memory.set_ylabel("RSS (MiB)")
-    memory.set_ylim(bottom=0)
-    cpu.set_ylim(bottom=0)
-    cpu.set_ylabel("CPU (% of one core)")
-    cpu.set_xlabel(f"minutes (dotted: end of the {warmup_min:g}-minute warm-up)")
-    memory.set_title(
-        f"soak: {len({row['node'] for row in rows})} swarmp2p nodes, sampled per minute", fontsize=10
-    )
-    memory.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+        axis.tick_params(labelsize=8)
+    axes[-1].set_xlabel(f"minutes (grey dotted: end of the {warmup_min:g}-minute warm-up)")
+    axes[0].set_title(f"soak: {len(nodes)} swarmp2p nodes, sampled per minute", fontsize=10)
+    axes[0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     figure.tight_layout()
-    figure.savefig(path, dpi=120)
+    figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def slopes_table(summary: dict[int, dict], warmup_min: float) -> Table:
+    """Per sampled quantity, over the nodes: its range and its slope per 1,000 swarm rounds and
+    per hour after the warm-up (the median node's, and the lowest and highest node's)."""
+    table = Table(title=f"soak: every node's quantities after a {warmup_min:g}-minute warm-up")
+    for column in ("quantity", "range", "/1,000 rounds: median (min..max)", "/hour: median (min..max)"):
+        table.add_column(column, justify="right")
+    for series in SERIES:
+        if any(f"{series}_per_1000_rounds" not in row for row in summary.values()):
+            continue
+        rows = summary.values()
+        low, high = min(row[f"{series}_min"] for row in rows), max(row[f"{series}_max"] for row in rows)
+        cells = [f"{low:.0f}-{high:.0f}"]
+        for unit in ("per_1000_rounds", "per_hour"):
+            slopes = sorted(row[f"{series}_{unit}"] for row in rows)
+            cells.append(f"{slopes[len(slopes) // 2]:+.0f} ({slopes[0]:+.0f}..{slopes[-1]:+.0f})")
+        table.add_row(series, *cells)
+    return table
+
+
+def fates_line(summary: dict[int, dict]) -> str:
+    """The fates of every node's rounds, summed (the warm-up's rounds too)."""
+    total: dict[str, int] = {}
+    for row in summary.values():
+        for fate, count in row["fates"].items():
+            total[fate] = total.get(fate, 0) + count
+    return "fates, all nodes: " + ", ".join(f"{fate} {count}" for fate, count in sorted(total.items()))
 
 
 def main() -> None:
@@ -353,6 +441,8 @@ def main() -> None:
             "yes" if row["flat"] else "NO",
         )
     Console().print(table)
+    Console().print(slopes_table(summary, args.warmup_min))
+    print(fates_line(summary))
     print(f"{args.out / 'soak.png'}, {args.out / 'summary.json'} (load {os.getloadavg()[0]:.2f})")
 
 

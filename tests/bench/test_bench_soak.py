@@ -5,6 +5,7 @@ The soak itself runs for an hour (a bench, not a test); its verdict comes from t
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -129,3 +130,91 @@ def test_the_flood_targets_every_node_on_its_swarm_and_restarts_when_it_ends(tmp
     finally:
         flood.stop()
     assert flood.process is not None and flood.process.poll() is not None
+
+
+def test_the_round_tally_reads_on_from_where_it_stopped_and_waits_for_a_half_written_line(
+    tmp_path: Path,
+) -> None:
+    rounds = tmp_path / "rounds.jsonl"
+    tally = bench_soak.RoundTally(rounds)
+    tally.read()  # no file yet: nothing counted
+    assert (tally.played, tally.last_round) == (0, -1)
+
+    def line(round_number: int, fate: str, trained: int, drops: int) -> str:
+        record = {
+            "round": round_number,
+            "fate": fate,
+            "completed": fate == "completed",
+            "trained_local": trained,
+            "trained_external": 0,
+            "rejected": {"late": 2, "banned": 1},
+            "network_drops": {"dial_failed": drops, "gossip_bad_signature": 2 * drops},
+        }
+        return json.dumps(record) + "\n"
+
+    rounds.write_text(line(4, "completed", 2, 10) + line(5, "skipped", 0, 20))
+    tally.read()
+    whole = line(6, "trained_report_late", 1, 30)
+    with rounds.open("a") as handle:
+        handle.write(whole[:25])  # the node is still writing this line
+    tally.read()
+    assert (tally.played, tally.completed, tally.trained, tally.last_round) == (2, 1, 1, 5)
+    assert tally.rejected == 6 and tally.drops == 60  # drops: the last line's running totals
+    with rounds.open("a") as handle:
+        handle.write(whole[25:])
+    tally.read()
+    assert (tally.played, tally.trained, tally.last_round, tally.drops) == (3, 2, 6, 90)
+    assert tally.fates == {"completed": 1, "skipped": 1, "trained_report_late": 1}
+    assert tally.rejected == 9
+    assert bench_soak.rounds_completed(rounds) == 1
+
+
+def test_the_soak_counts_open_file_descriptors_and_threads() -> None:
+    before = bench_soak.open_fds(os.getpid())
+    with open(__file__) as _, open(__file__) as _:
+        assert bench_soak.open_fds(os.getpid()) == before + 2
+    assert bench_soak.threads(os.getpid()) >= 1
+    assert bench_soak.open_fds(2**22 + 12345) == bench_soak.threads(2**22 + 12345) == 0
+
+
+def _full_rows(node: int, fds: list[int]) -> list[dict]:
+    """A sample a minute, two swarm rounds a minute; a node that plays every round and sees
+    100 drops a round."""
+    return [
+        {
+            "node": node,
+            "minute": float(minute),
+            "round": 2 * minute,
+            "rss_mib": 500.0,
+            "cpu_pct": 30.0,
+            "fds": value,
+            "threads": 6,
+            "rounds": 2 * minute,
+            "played": 2 * minute,
+            "trained": minute,
+            "rejected": 0,
+            "drops": 200 * minute,
+            "fates": {"completed": 2 * minute},
+            "load1": 3.0,
+        }
+        for minute, value in enumerate(fds)
+    ]
+
+
+def test_slopes_per_1000_rounds_tell_a_leak_from_a_counter_that_keeps_pace(tmp_path: Path) -> None:
+    # Node 1's fds hold at 20 after the warm-up; node 2 leaks one fd a round.
+    rows = _full_rows(1, [10, 15] + [20] * 28) + _full_rows(2, [20 + 2 * m for m in range(30)])
+    summary = bench_soak.summarize(rows, warmup_min=2, flat_growth_mib=50)
+    assert summary[1]["fds_per_1000_rounds"] == 0
+    assert (summary[1]["fds_min"], summary[1]["fds_max"]) == (20, 20)
+    assert round(summary[2]["fds_per_1000_rounds"]) == 1000 and round(summary[2]["fds_per_hour"]) == 120
+    assert round(summary[1]["played_per_1000_rounds"]) == 1000  # every round played
+    assert round(summary[1]["trained_per_1000_rounds"]) == 500
+    assert round(summary[1]["drops_per_1000_rounds"]) == 100_000
+    assert summary[1]["rss_mib_per_1000_rounds"] == 0 and summary[1]["swarm_round"] == 58
+    assert summary[2]["fates"] == {"completed": 58}
+    assert "completed 116" in bench_soak.fates_line(summary)
+    assert bench_soak.slope_per_1000([(5.0, 1.0)]) == 0.0
+    assert bench_soak.slope_per_1000([(0.0, 0.0), (500.0, 2.0)]) == 4.0
+    bench_soak.plot(tmp_path / "soak.png", rows, warmup_min=2)
+    assert (tmp_path / "soak.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
