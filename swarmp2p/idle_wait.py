@@ -22,8 +22,11 @@ class IdleWait:
         if self._woken:
             await trio.lowlevel.checkpoint()
         else:
+            # The clock is read again here, after the caller's reading: on a loaded host the
+            # wake time can already have passed, and a negative sleep is an error in trio.
+            seconds = max(0, wake_at_ms - self.clock.now_ms()) / 1000
             try:
-                await self.clock.sleep_wakeable((wake_at_ms - self.clock.now_ms()) / 1000, self._set_waker)
+                await self.clock.sleep_wakeable(seconds, self._set_waker)
             finally:
                 self._waker = None
         self._woken = False
