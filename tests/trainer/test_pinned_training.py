@@ -21,6 +21,8 @@ import pytest
 import torch
 
 from protocol.messages import QuestionRef
+from protocol.questions import heldout_key
+from trainer.content_keys import content_key
 from trainer.grpo import (
     behaviour_weights,
     completion_logps,
@@ -29,6 +31,7 @@ from trainer.grpo import (
     pack,
     position_ids_for,
 )
+from trainer.rewards import format_score
 from trainer.selection import BestByValidation
 from trainer.tasks import PROMPT_TEMPLATE, ReasoningGymRegistry, TaskError
 
@@ -343,3 +346,48 @@ def test_restoring_before_any_evaluation_names_the_cause() -> None:
     message = "^" + re.escape("no weights were selected: no validation evaluation ran") + "$"
     with pytest.raises(RuntimeError, match=message):
         BestByValidation().restore(torch.nn.Linear(1, 1))
+
+
+def test_a_format_only_reward_pays_a_well_formed_wrong_answer() -> None:
+    registry = ReasoningGymRegistry(("basic_arithmetic",), format_weight=1.0)
+    text = "<answer>definitely wrong</answer>"
+    assert registry.score(QuestionRef("basic_arithmetic", 0, 2), text) == format_score(text) > 0.0
+
+
+def test_a_question_without_a_reference_answer_has_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    registry = ReasoningGymRegistry(("basic_arithmetic",))
+    ref = QuestionRef("basic_arithmetic", 0, 1)
+    for entry, answer in (({"question": "q?"}, None), ({"question": "q?", "answer": 12}, "12")):
+        monkeypatch.setattr(registry, "_dataset_and_entry", lambda _ref, entry=entry: (None, entry))
+        assert registry.question(ref) == (PROMPT_TEMPLATE.format(question="q?"), answer)
+
+
+def test_content_keys_and_the_held_out_split_are_the_tasks_own() -> None:
+    """leg_counting's key is its animals and counts, not the question's text; the held-out split
+    hashes the task's name with the key, so a task's share is its own."""
+    registry = ReasoningGymRegistry(("leg_counting",))
+    refs = [QuestionRef("leg_counting", 3, i) for i in range(200)]
+    for ref in refs[:5]:
+        entry = registry.entry(ref)
+        assert registry.content_key(ref) == content_key("leg_counting", entry) != content_key("other", entry)
+    verdicts = [registry.is_heldout(ref) for ref in refs]
+    assert verdicts == [heldout_key("leg_counting", registry.content_key(ref)) for ref in refs]
+    assert verdicts != [heldout_key("other", registry.content_key(ref)) for ref in refs]
+
+
+def test_the_evaluation_set_is_the_registrys_seed_and_difficulty(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The on-disk set is keyed by (tasks, difficulty, seed, ...): a registry of another
+    difficulty or seed must not read this one's set."""
+    asked: list[tuple[object, ...]] = []
+
+    def cached(
+        tasks: object, seed: object, per_task: object, key: object, split: object, difficulty: object
+    ) -> list:
+        asked.append((tasks, seed, per_task, split, difficulty))
+        return [QuestionRef("leg_counting", 9, 1)]
+
+    monkeypatch.setattr("trainer.tasks.cached_evaluation_questions", cached)
+    registry = ReasoningGymRegistry(("leg_counting",), difficulty=2)
+    assert registry.eval_questions(4, 9, "test") == [QuestionRef("leg_counting", 9, 1)]
+    registry.eval_questions(4, 9, "test")  # memoised: asked once
+    assert asked == [(("leg_counting",), 9, 4, "test", 2)]
