@@ -50,6 +50,8 @@ def test_one_lane_and_one_slot_are_a_valid_queue() -> None:
 
 def test_lane_limits_name_existing_lanes_and_allow_at_least_one_job() -> None:
     LaneQueue[str](4, lanes=2, lane_limits={0: 1, 1: 1})  # lane 0 may be limited too
+    with pytest.raises(ValueError, match=re.escape("lanes in 0..1")):
+        LaneQueue[str](4, lane_limits={2: 1})  # two lanes unless told otherwise
     message = "^" + re.escape("lane limits need lanes in 0..1 and limits >= 1: ")
     for limits in ({2: 1}, {-1: 1}, {1: 0}, {0: 0}):
         with pytest.raises(ValueError, match=message):
