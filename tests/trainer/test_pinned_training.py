@@ -391,3 +391,36 @@ def test_the_evaluation_set_is_the_registrys_seed_and_difficulty(monkeypatch: py
     assert registry.eval_questions(4, 9, "test") == [QuestionRef("leg_counting", 9, 1)]
     registry.eval_questions(4, 9, "test")  # memoised: asked once
     assert asked == [(("leg_counting",), 9, 4, "test", 2)]
+
+
+def test_a_difficulty_of_zero_draws_from_the_curriculums_lowest_level() -> None:
+    """Difficulty 0 is a level (the easiest), not "no difficulty": the items differ from the
+    task's default configuration's."""
+    import reasoning_gym.factory as factory
+
+    curriculum = factory.create_curriculum("leg_counting")
+    curriculum.set_global_level(0)
+    config = curriculum.generate_configuration({"seed": 3, "size": 1})
+    level_zero = factory.DATASETS["leg_counting"][0](config=config)
+    leveled = ReasoningGymRegistry(("leg_counting",), difficulty=0)
+    default = ReasoningGymRegistry(("leg_counting",))
+    for index in range(3):
+        ref = QuestionRef("leg_counting", 3, index)
+        assert leveled.entry(ref)["question"] == level_zero[index]["question"]
+        assert leveled.entry(ref)["question"] != default.entry(ref)["question"]
+
+
+def test_refusals_name_their_cause(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(TaskError, match=r"^no tasks given$"):
+        ReasoningGymRegistry(())
+    registry = ReasoningGymRegistry(("basic_arithmetic",))
+    with pytest.raises(TaskError, match=r"^task 'codeio' is denied: unsafe: runs exec\(\)"):
+        registry.question(QuestionRef("codeio", 0, 0))
+    dataset = registry._dataset("basic_arithmetic", 0)
+
+    def boom(self: object, index: int) -> dict[str, str]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(type(dataset), "__getitem__", boom)
+    with pytest.raises(TaskError, match=r"^basic_arithmetic\[5\] failed to generate: boom$"):
+        registry.question(QuestionRef("basic_arithmetic", 0, 5))
