@@ -155,6 +155,22 @@ def test_the_surrogate_clips_only_the_side_the_advantage_pushes_towards() -> Non
     assert grad[2].item() == pytest.approx(-0.5 / 4, rel=1e-5)
 
 
+def test_the_clip_fraction_counts_only_tokens_clipped_on_their_advantages_side() -> None:
+    """A token is clipped when its ratio left the trust region on the side its advantage
+    pushes towards; a token inside the region, on the other side, or with no advantage is not."""
+    ratios = [1.5, 1.5, 0.5, 0.5, 1.0, 1.0, 1.5, 0.5, 0.5]
+    advantages = [1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 0.0, 0.0, 0.5]
+    clipped = [True, False, False, True, False, False, False, False, False]
+    parts = grpo_loss(**_one_token_rows(ratios, advantages), eps_low=0.2, eps_high=0.28)
+    assert parts.clip_fraction == pytest.approx(sum(clipped) / len(clipped))
+
+
+def test_a_ratio_exactly_at_the_clip_bound_is_not_counted_as_clipped() -> None:
+    logps = torch.zeros(2, 1)  # ratio exactly 1.0 = 1 - 0 = 1 + 0
+    parts = grpo_loss(logps, logps, torch.tensor([1.0, -1.0]), torch.ones(2, 1), eps_low=0.0, eps_high=0.0)
+    assert parts.clip_fraction == 0.0
+
+
 def test_the_clip_fraction_counts_live_tokens_only() -> None:
     rows = _one_token_rows([1.5, 1.5], [1.0, 1.0])
     rows["mask"] = torch.tensor([[1.0], [0.0]])
