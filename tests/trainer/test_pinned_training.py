@@ -119,6 +119,8 @@ def test_completion_logps_are_the_tokens_log_softmax_at_the_sampling_temperature
     # token 3 is predicted at position 1, token 4 at position 2
     expected = torch.log_softmax(logits[0, 1:3] / 2.0, dim=-1)[[0, 1], [3, 4]]
     assert torch.allclose(got[0], expected, atol=1e-6)
+    plain = completion_logps(model, input_ids, attention, completion_width=2)  # temperature 1
+    assert torch.allclose(plain[0], torch.log_softmax(logits[0, 1:3], dim=-1)[[0, 1], [3, 4]], atol=1e-6)
     call = model.calls[0]
     assert call["logits_to_keep"] == 3 and call["use_cache"] is False
     assert call["position_ids"].tolist() == [[0, 0, 1, 2]]
