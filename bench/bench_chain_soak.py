@@ -29,13 +29,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import queue
-import shlex
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -43,6 +40,8 @@ from typing import Any
 
 from procfs import cpu_seconds, rss_mib
 from soak_flood import Flood
+
+from netlab.devnet import Devnet
 
 # Makes the tiny model's round fit a few-second stage on one thread; the swarm's rules are
 # untouched (the same config tests/chain's long swarm uses).
@@ -96,48 +95,6 @@ def slope_per_1000(points: list[tuple[float, float]]) -> float:
     if spread == 0:
         return 0.0
     return 1000 * sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / spread
-
-
-class Devnet:
-    """`swarmp2p chain devnet` as a child process, its output read on a thread."""
-
-    def __init__(self, directory: Path, nodes: int, stage_seconds: float, log: Path) -> None:
-        command = [
-            sys.executable, "-m", "swarmp2p.cli", "chain", "devnet", "--nodes", str(nodes),
-            "--dir", str(directory), "--stage-seconds", f"{stage_seconds:g}", "--port", "0",
-            "--backend", "anvil",
-        ]  # fmt: skip
-        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.log = log.open("w")
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self.log.write(line)
-            self.log.flush()
-            self.lines.put(line.rstrip("\n"))
-
-    def node_commands(self, timeout_s: float = 120) -> list[list[str]]:
-        """The printed `swarmp2p node` commands, once the devnet says it is ready."""
-        seen: list[str] = []
-        deadline = time.monotonic() + timeout_s
-        while not (seen and seen[-1].startswith("state: ")):
-            try:
-                seen.append(self.lines.get(timeout=max(0.1, deadline - time.monotonic())))
-            except queue.Empty:
-                raise SystemExit("devnet printed no 'state:' line:\n" + "\n".join(seen)) from None
-        return [shlex.split(line.strip()) for line in seen if line.strip().startswith("swarmp2p node")]
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
 
 class ChainWatch:
@@ -199,7 +156,7 @@ def start_nodes(
 
 
 def run(args: argparse.Namespace, samples_file: Path) -> None:
-    devnet = Devnet(args.out / "devnet", args.nodes, args.stage_seconds, args.out / "devnet.log")
+    devnet = Devnet(args.out / "devnet", args.nodes, "anvil", args.stage_seconds, log=args.out / "devnet.log")
     nodes: list[tuple[subprocess.Popen, Path, int]] = []
     flood: Flood | None = None
     try:
@@ -315,9 +272,18 @@ def plot(path: Path, rows: list[dict[str, Any]], warmup_rounds: int) -> None:
             axis.plot(
                 [row["round"] for row in mine], [row[series] for row in mine], lw=1.0, label=f"node {node}"
             )
-    for axis, label in zip(axes, labels.values(), strict=True):
+    settled_rss = [float(row["rss_mib"]) for row in rows if row["round"] >= warmup_rounds]
+    for axis, series, label in zip(axes, labels, labels.values(), strict=True):
         axis.set_ylabel(label, fontsize=8)
-        axis.set_ylim(bottom=0, top=max(1.0, axis.get_ylim()[1] * 1.1))
+        if series == "rss_mib" and settled_rss:
+            # Fitted to the values after the warm-up: a slope of tens of MiB on a 500 MiB
+            # process is flat on an axis from 0 (the start-up's lower samples fall below it).
+            low, high = min(settled_rss), max(settled_rss)
+            margin = max(5.0, 0.1 * (high - low))
+            axis.set_ylim(low - margin, high + margin)
+            axis.set_ylabel(f"{label}\nafter the warm-up", fontsize=8)
+        else:
+            axis.set_ylim(bottom=0, top=max(1.0, axis.get_ylim()[1] * 1.1))
         axis.axvline(warmup_rounds, color="grey", ls=":", lw=1)
         axis.grid(alpha=0.3)
     axes[-1].set_xlabel(f"chain rounds (dotted: end of the {warmup_rounds}-round warm-up)")
