@@ -18,6 +18,7 @@ from protocol import codec
 from protocol.errors import ProtocolError
 from protocol.messages import WireMessage
 from tests.helpers.strategies import wire_messages
+from tests.protocol.vectors.golden_fixtures import MESSAGES
 
 # Values that break some field's type or bound: wrong types, edges of ints and byte lengths,
 # multi-byte text at and around the string caps, non-finite floats, containers of any shape.
@@ -167,3 +168,91 @@ def test_a_value_of_another_class_steps_aside(encoding: bool) -> None:
     record = codec.SCHEMAS[next(iter(codec.SCHEMAS))]
     with pytest.raises(codec._Slow):
         codec._compile_record(record, encoding=encoding)(object())
+
+
+def _edges(spec: Any) -> list[tuple[Any, bool]]:
+    """(value, within the spec) at and just past each bound of a leaf spec."""
+    if isinstance(spec, codec.Int):
+        return [(spec.lo, True), (spec.hi, True), (spec.lo - 1, False), (spec.hi + 1, False)]
+    if isinstance(spec, codec.Float):
+        return [
+            (float(spec.lo), True),
+            (float(spec.hi), True),
+            (spec.lo - 0.5, False),
+            (spec.hi + 0.5, False),
+        ]
+    if isinstance(spec, codec.Str):
+        edges = [("x" * spec.max_bytes, True), ("x" * (spec.max_bytes + 1), False)]
+        edges += [("é" * (spec.max_bytes // 2), True), ("é" * (spec.max_bytes // 2 + 1), False)]
+        return edges + [("x" * spec.min_bytes, True)] + ([("", False)] if spec.min_bytes else [])
+    if isinstance(spec, codec.Bytes):
+        # Zero bytes: valid log-probs (0.0) too, so only the length decides.
+        edges = [(bytes(spec.min_len), True), (bytes(spec.max_len), True), (bytes(spec.max_len + 1), False)]
+        return edges + ([(bytes(spec.min_len - 1), False)] if spec.min_len else [])
+    return []
+
+
+def _leaves(spec: Any, value: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], Any]]:
+    """(path, leaf spec) of every scalar position of a wire body."""
+    if isinstance(spec, codec.Record):
+        found = []
+        for name, field_spec in spec.fields.items():
+            found += _leaves(field_spec, value[name], (*path, name))
+        return found
+    if isinstance(spec, codec.Seq):
+        return [leaf for index, item in enumerate(value) for leaf in _leaves(spec.item, item, (*path, index))]
+    return [(path, spec)]
+
+
+SAMPLES = [message for name, message in MESSAGES.items() if name not in {"fetch_resp", "fetch_resp_missing"}]
+
+
+@pytest.mark.parametrize("message", SAMPLES, ids=lambda message: type(message).__name__)
+def test_every_bound_is_the_fast_paths_bound_too(message: WireMessage) -> None:
+    """At each field's bound the fast path accepts (a well-formed message never steps aside);
+    one past it, it steps aside for the interpreter to reject."""
+    record = codec.SCHEMAS[type(message)]
+    wire = _wire_body(message)
+    fast = codec._compile_record(record, encoding=False)
+    for path, spec in _leaves(record, wire):
+        for value, within in _edges(spec):
+            body = _replace(wire, path, value)
+            try:
+                expected: Any = codec._check_record(record, body, "m", encoding=False)
+            except ProtocolError as error:
+                expected = error.reason
+            if within:  # never steps aside; a cross-field check may still refuse, as in the interpreter
+                try:
+                    got: Any = fast(body)
+                except ProtocolError as error:
+                    got = error.reason
+                assert got == expected, (path, value)
+            else:
+                assert isinstance(expected, str), (path, value)
+                with pytest.raises((codec._Slow, ProtocolError)):
+                    fast(body)
+
+
+@pytest.mark.parametrize("message", SAMPLES, ids=lambda message: type(message).__name__)
+def test_every_hostile_value_anywhere_is_judged_as_the_interpreter_judges_it(message: WireMessage) -> None:
+    record = codec.SCHEMAS[type(message)]
+    wire = _wire_body(message)
+    for encoding, base, paths, replace in (
+        (False, wire, _paths(wire)[1:], _replace),
+        (True, message, _object_paths(message), _replace_object),
+    ):
+        fast = codec._compile_record(record, encoding=encoding)
+        for path in paths:
+            for value in HOSTILE:
+                hostile = replace(base, path, value)
+                try:
+                    expected: Any = codec._check_record(record, hostile, "m", encoding=encoding)
+                except ProtocolError as error:
+                    expected = error.reason
+                try:
+                    got: Any = fast(hostile)
+                except codec._Slow:
+                    continue
+                except ProtocolError as error:
+                    got = error.reason
+                assert got == expected, (encoding, path, value)
