@@ -18,13 +18,15 @@ import pytest
 import trio
 import trio.testing
 
-from protocol.decisions import Accept, FetchJob, NeedInputs
+from protocol.decisions import Accept, Fetch, FetchJob, NeedInputs
+from protocol.errors import ProtocolError
 from protocol.messages import FetchResponse
 from swarmp2p.fetch_queue import LaneQueue
 from swarmp2p.fetcher import Fetcher
 from swarmp2p.peer_cache import VerifyCache
 from swarmp2p.peer_settings import PeerSettings, batch_dht_key
-from swarmp2p.ports import InboundMessage, NetworkError
+from swarmp2p.ports import InboundMessage, InlineHandler, NetworkError
+from swarmp2p.pushed import PUSHED_PREFIX, unwrap
 
 T = TypeVar("T")
 
@@ -190,14 +192,23 @@ class ServingNetwork:
         self.bounds_waits = not hang
         self.connected: list[str] = []
         self.dht_keys: list[str] = []
+        self.requests: list[object] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
         self.cache = VerifyCache()
 
     def connected_peers(self) -> Sequence[str]:
         return self.connected
 
     async def request(self, peer_id: str, data: bytes, timeout_s: float) -> bytes:
-        if self.hang:
-            await trio.sleep_forever()
+        self.requests.append(self.cache.decode(data))
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            if self.hang:
+                await trio.sleep_forever()
+        finally:
+            self.in_flight -= 1
         if peer_id not in self.serving:
             raise NetworkError("no answer")
         return self.cache.encode(FetchResponse(found=True, envelope=b"env:" + peer_id.encode()))
@@ -234,11 +245,38 @@ class RecordingInbox:
         jobs = self.needs.pop(job.sender, None)
         return NeedInputs(jobs) if jobs else None
 
-    def unknown_budget_full(self) -> bool:
-        return False
+    budget_full = False
+    known: frozenset[str] = frozenset()
+    decision: object = None
+    lane = 0
 
-    def heard(self, sender: str, data: bytes, shared: object) -> None:
+    def unknown_budget_full(self) -> bool:
+        return self.budget_full
+
+    def established(self, sender: str) -> bool:
+        return sender in self.known
+
+    def peers_connected(self, peers: Sequence[str]) -> None:
+        self.calls.append(("connected", tuple(peers)))
+
+    def heard(self, sender: str, data: bytes, shared: object) -> object:
         self.calls.append(("heard", sender, data))
+        self.shared = shared
+        if isinstance(self.decision, Exception):
+            raise self.decision
+        return self.decision
+
+    def reject(self, reason: str, blame: str | None) -> None:
+        self.calls.append(("reject", reason, blame))
+
+    def fetch_lane(self, sender: str) -> int:
+        return self.lane
+
+    def queued(self, job: FetchJob) -> None:
+        pass
+
+    def top_up(self, round_number: int) -> None:
+        return None
 
 
 def job(sender: str, stage: int = 0, *, dht_only: bool = False) -> FetchJob:
@@ -258,18 +296,26 @@ def test_a_later_stage_batch_gets_its_inputs_and_theirs_before_it_is_judged_agai
     """Stage 2's batch needs a and b (stage 1); a needs c (stage 0). Each input comes from its
     author, else the DHT (b is served by nobody: judged missing); an input's own inputs are
     fetched before it is handed over as the last word on it."""
-    inbox = RecordingInbox({"top": (job("a", 1), job("b", 1)), "a": (job("c"),)})
-    network = ServingNetwork({"top", "a", "c"}, {})
-    accepted = run_virtual(lambda: fetcher(inbox, network)._fetch_and_verify(job("top", 2)))
+    inbox = RecordingInbox({"top": (job("a", 2), job("b", 2)), "a": (job("c", 1),), "c": (job("d"),)})
+    network = ServingNetwork({"top", "a", "c", "d"}, {})
+    accepted = run_virtual(lambda: fetcher(inbox, network)._fetch_and_verify(job("top", 3)))
     assert accepted
     assert inbox.calls == [
         ("fetched", "top", b"env:top", True, False),
         ("input", "a", b"env:a", False),
+        ("input", "c", b"env:c", False),
+        ("input", "d", b"env:d", True),
         ("input", "c", b"env:c", True),
         ("input", "a", b"env:a", True),
         ("input", "b", None, False),
         ("fetched", "top", b"env:top", True, True),
     ]
+    # every fetch asked its author for the batch of its round and stage; b fell back to the DHT
+    assert [(r.peer_id, r.round, r.stage, r.swarm_id) for r in network.requests] == [  # type: ignore[attr-defined]
+        ("top", 7, 3, SWARM_ID), ("a", 7, 2, SWARM_ID), ("c", 7, 1, SWARM_ID), ("d", 7, 0, SWARM_ID),
+        ("b", 7, 2, SWARM_ID),
+    ]  # fmt: skip
+    assert inbox.counters["fetches"] == 5 and inbox.counters["dht_fallbacks"] == 1
 
 
 def test_a_sweep_of_a_peer_not_connected_reads_its_batch_key_in_the_dht() -> None:
@@ -301,6 +347,7 @@ def test_without_a_port_timeout_a_fetch_gives_up_on_the_peer_then_on_the_dht() -
 
     got, ended_at, dht_keys = run_virtual(main)
     assert got is None and ended_at == pytest.approx(3 * TIMEOUT_S)
+    assert [(r.peer_id, r.round, r.stage) for r in network.requests] == [("slow", 7, 0)]  # type: ignore[attr-defined]
     assert dht_keys == [batch_dht_key(SWARM_ID, 7, 0, "slow")]
 
 
@@ -314,3 +361,93 @@ def test_one_instants_deliveries_reach_each_fetcher_in_order() -> None:
     Fetcher.handle_announcement_many(deliveries)
     assert inboxes[0].calls == [("heard", "p1", b"one"), ("heard", "p2", b"two")]
     assert inboxes[1].calls == [("heard", "p3", b"three")]
+
+
+def test_one_worker_for_unknown_senders_when_asked_for_one() -> None:
+    inbox = RecordingInbox()
+    inbox.lane = 1  # every sender unknown
+    network = ServingNetwork(set(), {}, hang=True)
+    settings = PeerSettings(
+        swarm_id=SWARM_ID, seed=1, tasks=("echo",), fetch_timeout_s=TIMEOUT_S,
+        fetch_concurrency=4, unknown_fetch_concurrency=1,
+    )  # fmt: skip
+    worker = Fetcher(settings, "me", network, inbox, VerifyCache(), on_hold=lambda: None)  # type: ignore[arg-type]
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            worker.start(nursery)
+            for i in range(4):
+                worker.enqueue(job(f"stranger{i}"))
+            await trio.sleep(20 * TIMEOUT_S)
+            nursery.cancel_scope.cancel()
+
+    run_virtual(main)
+    assert network.most_in_flight == 1 and len(network.requests) == 4
+
+
+def test_a_failing_announcement_is_logged_with_the_peer_and_counted(caplog: pytest.LogCaptureFixture) -> None:
+    inbox = RecordingInbox()
+    inbox.decision = RuntimeError("inbox bug")
+    subject = fetcher(inbox, ServingNetwork(set(), {}))
+    with caplog.at_level("ERROR", logger="swarmp2p.peer"):
+        subject.handle_announcement(InboundMessage("t", "p1", b"plain"))
+    assert [r.getMessage() for r in caplog.records] == ["me: handling an announcement failed"]
+    assert inbox.calls[-1] == ("reject", "internal_error", None)
+
+
+def test_the_inline_handler_is_the_fetchers_own() -> None:
+    subject = fetcher(RecordingInbox(), ServingNetwork(set(), {}))
+    handler = subject.inline_handler()
+    assert isinstance(handler, InlineHandler)
+    assert handler.one == subject.handle_announcement
+    assert handler.many is Fetcher.handle_announcement_many and handler.receiver is subject
+
+
+def test_a_garbled_push_is_rejected_for_its_reason_and_blamed_on_its_sender() -> None:
+    inbox = RecordingInbox()
+    data = PUSHED_PREFIX + b"garbage"
+    with pytest.raises(ProtocolError) as error:
+        unwrap(data)
+    fetcher(inbox, ServingNetwork(set(), {})).on_announcement(InboundMessage("t", "p1", data))
+    assert inbox.calls == [("reject", error.value.reason, "p1")]
+
+
+def test_only_an_unknown_sender_past_the_budget_refreshes_the_connected_peers() -> None:
+    inbox = RecordingInbox()
+    inbox.budget_full, inbox.known = True, frozenset({"known"})
+    network = ServingNetwork(set(), {})
+    network.connected = ["known", "other"]
+    subject = fetcher(inbox, network)
+    shared = object()
+    subject.announced("known", b"a1", shared)
+    assert inbox.shared is shared
+    subject.announced("stranger", b"a2", None)
+    assert inbox.calls == [
+        ("heard", "known", b"a1"),
+        ("connected", ("known", "other")),
+        ("heard", "stranger", b"a2"),
+    ]
+
+
+def test_a_pushed_batch_is_kept_for_its_job_and_dropped_when_the_queue_is_full() -> None:
+    inbox = RecordingInbox()
+    settings = PeerSettings(swarm_id=SWARM_ID, seed=1, tasks=("echo",), max_fetch_per_round=1)
+    subject = Fetcher(settings, "me", ServingNetwork(set(), {}), inbox, VerifyCache(), on_hold=lambda: None)  # type: ignore[arg-type]
+    first = FetchJob(round=7, stage=0, sender="p1", digest=b"d1", group_count=1)
+    second = FetchJob(round=7, stage=0, sender="p2", digest=b"d2", group_count=1)
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            subject.start(nursery)  # the workers have not run yet: the one slot fills
+            inbox.decision = Fetch(first)
+            subject.announced("p1", b"a1", None, b"batch1")
+            inbox.decision = Fetch(second)
+            subject.announced("p2", b"a2", None, b"batch2")
+            inbox.decision = Fetch(second)
+            subject.announced("p2", b"a2", None)  # not pushed: nothing kept
+            assert subject.pushed.take("p2", b"d2") is None
+            assert subject.pushed.take("p1", b"d1") == b"batch1"
+            nursery.cancel_scope.cancel()
+
+    run_virtual(main)
+    assert ("reject", "fetch_queue_full", None) in inbox.calls
