@@ -193,9 +193,7 @@ def soak(
         tallies: dict[int, RoundTally] = {}
         with samples_file.open("w") as out:
             while (elapsed := time.monotonic() - began) < args.minutes * 60:
-                if flood is not None:
-                    flood.keep_running()
-                time.sleep(min(args.sample_s, max(0.0, args.minutes * 60 - elapsed)))
+                wait_keeping_the_flood(min(args.sample_s, max(0.0, args.minutes * 60 - elapsed)), flood)
                 minute = (time.monotonic() - began) / 60
                 total_rss = 0.0
                 load = os.getloadavg()[0]
@@ -242,6 +240,22 @@ def soak(
     finally:
         if flood is not None:
             flood.stop()
+
+
+FLOOD_CHECK_S = 5.0  # how soon an attacker run that ended is replaced, within a sample's wait
+
+
+def wait_keeping_the_flood(seconds: float, flood: Flood | None) -> None:
+    """Sleep `seconds`, restarting the attacker whenever its run ends: checked once a sample, a
+    run that ends just after the check would leave the nodes unflooded for most of a minute."""
+    ends = time.monotonic() + seconds
+    while True:
+        if flood is not None:
+            flood.keep_running()
+        left = ends - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(left, FLOOD_CHECK_S) if flood is not None else left)
 
 
 def node_infos(out: Path, processes: list[subprocess.Popen]) -> list[dict[str, Any]]:

@@ -9,6 +9,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
@@ -218,3 +219,20 @@ def test_slopes_per_1000_rounds_tell_a_leak_from_a_counter_that_keeps_pace(tmp_p
     assert bench_soak.slope_per_1000([(0.0, 0.0), (500.0, 2.0)]) == 4.0
     bench_soak.plot(tmp_path / "soak.png", rows, warmup_min=2)
     assert (tmp_path / "soak.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_wait_between_samples_restarts_an_attacker_run_that_ended(monkeypatch: Any) -> None:
+    class CountingFlood:
+        """Flood.keep_running (tested above) restarts a run that ended; here: how often the
+        wait asks it to."""
+
+        checks = 0
+
+        def keep_running(self) -> None:
+            self.checks += 1
+
+    flood = CountingFlood()
+    monkeypatch.setattr(bench_soak, "FLOOD_CHECK_S", 0.2)
+    bench_soak.wait_keeping_the_flood(2.0, flood)  # type: ignore[arg-type]
+    assert flood.checks >= 3  # within one sample's wait, not once a sample
+    bench_soak.wait_keeping_the_flood(0.0, None)  # no flood: just the wait
