@@ -319,13 +319,17 @@ def too_late_to_start(
     to take `generate_ms` (measured; 0: not known) would publish at or after the swarm's
     collect deadline, `collect_fraction` of the stage in, where the peers that opened the
     stage at its start stop taking batches in. The share alone lets a peer that opens with
-    just over half the stage left publish after that deadline when its generation is slow."""
+    just over half the stage left publish after that deadline when its generation is slow.
+    A generation that outlasts the whole collect window publishes late from any start:
+    skipping for it would keep the peer from ever playing (and from measuring a faster
+    generation), so the share alone decides then."""
     if stage_ms is None or min_remaining <= 0:
         return False
     if stage_ends_ms - now_ms < min_remaining * stage_ms:
         return True
-    swarm_collect_until_ms = stage_ends_ms - stage_ms + int(collect_fraction * stage_ms)
-    return generate_ms > 0 and now_ms + generate_ms >= swarm_collect_until_ms
+    collect_ms = int(collect_fraction * stage_ms)
+    fits_from_the_start = 0 < generate_ms < collect_ms
+    return fits_from_the_start and now_ms + generate_ms >= stage_ends_ms - stage_ms + collect_ms
 
 
 # ---- the machine ------------------------------------------------------------------------

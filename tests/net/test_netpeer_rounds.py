@@ -68,9 +68,15 @@ class WatchedPort:
 
 
 class Swarm:
-    """`count` honest peers; `extra_train_s[i]` virtual seconds added to peer i's training."""
+    """`count` honest peers; `extra_train_s[i]` (`extra_generate_s[i]`) virtual seconds added
+    to peer i's training (generation)."""
 
-    def __init__(self, count: int, extra_train_s: dict[int, float] | None = None) -> None:
+    def __init__(
+        self,
+        count: int,
+        extra_train_s: dict[int, float] | None = None,
+        extra_generate_s: dict[int, float] | None = None,
+    ) -> None:
         self.clock = TrioClock(0)
         self.coordinator = ScheduleCoordinator(SwarmSchedule(SWARM, 0, ROUND_MS, 1, 5), self.clock)
         self.world = SimWorld(
@@ -81,10 +87,10 @@ class Swarm:
         assert self.settings.collect_fraction == COLLECT_FRACTION
         self.store = CheckpointStore()
         self.ports: list[WatchedPort] = []
-        extra = extra_train_s or {}
-        self.peers = [self._make_peer(i, extra.get(i, 0.0)) for i in range(count)]
+        train, generate = extra_train_s or {}, extra_generate_s or {}
+        self.peers = [self._make_peer(i, train.get(i, 0.0), generate.get(i, 0.0)) for i in range(count)]
 
-    def _make_peer(self, index: int, extra_train_s: float) -> Peer:
+    def _make_peer(self, index: int, extra_train_s: float, extra_generate_s: float) -> Peer:
         seed = seed_of(f"peer-{index}")
         port = WatchedPort(self.world.attach(peer_id_from_seed(seed)), self.clock.now_ms)
         self.ports.append(port)
@@ -92,7 +98,8 @@ class Swarm:
 
         async def offload(fn, *args):  # type: ignore[no-untyped-def]
             result = fn(*args)  # inline, then the policy's virtual compute time
-            slow = extra_train_s if getattr(fn, "__name__", "") == "train" else 0.0
+            name = getattr(fn, "__name__", "")
+            slow = {"train": extra_train_s, "generate": extra_generate_s}.get(name, 0.0)
             await trio.sleep(policy.take_cost() + slow)
             return result
 
@@ -187,6 +194,21 @@ def test_a_peer_that_falls_behind_skips_the_round_instead_of_publishing_late() -
         assert peer.counters["internal_error"] == 0
     assert slow.pace.level == 2 and slow.counters["pace_changes"] == 2  # 2 of 4 questions, then 1
     assert slow.machine.expected_generate_ms == 2_000  # 4 questions at 0.5 s, from round 0
+
+
+def test_a_peer_whose_generation_outlasts_the_collect_window_still_plays_its_rounds() -> None:
+    # Peer 0 generates for 9 s (2 s + 7 s extra; 8 s once its pace halves its questions), past
+    # the swarm's 6 s collect deadline from any start: skipping by its measured generation would
+    # never let it play again (nor measure a faster one), so only the share of the round left
+    # decides, and it plays every round, late.
+    swarm = Swarm(3, extra_generate_s={0: 7.0})
+    swarm.run(rounds=5)
+    slow = swarm.peers[0]
+    assert slow.machine.expected_generate_ms >= 6_000  # the whole collect window
+    assert slow.counters["rounds_skipped"] == 0
+    assert sorted(r.round for r in slow.history) == list(range(5))  # a record for every round
+    assert not [r for r in slow.history if r.fate in ("skipped", "missed")]
+    assert len([r for r in slow.history if r.completed]) >= 3  # once its pace halved the work
 
 
 def test_without_the_guard_the_slow_peer_publishes_after_the_deadline() -> None:

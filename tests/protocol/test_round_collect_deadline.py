@@ -1,7 +1,8 @@
 """The too-late-to-start guard counts a peer's expected generation time against the swarm's
 collect deadline: a round is opened only when the peer's batch would be published before the
-peers that opened the stage at its start stop taking batches in, and only the share of the
-stage left or that deadline ever skip one."""
+peers that opened the stage at its start stop taking batches in (unless no start could: then
+skipping would only keep it out of every round), and only the share of the stage left or that
+deadline ever skip one."""
 
 from __future__ import annotations
 
@@ -48,9 +49,11 @@ def test_a_round_is_opened_only_when_its_batch_would_be_published_before_the_swa
     )
     now_ms = 5 * stage_ms + elapsed_ms
     fits_deadline = now_ms + generate_ms < swarm_collect_until_ms
+    never_fits = generate_ms >= int(collect_fraction * stage_ms)  # late from any start
     enough_left = stage_ms - elapsed_ms >= min_remaining * stage_ms
-    # Opened exactly when both hold: no batch published late, no round skipped that fit.
-    assert opened == (fits_deadline and enough_left)
+    # Opened exactly when both hold: no batch published late that a skip would have kept from
+    # being late, no round skipped that fit.
+    assert opened == ((fits_deadline or never_fits) and enough_left)
 
 
 def test_just_over_half_left_is_skipped_when_the_measured_generation_would_publish_at_the_deadline() -> None:
@@ -60,5 +63,9 @@ def test_just_over_half_left_is_skipped_when_the_measured_generation_would_publi
     assert opened_or_skipped(10_000, 0.6, 0.5, 999, 5_000) == (True, 56_000)
     # Not measured yet (0): the share of the stage left alone decides, as before any round ran.
     assert opened_or_skipped(10_000, 0.6, 0.5, 0, 5_000)[0]
+    # A generation longer than the 6 s collect window is late from any start: skipping would
+    # keep the peer out of every round, so the share of the stage left decides.
+    assert opened_or_skipped(10_000, 0.6, 0.5, 6_000, 5_000)[0]
+    assert not opened_or_skipped(10_000, 0.6, 0.5, 6_000, 5_001)[0]
     # 0 turns the guard off altogether, measured generation or not.
     assert opened_or_skipped(10_000, 0.6, 0.0, 9_000, 5_000)[0]
