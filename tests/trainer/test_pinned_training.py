@@ -111,19 +111,19 @@ class _FixedLogits(torch.nn.Module):
 
 def test_completion_logps_are_the_tokens_log_softmax_at_the_sampling_temperature() -> None:
     torch.manual_seed(0)
-    logits = torch.randn(1, 4, 5)  # positions 0..3 of a 2-token prompt + 2-token completion
-    input_ids = torch.tensor([[1, 2, 3, 4]])
-    attention = torch.tensor([[0, 1, 1, 1]])
+    logits = torch.randn(1, 5, 5)  # positions 0..4 of a 3-token prompt + 2-token completion
+    input_ids = torch.tensor([[1, 2, 0, 3, 4]])
+    attention = torch.tensor([[0, 1, 1, 1, 1]])
     model = _FixedLogits(logits)
     got = completion_logps(model, input_ids, attention, completion_width=2, temperature=2.0)
-    # token 3 is predicted at position 1, token 4 at position 2
-    expected = torch.log_softmax(logits[0, 1:3] / 2.0, dim=-1)[[0, 1], [3, 4]]
+    # token 3 is predicted at position 2, token 4 at position 3
+    expected = torch.log_softmax(logits[0, 2:4] / 2.0, dim=-1)[[0, 1], [3, 4]]
     assert torch.allclose(got[0], expected, atol=1e-6)
     plain = completion_logps(model, input_ids, attention, completion_width=2)  # temperature 1
-    assert torch.allclose(plain[0], torch.log_softmax(logits[0, 1:3], dim=-1)[[0, 1], [3, 4]], atol=1e-6)
+    assert torch.allclose(plain[0], torch.log_softmax(logits[0, 2:4], dim=-1)[[0, 1], [3, 4]], atol=1e-6)
     call = model.calls[0]
     assert call["logits_to_keep"] == 3 and call["use_cache"] is False
-    assert call["position_ids"].tolist() == [[0, 0, 1, 2]]
+    assert call["position_ids"].tolist() == [[0, 0, 1, 2, 3]]
     assert torch.equal(call["attention_mask"], attention)
 
 
