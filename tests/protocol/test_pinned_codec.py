@@ -4,6 +4,7 @@ framing errors' texts are pinned whole, with their counter keys."""
 
 from __future__ import annotations
 
+import attrs
 import msgpack
 import pytest
 from hypothesis import given
@@ -15,11 +16,13 @@ from protocol.messages import (
     KIND_OF,
     PROTOCOL_VERSION,
     FetchResponse,
+    QuestionRef,
     RewardReport,
     SwarmSchedule,
     WireMessage,
 )
 from tests.helpers.strategies import wire_messages
+from tests.protocol.vectors.golden_fixtures import MESSAGES
 
 REPORT = RewardReport(swarm_id="swarm", round=3, stage=1, peer_id="peer", reward=0.25)
 
@@ -131,3 +134,46 @@ def test_an_unknown_kind_has_no_prefix() -> None:
     with pytest.raises(ValueError) as caught:
         codec.kind_prefix("nope")
     assert str(caught.value) == "unknown message kind 'nope'"
+
+
+def _with(kind: str, **changes: object) -> bytes:
+    body = msgpack.unpackb(codec.encode(MESSAGES[kind]), raw=False)["b"]
+    body.update(changes)
+    return msgpack.packb({"v": PROTOCOL_VERSION, "k": kind, "b": body}, use_bin_type=True)
+
+
+@pytest.mark.parametrize(
+    ("kind", "changes", "expected"),
+    [
+        ("reward", {"swarm_id": 1}, "bad_type: reward.swarm_id: expected str, got int"),
+        ("reward", {"swarm_id": "x" * 65}, "oversized: reward.swarm_id: 65 bytes > 64"),
+        ("reward", {"swarm_id": ""}, "out_of_range: reward.swarm_id: 0 bytes < 1"),
+        ("reward", {"round": "1"}, "bad_type: reward.round: expected int, got str"),
+        ("reward", {"round": -1}, "out_of_range: reward.round: -1 not in [0, 9223372036854775807]"),
+        ("reward", {"reward": 1}, "bad_type: reward.reward: expected float, got int"),
+        ("reward", {"reward": float("nan")}, "non_finite: reward.reward: nan"),
+        ("reward", {"reward": 2.0}, "out_of_range: reward.reward: 2.0 not in [0.0, 1.0]"),
+        ("announce", {"batch_digest": "x"}, "bad_type: announce.batch_digest: expected bytes, got str"),
+        ("announce", {"batch_digest": b"x" * 33}, "oversized: announce.batch_digest: 33 bytes > 32"),
+        ("announce", {"batch_digest": b"x"}, "out_of_range: announce.batch_digest: 1 bytes < 32"),
+        ("fetch_resp", {"found": 1}, "bad_type: fetch_resp.found: expected bool, got int"),
+        ("winners", {"winners": "x"}, "bad_type: winners.winners: expected array, got str"),
+        ("reward", {"x": 1}, "extra_key: reward: unknown key 'x'"),
+    ],
+)
+def test_a_bad_field_is_named_with_what_was_wrong(
+    kind: str, changes: dict[str, object], expected: str
+) -> None:
+    assert error_of(codec.decode, _with(kind, **changes)) == expected
+
+
+def test_encoding_names_what_cannot_travel() -> None:
+    lone = attrs.evolve(REPORT, swarm_id="\ud800")
+    assert error_of(codec.encode, lone) == "bad_type: reward.swarm_id: string is not encodable as UTF-8"
+    hello = attrs.evolve(MESSAGES["hello"], schedule=QuestionRef("t", 0, 0))
+    assert (
+        error_of(codec.encode, hello) == "bad_type: hello.schedule: expected SwarmSchedule, got QuestionRef"
+    )
+    assert error_of(codec.encode, object()) == "unknown_kind: cannot encode object"
+    assert error_of(codec.validate, object()) == "unknown_kind: no wire schema for object"
+    assert error_of(codec.validate, QuestionRef("", 0, 0)) == "out_of_range: QuestionRef.task: 0 bytes < 1"
