@@ -2,7 +2,10 @@
 --bootstrap dials the addresses `getBootnodes` returns, and a node whose account is the
 contract's bootnode manager publishes its own listen addresses there (replacing its stale ones
 from an earlier run). Unit tests run `sync_bootnodes` on the embedded chain; the slow test runs
-two `swarmp2p node` processes on anvil with no --bootstrap at all."""
+two `swarmp2p node` processes on anvil with no --bootstrap at all, the test playing the stage
+manager. It also checks the chain path of `swarmp2p node --chain-rpc URL --contract ADDR
+--eth-key FILE`: both nodes take the swarm and its round clock from the contract, register their
+peer ids from their own Ethereum accounts and submit each reward with the value they logged."""
 
 from __future__ import annotations
 
@@ -108,6 +111,16 @@ def test_two_nodes_find_each_other_through_the_contract_alone(tmp_path: Path, an
             nodes[1].start()
             second = nodes[1].info()
             assert set(listed().call()) == set(first["listen_addrs"]), "a non-manager published"
+            ids = [first["peer_id"], second["peer_id"]]
+            # Both derive the swarm from the contract, not from each other.
+            assert first["schedule"] == second["schedule"]
+            assert first["schedule"]["swarm_id"] == f"chain-{chain.address.lower()[2:14]}"
+            # Registered on-chain by the node's own Ethereum account.
+            wait_for(
+                lambda: all(chain.owner_of(p) == a for p, a in zip(ids, addresses, strict=True)),
+                30,
+                "registration",
+            )
 
             def exchanged(node: NodeProcess, other: str) -> bool:
                 return any(r["peers"] >= 1 and other in r["accepted_peers"] for r in node.rounds())
@@ -121,6 +134,22 @@ def test_two_nodes_find_each_other_through_the_contract_alone(tmp_path: Path, an
             # Its join lines name the chain and a key of the joiner's own (they once named neither).
             assert f"--contract {chain.address}" in nodes[0].output()
             assert "swarmp2p chain new-key " in nodes[0].output()
+            # A completed round's reward is on the contract with the value the node logged.
+            for node, peer_id in zip(nodes, ids, strict=True):
+                records = [r for r in node.rounds() if r["completed"]]
+                assert all(r["round"] <= chain.current_round() for r in records)
+                wait_for(
+                    lambda node=node, peer_id=peer_id: any(
+                        chain.has_reward(r["round"], peer_id) for r in node.rounds() if r["completed"]
+                    ),
+                    30,
+                    f"a reward of {peer_id} on the contract",
+                )
+                rewarded = next(
+                    r for r in node.rounds() if r["completed"] and chain.has_reward(r["round"], peer_id)
+                )
+                stored = chain.contract.functions.stageReward(rewarded["round"], 0, peer_id).call()
+                assert stored == round(rewarded["reward"] * 10**6), (rewarded, stored)
             for node in nodes:
                 assert node.stop(signal.SIGTERM) == 0, node.output()
         except BaseException:
