@@ -9,10 +9,12 @@ import pytest
 from protocol.messages import Completion, QuestionGroup, QuestionRef
 from protocol.sampling import (
     REWARD_TOLERANCE,
+    PeerRecord,
     SamplingRule,
     SamplingState,
     observe_round,
     rewards_differ,
+    sample_training_groups,
     teaches,
 )
 
@@ -92,3 +94,72 @@ def test_an_adaptive_split_with_no_margin_holds_still_on_equal_rates() -> None:
         n_external=4,
     )
     assert fewer.n_external == 3
+
+
+TEACHING = [group(0, [0.0, 1.0])]
+FORMAT_ONLY = [group(1, [0.0, 0.2])]
+
+
+def test_explicit_zero_bounds_are_kept_not_read_as_defaults() -> None:
+    assert SamplingRule(min_external=0, max_external=0).external_bounds(8) == (0, 0)
+    assert SamplingRule(min_external=0).external_bounds(8) == (0, 6)
+
+
+def test_a_fraction_may_be_one_but_no_more() -> None:
+    assert SamplingRule(solved=1.0).solved == 1.0
+    with pytest.raises(ValueError) as raised:
+        SamplingRule(solved=1.5)
+    assert str(raised.value) == "solved must be in [0, 1], got 1.5"
+
+
+def test_rewards_exactly_the_tolerance_apart_are_equal() -> None:
+    assert not rewards_differ([0.0, REWARD_TOLERANCE])
+
+
+def test_a_bool_is_not_a_count() -> None:
+    with pytest.raises(ValueError) as raised:
+        sample_training_groups([], {}, n_local=True, n_external=0, max_per_peer=1, seed=0)
+    assert str(raised.value) == "n_local must be a non-negative int, got True"
+
+
+def test_filtered_rates_are_moving_averages_counted_per_round() -> None:
+    rule = SamplingRule(kind="filtered", smoothing=0.25)
+    state = observe_round(
+        rule, SamplingState(), [], {"a": [], "b": TEACHING}, round_number=0, n_local=4, n_external=4
+    )
+    assert state.peers["b"] == PeerRecord(rate=1.0, observations=1, last_round=0)  # "a" offered nothing
+    state = observe_round(rule, state, [], {"b": FORMAT_ONLY}, round_number=1, n_local=4, n_external=4)
+    assert state.peers["b"] == PeerRecord(rate=0.75, observations=2, last_round=1)
+    assert "a" not in state.peers
+
+
+def test_adaptive_rates_are_moving_averages_and_wait_for_both_sides() -> None:
+    rule = SamplingRule(kind="adaptive", smoothing=0.25)
+    first = observe_round(rule, SamplingState(), [], {"p": TEACHING}, round_number=0, n_local=4, n_external=4)
+    assert (first.local_rate, first.external_rate, first.n_external) == (None, 1.0, 4)  # no local side yet
+    second = observe_round(rule, first, TEACHING, {"p": FORMAT_ONLY}, round_number=1, n_local=4, n_external=4)
+    assert (second.local_rate, second.external_rate) == (1.0, 0.75)
+    third = observe_round(
+        rule, second, FORMAT_ONLY, {"p": FORMAT_ONLY}, round_number=2, n_local=4, n_external=4
+    )
+    assert (third.local_rate, third.external_rate) == (0.75, 0.5625)
+
+
+def test_filtered_draws_are_pinned() -> None:
+    # Observed peers of different rates, one at exactly the set-aside line, one never seen: the
+    # order of the draw is a function of the rates (weights), the seed and the keys, pinned here.
+    rule = SamplingRule(kind="filtered", min_observations=1, drop_below=0.5)
+    peers = {
+        "high": PeerRecord(rate=0.9, observations=3, last_round=0),
+        "low": PeerRecord(rate=0.1, observations=3, last_round=0),
+        "edge": PeerRecord(rate=0.25, observations=3, last_round=0),  # mean 0.5: exactly 0.5 * mean
+    }
+    state = SamplingState(peers=peers)
+    external = {
+        peer: [group(10 * n + i, [0.0, 1.0]) for i in range(3)] for n, peer in enumerate([*peers, "new"])
+    }
+    sampled = sample_training_groups(
+        [], external, n_local=0, n_external=12, max_per_peer=3, seed=11, rule=rule, state=state
+    )
+    order = [peer for peer, _ in sampled.external]
+    assert order == ["new", "new", "edge", "high", "high", "high", "edge", "new", "edge", "low", "low", "low"]
