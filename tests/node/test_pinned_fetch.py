@@ -228,8 +228,13 @@ class RecordingInbox:
         self.counters: Counter[str] = Counter()
         self.needs = dict(needs or {})
         self.calls: list[tuple[object, ...]] = []
+        self.top_ups: list[object] = []
+
+    broken: frozenset[str] = frozenset()  # senders whose fetch raises (an inbox bug)
 
     def may_fetch(self, job: FetchJob) -> bool:
+        if job.sender in self.broken:
+            raise RuntimeError("inbox bug")
         return True
 
     def fetched(
@@ -275,8 +280,9 @@ class RecordingInbox:
     def queued(self, job: FetchJob) -> None:
         pass
 
-    def top_up(self, round_number: int) -> None:
-        return None
+    def top_up(self, round_number: int) -> object:
+        self.calls.append(("top_up", round_number))
+        return self.top_ups.pop(0) if self.top_ups else None
 
 
 def job(sender: str, stage: int = 0, *, dht_only: bool = False) -> FetchJob:
@@ -451,3 +457,30 @@ def test_a_pushed_batch_is_kept_for_its_job_and_dropped_when_the_queue_is_full()
 
     run_virtual(main)
     assert ("reject", "fetch_queue_full", None) in inbox.calls
+
+
+def test_a_fetch_that_raised_is_logged_rejected_and_followed_by_a_top_up(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A failed announced fetch asks the inbox for a top-up and queues it; an accepted one asks
+    for none."""
+    inbox = RecordingInbox()
+    inbox.broken = frozenset({"p1"})
+    inbox.top_ups = [Fetch(job("p2"))]
+    subject = fetcher(inbox, ServingNetwork({"p2"}, {}))
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            subject.start(nursery)
+            subject.enqueue(job("p1"))
+            await trio.sleep(10 * TIMEOUT_S)
+            nursery.cancel_scope.cancel()
+
+    with caplog.at_level("ERROR", logger="swarmp2p.peer"):
+        run_virtual(main)
+    assert [r.getMessage() for r in caplog.records] == ["me: fetching from p1 failed unexpectedly"]
+    assert inbox.calls == [
+        ("reject", "internal_error", None),
+        ("top_up", 7),
+        ("fetched", "p2", b"env:p2", True, False),
+    ]
