@@ -150,16 +150,18 @@ def test_filtered_draws_are_pinned() -> None:
     # order of the draw is a function of the rates (weights), the seed and the keys, pinned here.
     rule = SamplingRule(kind="filtered", min_observations=1, drop_below=0.5)
     peers = {
-        "high": PeerRecord(rate=0.9, observations=3, last_round=0),
-        "low": PeerRecord(rate=0.1, observations=3, last_round=0),
+        "high": PeerRecord(rate=1.0, observations=3, last_round=0),
+        "mid": PeerRecord(rate=0.75, observations=3, last_round=0),
         "edge": PeerRecord(rate=0.25, observations=3, last_round=0),  # mean 0.5: exactly 0.5 * mean
+        "low": PeerRecord(rate=0.0, observations=3, last_round=0),
     }
     state = SamplingState(peers=peers)
     external = {
         peer: [group(10 * n + i, [0.0, 1.0]) for i in range(3)] for n, peer in enumerate([*peers, "new"])
     }
     sampled = sample_training_groups(
-        [], external, n_local=0, n_external=12, max_per_peer=3, seed=11, rule=rule, state=state
+        [], external, n_local=0, n_external=15, max_per_peer=3, seed=11, rule=rule, state=state
     )
     order = [peer for peer, _ in sampled.external]
-    assert order == ["new", "new", "edge", "high", "high", "high", "edge", "new", "edge", "low", "low", "low"]
+    pinned = ["new", "mid", "new", "edge", "high", "high", "high", "new", "mid", "edge", "mid", "edge"]
+    assert order == [*pinned, "low", "low", "low"]  # "low" set aside: taken last
