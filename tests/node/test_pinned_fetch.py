@@ -300,28 +300,28 @@ def run_virtual(main: Callable[[], Awaitable[T]]) -> T:
 
 def test_a_later_stage_batch_gets_its_inputs_and_theirs_before_it_is_judged_again() -> None:
     """Stage 2's batch needs a and b (stage 1); a needs c (stage 0). Each input comes from its
-    author, else the DHT (b is served by nobody: judged missing); an input's own inputs are
+    author, else the DHT (b and d are served by nobody: judged missing); an input's own inputs are
     fetched before it is handed over as the last word on it."""
     inbox = RecordingInbox({"top": (job("a", 2), job("b", 2)), "a": (job("c", 1),), "c": (job("d"),)})
-    network = ServingNetwork({"top", "a", "c", "d"}, {})
+    network = ServingNetwork({"top", "a", "c"}, {})
     accepted = run_virtual(lambda: fetcher(inbox, network)._fetch_and_verify(job("top", 3)))
     assert accepted
     assert inbox.calls == [
         ("fetched", "top", b"env:top", True, False),
         ("input", "a", b"env:a", False),
         ("input", "c", b"env:c", False),
-        ("input", "d", b"env:d", True),
+        ("input", "d", None, True),
         ("input", "c", b"env:c", True),
         ("input", "a", b"env:a", True),
         ("input", "b", None, False),
         ("fetched", "top", b"env:top", True, True),
     ]
-    # every fetch asked its author for the batch of its round and stage; b fell back to the DHT
+    # every fetch asked its author for the batch of its round and stage; d and b fell back to the DHT
     assert [(r.peer_id, r.round, r.stage, r.swarm_id) for r in network.requests] == [  # type: ignore[attr-defined]
         ("top", 7, 3, SWARM_ID), ("a", 7, 2, SWARM_ID), ("c", 7, 1, SWARM_ID), ("d", 7, 0, SWARM_ID),
         ("b", 7, 2, SWARM_ID),
     ]  # fmt: skip
-    assert inbox.counters["fetches"] == 5 and inbox.counters["dht_fallbacks"] == 1
+    assert inbox.counters["fetches"] == 5 and inbox.counters["dht_fallbacks"] == 2
 
 
 def test_a_sweep_of_a_peer_not_connected_reads_its_batch_key_in_the_dht() -> None:
@@ -369,13 +369,16 @@ def test_one_instants_deliveries_reach_each_fetcher_in_order() -> None:
     assert inboxes[1].calls == [("heard", "p3", b"three")]
 
 
-def test_one_worker_for_unknown_senders_when_asked_for_one() -> None:
+@pytest.mark.parametrize(("workers", "unknown_workers", "expected"), [(4, 1, 1), (3, 4, 2)])
+def test_unknown_senders_get_the_workers_asked_for_but_always_leave_one_free(
+    workers: int, unknown_workers: int, expected: int
+) -> None:
     inbox = RecordingInbox()
     inbox.lane = 1  # every sender unknown
     network = ServingNetwork(set(), {}, hang=True)
     settings = PeerSettings(
         swarm_id=SWARM_ID, seed=1, tasks=("echo",), fetch_timeout_s=TIMEOUT_S,
-        fetch_concurrency=4, unknown_fetch_concurrency=1,
+        fetch_concurrency=workers, unknown_fetch_concurrency=unknown_workers,
     )  # fmt: skip
     worker = Fetcher(settings, "me", network, inbox, VerifyCache(), on_hold=lambda: None)  # type: ignore[arg-type]
 
@@ -388,7 +391,7 @@ def test_one_worker_for_unknown_senders_when_asked_for_one() -> None:
             nursery.cancel_scope.cancel()
 
     run_virtual(main)
-    assert network.most_in_flight == 1 and len(network.requests) == 4
+    assert network.most_in_flight == expected and len(network.requests) == 4
 
 
 def test_a_failing_announcement_is_logged_with_the_peer_and_counted(caplog: pytest.LogCaptureFixture) -> None:
