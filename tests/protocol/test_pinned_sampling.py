@@ -165,3 +165,29 @@ def test_filtered_draws_are_pinned() -> None:
     order = [peer for peer, _ in sampled.external]
     pinned = ["new", "mid", "new", "edge", "high", "high", "high", "new", "mid", "edge", "mid", "edge"]
     assert order == [*pinned, "low", "low", "low"]  # "low" set aside: taken last
+
+
+def test_a_side_that_offers_nothing_keeps_its_rate() -> None:
+    rule = SamplingRule(kind="adaptive", smoothing=0.25)
+    state = observe_round(
+        rule, SamplingState(), TEACHING, {"p": TEACHING}, round_number=0, n_local=4, n_external=4
+    )
+    quiet_local = observe_round(rule, state, [], {"p": FORMAT_ONLY}, round_number=1, n_local=4, n_external=4)
+    assert (quiet_local.local_rate, quiet_local.external_rate) == (1.0, 0.75)
+    quiet_external = observe_round(rule, state, FORMAT_ONLY, {}, round_number=1, n_local=4, n_external=4)
+    assert (quiet_external.local_rate, quiet_external.external_rate) == (0.75, 1.0)
+
+
+def test_filtered_draws_before_anyone_is_observed_are_pinned() -> None:
+    # Nobody observed min_observations times: an unseen peer weighs 1.0, a young peer its rate.
+    rule = SamplingRule(kind="filtered", min_observations=3)
+    external = {
+        peer: [group(10 * n + i, [0.0, 1.0]) for i in range(3)] for n, peer in enumerate(["new", "young"])
+    }
+    fresh = sample_training_groups([], external, n_local=0, n_external=6, max_per_peer=3, seed=5, rule=rule)
+    assert sorted(peer for peer, _ in fresh.external) == ["new"] * 3 + ["young"] * 3
+    state = SamplingState(peers={"young": PeerRecord(rate=0.5, observations=1, last_round=0)})
+    sampled = sample_training_groups(
+        [], external, n_local=0, n_external=6, max_per_peer=3, seed=5, rule=rule, state=state
+    )
+    assert [peer for peer, _ in sampled.external] == ["young", "new", "young", "new", "new", "young"]
