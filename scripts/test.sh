@@ -27,7 +27,7 @@ echo "== tests"
 # and a module whose swarm is a module fixture started one per worker (the ordered nemesis of
 # tests/net/test_netns_nemesis.py ran half on each). Not `loadgroup` with marks: pytest 9.2 ignores
 # them (pytest-xdist issue #1386: the tests are spread as if unmarked). The modules go out in the
-# order tests/conftest.py gives them: those with `alone` tests first (queued behind the 60-round
+# order tests/conftest.py gives them: those with `alone` tests first (queued behind a 250 s
 # chain swarm, one waited ~230 s with its worker idle: 1238 s -> 1136 s for the whole suite), then
 # the slow ones, then the rest.
 # Random order (pytest-randomly, in the test extra): tests/conftest.py keeps the module order

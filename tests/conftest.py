@@ -120,8 +120,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     which shuffles before this hook).
 
     Why: an `alone` test waits for the test the other worker is running. Queued behind the
-    60-round chain swarm (tests/chain/test_chain_long_swarm.py, ~250 s), one worker idled for ~230 s in
-    every CI run; first, the alone modules wait only for each other. The slow modules come next
+    longest swarm test (then a 250 s chain swarm), one worker idled for ~230 s in every CI run;
+    first, the alone modules wait only for each other. The slow modules come next
     so that the short ones fill the end of the run and both workers finish together."""
     rank: dict[str, int] = {}
     count: dict[str, int] = {}
