@@ -118,7 +118,9 @@ with open(path, "wb") as f:
 EOF
     echo "== $module: ${tests[*]}"
     started=$(date +%s)
-    (cd "$work" && nice -n 10 "$MUTMUT" run --max-children "${MUTATION_CHILDREN:-1}" >run.log 2>&1) || {
+    # One torch thread: a forked mutant's torch thread pool can deadlock at 0% CPU, where
+    # mutmut's CPU-time limit never fires (seen in trainer/grpo.py's completion_logps).
+    (cd "$work" && OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 nice -n 10 "$MUTMUT" run --max-children "${MUTATION_CHILDREN:-1}" >run.log 2>&1) || {
         tail -30 "$work/run.log"
         echo "$module: mutmut failed (log: $work/run.log)" >&2
         exit 1
