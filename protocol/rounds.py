@@ -417,6 +417,11 @@ class RoundMachine:
             self.stage_ms = learn_stage_ms(self.stage_ms, previous, said)
         if self._at(said.round, said.stage) <= self._at(self.round, self.stage):
             return ()
+        if self._at(said.round, said.stage) <= self._at(self.skipped_round, self.skipped_stage):
+            # Polls see a skipped round again until it ends: it was recorded as skipped once and
+            # stays so, even where a lower expected generation (the pace cut the work) would
+            # now let it start.
+            return ()
         timing = self.timing
         if too_late_to_start(
             now_ms,
@@ -426,8 +431,6 @@ class RoundMachine:
             generate_ms=self.expected_generate_ms,
             collect_fraction=timing.collect_fraction,
         ):
-            if self._at(said.round, said.stage) <= self._at(self.skipped_round, self.skipped_stage):
-                return ()  # polls see it again until it ends: skipped once
             self.skipped_round, self.skipped_stage = said.round, said.stage
             return (SkipRound(said.round, said.stage, said.stage_ends_ms - now_ms),)
         remaining = max(0, said.stage_ends_ms - now_ms)

@@ -69,3 +69,32 @@ def test_just_over_half_left_is_skipped_when_the_measured_generation_would_publi
     assert not opened_or_skipped(10_000, 0.6, 0.5, 6_000, 5_001)[0]
     # 0 turns the guard off altogether, measured generation or not.
     assert opened_or_skipped(10_000, 0.6, 0.0, 9_000, 5_000)[0]
+
+
+@given(
+    generate_before_ms=st.integers(1_001, 5_999),
+    generate_after_ms=st.integers(0, 1_000),
+    polls_ms=st.lists(st.integers(0, 4_999), min_size=1, max_size=5),
+)
+def test_a_skipped_round_stays_skipped_when_the_expected_generation_drops_before_it_ends(
+    generate_before_ms: int, generate_after_ms: int, polls_ms: list[int]
+) -> None:
+    # Seen on a busy host: a peer skipped round 9 with 26.7 of 30 s left (its slowest recent
+    # generation would publish late), then its pace halved its work, the estimate dropped, and
+    # the next poll opened the round it had already recorded as skipped: two records (skipped,
+    # then completed) for one round.
+    stage_ms, start_ms = 10_000, 50_000
+    machine = RoundMachine(
+        timing=RoundTiming(collect_fraction=0.6, min_round_remaining=0.5),
+        expected_generate_ms=generate_before_ms,
+    )
+    said = CoordinatorSaid(5, 0, 1, start_ms + stage_ms, stage_ms)
+    first = machine.handle(start_ms + 5_000, said)
+    assert any(isinstance(action, SkipRound) for action in first)
+    machine.expected_generate_ms = generate_after_ms
+    for offset in sorted(polls_ms):
+        assert machine.handle(start_ms + 5_000 + offset, said) == ()
+    assert machine.current_round() == 5
+    # The next round opens as usual.
+    after = machine.handle(start_ms + stage_ms, CoordinatorSaid(6, 0, 1, start_ms + 2 * stage_ms, stage_ms))
+    assert any(isinstance(action, Generate) for action in after)
