@@ -3,7 +3,7 @@
 # passes only after another module's tests (a fixture's side effect, a module-level cache, a file
 # left behind) fails here. Not in CI (it pays pytest's and torch's start-up once per module: about
 # an hour on 2 cores). Random order inside and across modules is the test command's default
-# (pytest-randomly; `-p no:randomly` turns it off, `-p randomly -p "randomly_seed=N"` replays one).
+# (pytest-randomly; `-p no:randomly` turns it off, `--randomly-seed=N` replays one).
 #
 #     scripts/each_alone.sh                     # every module under tests/
 #     scripts/each_alone.sh tests/protocol      # the modules under one folder

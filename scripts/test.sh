@@ -33,6 +33,6 @@ echo "== tests"
 # Random order (pytest-randomly, in the test extra): tests/conftest.py keeps the module order
 # above and the order of the tests inside each module changes every run; the seed is printed at
 # the top, and
-# `-p "randomly_seed=N"` replays a run's order, `-p no:randomly` turns it off.
+# `--randomly-seed=N` replays a run's order, `-p no:randomly` turns it off.
 # scripts/each_alone.sh runs every module in a process of its own (not here: an hour on 2 cores).
 python -m pytest -n "${SWARMP2P_TEST_WORKERS:-2}" --dist loadscope --durations=30 "$@"

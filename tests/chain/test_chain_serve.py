@@ -23,7 +23,7 @@ from swarmp2p.chain.keys import load_key_file, write_key_file
 from swarmp2p.chain.serve import EmbeddedRpc, EmbeddedRpcServer
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # one chain per test: a test that advances rounds must not move another's
 def served() -> Iterator[tuple[EmbeddedChain, str]]:
     chain = EmbeddedChain(StageSchedule(0, 10_000, 1))
     server = EmbeddedRpcServer(EmbeddedRpc(chain.tester, chain.w3.eth.chain_id)).start()
