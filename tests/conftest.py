@@ -138,7 +138,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         else:
             kind = 2
         rank[module] = min(rank.get(module, 2), kind)
-    items.sort(key=lambda item: (rank[_module_of(item)], -count[_module_of(item)], first[_module_of(item)]))
+    # A module marked `in_order` is one scenario told in steps (a nemesis, then the ledger of
+    # everything it did): its tests go back to the order they are written in, whatever the
+    # random order did. Anywhere else a test's place is where the shuffle left it.
+    place = {
+        id(item): (item.location[1] or 0) if item.get_closest_marker("in_order") is not None else index
+        for index, item in enumerate(items)
+    }
+    items.sort(
+        key=lambda item: (
+            rank[_module_of(item)],
+            -count[_module_of(item)],
+            first[_module_of(item)],
+            place[id(item)],
+        )
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -40,7 +40,11 @@ from netlab.netns_harness import (
 from netlab.netns_harness import swarm_report as report
 
 REASON = missing_requirements()
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(REASON is not None, reason=str(REASON))]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.in_order,  # steps of one scenario on one swarm
+    pytest.mark.skipif(REASON is not None, reason=str(REASON)),
+]
 
 ROUND_SECONDS = 10.0
 CONDITIONS = {"delay_ms": 50.0, "jitter_ms": 10.0, "loss": 0.02}
