@@ -203,7 +203,10 @@ class PeerExchange:
         self._told_connected = frozenset(connected)
         self._told_at = now
         self._telling = True
-        self._nursery.start_soon(self._tell_mesh_peers)
+        try:
+            self._nursery.start_soon(self._tell_mesh_peers)
+        except RuntimeError:
+            self._telling = False  # shutting down, as in `on_mesh_join`
 
     async def _tell_mesh_peers(self) -> None:
         try:
@@ -238,7 +241,13 @@ class PeerExchange:
         if not ask:
             return
         self.asking_joiners.add(peer_id)
-        self._nursery.start_soon(self._ask_joiner, peer_id)
+        try:
+            self._nursery.start_soon(self._ask_joiner, peer_id)
+        except RuntimeError:
+            # The network is shutting down: its nursery takes no new task while gossipsub still
+            # runs its last ones. A peer that joins now is not asked (raising here failed the
+            # network's exit with gossipsub's task error).
+            self.asking_joiners.discard(peer_id)
 
     async def _ask_joiner(self, peer_id: str) -> None:
         try:
