@@ -132,7 +132,7 @@ def summarise(records: list[dict[str, Any]], log_text: str) -> dict[str, Any]:
         "trained": trained / lived if lived else 0.0,
         "updated": updated / lived if lived else 0.0,
         "reported": fates["completed"] / lived if lived else 0.0,
-        "fates": {fate: fates[fate] for fate in FATES if fates[fate]} | {"no record": lived - len(final)},
+        "fates": {fate: fates[fate] for fate in FATES if fates[fate]} | {"no record": lived - len(rounds)},
         "pace": [line for line in log_text.splitlines() if any(mark in line for mark in PACE_LINES)],
         "heldout": None if accuracy is None else {"round": evals[-1][0], "accuracy": accuracy},
         "evaluations": len(evals),
@@ -190,6 +190,9 @@ def main() -> None:
     parser.add_argument("--table-only", action="store_true", help="only re-read OUT (every arm in it)")
     parser.add_argument("extra", nargs="*", help="more `swarmp2p node` flags, after --")
     args = parser.parse_args()
+    # SIGTERM ends the run through the arms' `finally` (nodes and busy loops stopped), not as a
+    # bare kill that leaves them running.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     arms = [arm for arm in args.arms.split(",") if arm]
     if not set(arms) <= {"busy", "idle"}:
         raise SystemExit("--arms: busy and/or idle")

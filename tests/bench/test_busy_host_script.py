@@ -45,6 +45,21 @@ def test_rows_count_trained_reported_and_missing_rounds() -> None:
     assert "| busy | node 1 | 5 | 60% | 40% | 40% |" in table
 
 
+def test_a_round_recorded_twice_is_not_a_negative_missing_round() -> None:
+    # A node (before the fix that keeps a skipped round skipped) wrote round 9 twice: skipped,
+    # then completed. "no record" counts rounds without any record, never below 0.
+    busy_host = load_script()
+    records = [
+        record(8, "completed", 1.0),
+        record(9, "skipped"),
+        record(9, "completed", 1.0),
+        record(10, "completed", 1.0),
+    ]
+    row = busy_host.summarise(records, "")
+    assert row["rounds"] == 3
+    assert row["fates"]["no record"] == 0
+
+
 def test_records_without_a_fate_read_it_from_their_flags() -> None:
     busy_host = load_script()
     assert busy_host.fate_of({"completed": False, "skipped": True}) == "skipped"
