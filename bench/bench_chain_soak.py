@@ -41,25 +41,7 @@ from typing import Any
 from procfs import cpu_seconds, rss_mib
 from soak_flood import Flood
 
-from netlab.devnet import Devnet
-
-# Makes the tiny model's round fit a few-second stage on one thread; the swarm's rules are
-# untouched (the same config tests/chain's long swarm uses).
-FAST_CONFIG = """
-[node]
-questions_per_round = 2
-n_local = 2
-n_external = 2
-hello_interval_s = 2.0
-
-[trainer]
-tasks = ["basic_arithmetic"]
-threads = 1
-format_reward = 0.5
-max_new_tokens = 16
-tiny_hidden_size = 32
-tiny_pretrain_steps = 0
-"""
+from netlab.devnet import FAST_NODE_CONFIG, Devnet
 
 SERIES = ("rss_mib", "cpu_pct", "fds", "gas_per_round", "failed_submissions", "rounds_completed")
 
@@ -165,7 +147,7 @@ def run(args: argparse.Namespace, samples_file: Path) -> None:
         accounts = {node["address"].lower(): index for index, node in enumerate(saved["nodes"], 1)}
         chain = ChainWatch(saved["rpc"], saved["contract"], accounts)
         config = args.out / "fast.toml"
-        config.write_text(FAST_CONFIG)
+        config.write_text(FAST_NODE_CONFIG)
         nodes = start_nodes(commands, config, args.out)
         first_round = chain.current_round()
         if args.attack:

@@ -16,6 +16,24 @@ from typing import TextIO
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Makes the tiny model's round fit a few-second stage on one thread, for several real nodes on two
+# cores (the chain and devnet tests, the chain soak bench); the swarm's rules are untouched.
+FAST_NODE_CONFIG = """
+[node]
+questions_per_round = 2
+n_local = 2
+n_external = 2
+hello_interval_s = 2.0
+
+[trainer]
+tasks = ["basic_arithmetic"]
+threads = 1
+format_reward = 0.5
+max_new_tokens = 16
+tiny_hidden_size = 32
+tiny_pretrain_steps = 0
+"""
+
 
 class DevnetSilent(TimeoutError):
     """The devnet printed no line with the awaited prefix in time; the message holds what it

@@ -7,6 +7,8 @@ import os
 import textwrap
 from pathlib import Path
 
+from netlab.devnet import FAST_NODE_CONFIG
+
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 # A tiny, fast trainer: no pre-training, short completions, one thread.
@@ -28,21 +30,5 @@ TRAINER_TOML = textwrap.dedent(
 
 def write_fast_node_config(path: Path) -> Path:
     """A node config small enough for several real nodes on two cores (chain and devnet tests)."""
-    path.write_text(
-        """
-[node]
-questions_per_round = 2
-n_local = 2
-n_external = 2
-hello_interval_s = 2.0
-
-[trainer]
-tasks = ["basic_arithmetic"]
-threads = 1
-format_reward = 0.5
-max_new_tokens = 16
-tiny_hidden_size = 32
-tiny_pretrain_steps = 0
-"""
-    )
+    path.write_text(FAST_NODE_CONFIG)
     return path
