@@ -197,7 +197,8 @@ def evaluation_questions(
         keys: set[str] = set()
         last_new = 0
         for offset in range(EVAL_SCAN_LIMIT):
-            if offset - last_new >= EVAL_SCAN_PATIENCE:
+            # Full before the first item too: a set of 0 per task reads no item.
+            if len(keys) == per_task or offset - last_new >= EVAL_SCAN_PATIENCE:
                 break
             ref = QuestionRef(task, dataset_seed, EVAL_INDEX_BASE + offset)
             key = key_of(ref)
@@ -206,8 +207,6 @@ def evaluation_questions(
             last_new = offset
             keys.add(key)
             refs.append(ref)
-            if len(keys) == per_task:
-                break
     return tuple(refs)
 
 

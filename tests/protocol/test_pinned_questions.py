@@ -138,3 +138,16 @@ def test_bad_arguments_say_what_is_wrong(kwargs: dict[str, object], message: str
     with pytest.raises(ValueError) as raised:
         questions_for(5, 3, 1, **arguments)  # type: ignore[arg-type]
     assert str(raised.value) == message
+
+
+def test_an_empty_evaluation_set_asks_no_question() -> None:
+    # per_task 0 is a valid size (the argument check admits it): a set of no questions, not the
+    # task's whole held-out scan.
+    calls: list[int] = []
+
+    def key_of(ref: QuestionRef) -> str:
+        calls.append(ref.index)
+        return str(ref.index)
+
+    assert evaluation_questions(("arith", "leg"), 9, 0, key_of) == ()
+    assert calls == []
