@@ -8,10 +8,12 @@ import hashlib
 
 import msgpack
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from protocol import codec, limits
 from protocol.envelope import (
     MAX_INNER_BYTES,
+    SIGNING_DOMAIN,
     open_envelope,
     peer_id_from_public_key,
     peer_id_from_seed,
@@ -19,7 +21,7 @@ from protocol.envelope import (
     seal,
 )
 from protocol.errors import ProtocolError
-from protocol.messages import FetchResponse, RewardReport
+from protocol.messages import PROTOCOL_VERSION, FetchResponse, RewardReport
 
 SEED = hashlib.sha256(b"peer a").digest()
 
@@ -76,3 +78,61 @@ def test_bad_keys_say_what_a_key_must_be() -> None:
     with pytest.raises(ValueError) as raised:
         peer_id_from_public_key(b"x" * limits.ED25519_SIGNATURE_BYTES)
     assert str(raised.value) == "an Ed25519 public key must be exactly 32 bytes"
+
+
+def error_of(data: object, **kwargs: int) -> str:
+    with pytest.raises(ProtocolError) as caught:
+        open_envelope(data, **kwargs)  # type: ignore[arg-type]
+    return str(caught.value)
+
+
+def packed(frame: dict[str, object]) -> bytes:
+    return msgpack.packb(frame, use_bin_type=True)
+
+
+def test_each_refusal_says_which_rule_the_envelope_broke() -> None:
+    # A peer's rejection log and counters are all an operator sees of a hostile frame: each
+    # line names the rule and the offending value.
+    parts = sealed_parts()
+    assert error_of("text") == "bad_type: envelope: expected bytes, got str"
+    assert error_of(packed(parts), max_size=10) == f"oversized: envelope: {len(packed(parts))} bytes > 10"
+    assert error_of(packed(7)) == "bad_type: envelope: expected map, got int"  # type: ignore[arg-type]
+    assert error_of(packed({**parts, "x": 1})) == "extra_key: envelope: unknown key 'x'"
+    assert (
+        error_of(packed({k: v for k, v in parts.items() if k != "sig"}))
+        == "missing_key: envelope: missing 'sig'"
+    )
+    assert (
+        error_of(packed({**parts, "v": 99}))
+        == f"bad_version: envelope: version 99, expected {PROTOCOL_VERSION}"
+    )
+    assert error_of(packed({**parts, "k": "msg"})) == "unknown_kind: envelope: kind 'msg'"
+    assert error_of(packed({**parts, "pk": "text"})) == "bad_type: envelope: pk must be bytes, got str"
+    assert error_of(packed({**parts, "sig": 5})) == "bad_type: envelope: sig must be bytes, got int"
+    short_key = {**parts, "pk": parts["pk"][:31]}  # type: ignore[index]
+    assert error_of(packed(short_key)) == "bad_signature: envelope: public key is 31 bytes, expected 32"
+    long_signature = {**parts, "sig": parts["sig"] + b"\x00"}  # type: ignore[operator]
+    assert error_of(packed(long_signature)) == "bad_signature: envelope: signature is 65 bytes, expected 64"
+    flipped = {**parts, "sig": bytes(64)}
+    assert error_of(packed(flipped)) == "bad_signature: envelope: signature does not verify"
+
+
+def test_an_impersonation_names_the_claimed_author_and_the_signer() -> None:
+    other = hashlib.sha256(b"peer b").digest()
+    claimed, signer = peer_id_from_seed(SEED), peer_id_from_seed(other)
+    report = RewardReport(swarm_id="swarm", round=7, stage=0, peer_id=claimed, reward=0.5)
+    with pytest.raises(ProtocolError) as caught:
+        seal(report, other)
+    assert str(caught.value) == f"impersonation: sealing a message for {claimed} with another peer's key"
+    inner = codec.encode(report)
+    forged = {
+        "v": PROTOCOL_VERSION,
+        "k": "env",
+        "m": inner,
+        "pk": public_key_from_seed(other),
+        "sig": Ed25519PrivateKey.from_private_bytes(other).sign(SIGNING_DOMAIN + inner),
+    }
+    assert (
+        error_of(packed(forged))
+        == f"impersonation: envelope: message claims {claimed} but is signed by {signer}"
+    )
