@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from protocol.limits import MAX_GROUPS_PER_BATCH, MAX_TASK_NAME_BYTES
 from protocol.messages import QuestionRef
 from protocol.questions import (
     EVAL_INDEX_BASE,
@@ -14,6 +15,7 @@ from protocol.questions import (
     EVAL_SCAN_PATIENCE,
     dataset_seed_for,
     evaluation_questions,
+    heldout_key,
     heldout_split,
     questions_for,
     specialty,
@@ -151,3 +153,68 @@ def test_an_empty_evaluation_set_asks_no_question() -> None:
 
     assert evaluation_questions(("arith", "leg"), 9, 0, key_of) == ()
     assert calls == []
+
+
+def refusal(**kwargs: object) -> str:
+    arguments: dict[str, object] = {"peer_id": PEER, "tasks": TASKS, "count": 2, **kwargs}
+    seed, round_, stage = arguments.pop("seed", 5), arguments.pop("round", 3), arguments.pop("stage", 1)
+    with pytest.raises(ValueError) as raised:
+        questions_for(seed, round_, stage, **arguments)  # type: ignore[arg-type]
+    return str(raised.value)
+
+
+def test_every_uint_argument_spans_exactly_zero_to_two_to_the_63_minus_one() -> None:
+    # A peer re-derives another's questions from the round's numbers: both ends must derive.
+    top = 2**63 - 1
+    assert len(questions_for(0, 0, 0, PEER, TASKS, 1)) == 1
+    assert len(questions_for(top, top, top, PEER, TASKS, 1)) == 1
+    assert dataset_seed_for(top, "arith") != dataset_seed_for(0, "arith")
+    for name in ("seed", "round", "stage"):
+        for bad in (-1, 2**63, True, 1.0):
+            assert refusal(**{name: bad}) == f"{name} must be an int in [0, 2**63-1], got {bad!r}"
+    with pytest.raises(ValueError) as raised:
+        dataset_seed_for(-1, "arith")
+    assert str(raised.value) == "seed must be an int in [0, 2**63-1], got -1"
+
+
+def test_a_round_asks_zero_to_the_batch_cap_of_questions() -> None:
+    assert questions_for(5, 3, 1, PEER, TASKS, 0) == ()
+    assert len(set(questions_for(5, 3, 1, PEER, TASKS, MAX_GROUPS_PER_BATCH))) == MAX_GROUPS_PER_BATCH
+    for bad in (-1, MAX_GROUPS_PER_BATCH + 1, True):
+        assert refusal(count=bad) == f"count must be an int in [0, {MAX_GROUPS_PER_BATCH}], got {bad!r}"
+
+
+def test_a_task_name_is_one_to_the_cap_of_utf8_bytes() -> None:
+    longest = "é" * (MAX_TASK_NAME_BYTES // 2)  # two bytes a character
+    assert questions_for(5, 3, 1, PEER, (longest,), 1)[0].task == longest
+    for bad in ("", longest + "x", 7):
+        assert refusal(tasks=("arith", bad)) == f"invalid task name {bad!r}"
+    assert refusal(peer_id=7) == "peer_id must be a non-empty string"
+
+
+def test_weights_are_finite_non_negative_numbers_one_per_task() -> None:
+    # Integer weights are numbers too: 1 and 3 pick as 1.0 and 3.0 do.
+    assert questions_for(5, 3, 1, PEER, TASKS, 4, weights=(1, 0, 3)) == questions_for(
+        5, 3, 1, PEER, TASKS, 4, weights=(1.0, 0.0, 3.0)
+    )
+    assert refusal(weights=(1.0, 1.0)) == "weights has 2 entries for 3 tasks"
+    for bad in (True, float("nan"), float("inf"), "1"):
+        assert refusal(weights=(1.0, bad, 1.0)) == f"weights must be finite numbers, got {bad!r}"
+    assert refusal(weights=(1.0, -0.5, 1.0)) == "weights must be non-negative, got -0.5"
+
+
+def test_an_evaluation_set_checks_its_size_and_split() -> None:
+    def key_of(ref: QuestionRef) -> str:
+        return str(ref.index)
+
+    for bad in (-1, True, 1.5):
+        with pytest.raises(ValueError) as raised:
+            evaluation_questions(("arith",), 9, bad, key_of)  # type: ignore[arg-type]
+        assert str(raised.value) == f"per_task must be a non-negative int, got {bad!r}"
+    with pytest.raises(ValueError) as raised:
+        evaluation_questions(("arith",), 9, 1, key_of, split="train")
+    assert str(raised.value) == "split must be one of ['test', 'validation'], got 'train'"
+
+
+def test_held_out_is_any_held_out_split() -> None:
+    assert [heldout_key("arith", str(key)) for key in (0, 9, 10)] == [False, True, True]
