@@ -191,3 +191,21 @@ def test_filtered_draws_before_anyone_is_observed_are_pinned() -> None:
         [], external, n_local=0, n_external=6, max_per_peer=3, seed=5, rule=rule, state=state
     )
     assert [peer for peer, _ in sampled.external] == ["young", "new", "young", "new", "new", "young"]
+
+
+@pytest.mark.parametrize(
+    ("counts", "message"),
+    [
+        ({"n_local": -1}, "n_local must be a non-negative int, got -1"),
+        ({"n_external": -1}, "n_external must be a non-negative int, got -1"),
+        ({"n_external": 1.0}, "n_external must be a non-negative int, got 1.0"),
+        ({"max_per_peer": -2}, "max_per_peer must be a non-negative int, got -2"),
+        ({"seed": False}, "seed must be an int, got False"),
+    ],
+)
+def test_a_bad_count_is_refused_by_name(counts: dict[str, object], message: str) -> None:
+    # The caller's setting is named in the error (a peer's config is where it came from).
+    arguments: dict[str, object] = {"n_local": 1, "n_external": 1, "max_per_peer": 1, "seed": 0, **counts}
+    with pytest.raises(ValueError) as raised:
+        sample_training_groups([], {}, **arguments)  # type: ignore[arg-type]
+    assert str(raised.value) == message
