@@ -27,7 +27,7 @@ LOG = Path(__file__).parent / "intervals.txt"
 
 def spend(name):
     started = time.time()
-    time.sleep(0.6)
+    time.sleep(0.2)
     with LOG.open("a") as log:
         log.write(f"{name} {started} {time.time()}\\n")
 
@@ -98,7 +98,7 @@ LOG = Path(__file__).parent / "intervals.txt"
 @pytest.fixture(scope="module")
 def swarm(LOCK):
     started = time.time()
-    time.sleep(0.6)  # the swarm starting: no test of this module runs yet
+    time.sleep(0.2)  # the swarm starting: no test of this module runs yet
     yield
     with LOG.open("a") as log:
         log.write(f"swarm {started} {time.time()}\\n")
@@ -106,7 +106,7 @@ def swarm(LOCK):
 
 @pytest.mark.parametrize("index", range(2))
 def test_uses_the_swarm(swarm, index):
-    time.sleep(0.3)
+    time.sleep(0.1)
 """
 
 ORDINARY_SUITE = """
@@ -121,7 +121,7 @@ LOG = Path(__file__).parent / "intervals.txt"
 @pytest.mark.parametrize("index", range(6))
 def test_ordinary(index):
     started = time.time()
-    time.sleep(0.6)
+    time.sleep(0.2)
     with LOG.open("a") as log:
         log.write(f"ordinary{index} {started} {time.time()}\\n")
 """
@@ -154,7 +154,7 @@ LOG = Path(__file__).parent / "intervals.txt"
 
 def test_long():
     started = time.time()
-    time.sleep(3)
+    time.sleep(1)
     with LOG.open("a") as log:
         log.write(f"long {started} {time.time()}\\n")
 """
