@@ -209,3 +209,40 @@ def test_a_bad_count_is_refused_by_name(counts: dict[str, object], message: str)
     with pytest.raises(ValueError) as raised:
         sample_training_groups([], {}, **arguments)  # type: ignore[arg-type]
     assert str(raised.value) == message
+
+
+def test_the_fixed_draw_is_pinned() -> None:
+    # The order of the local and external draws is a function of the seed and the keys alone
+    # (local groups keyed under the empty owner), so a round's training set can be re-derived.
+    local = [group(i, [0.0, 1.0]) for i in range(6)]
+    external = {
+        "p": [group(10 + i, [0.0, 1.0]) for i in range(3)],
+        "q": [group(20 + i, [0.0, 1.0]) for i in range(3)],
+    }
+    sampled = sample_training_groups(local, external, n_local=6, n_external=6, max_per_peer=3, seed=7)
+    assert [g.question.index for g in sampled.local] == [5, 0, 1, 2, 4, 3]
+    assert [(peer, g.question.index) for peer, g in sampled.external] == [
+        ("p", 10),
+        ("p", 12),
+        ("q", 20),
+        ("q", 22),
+        ("q", 21),
+        ("p", 11),
+    ]
+
+
+def test_only_an_adaptive_rule_with_a_moved_split_overrides_the_configured_one() -> None:
+    local = [group(i, [0.0, 1.0]) for i in range(4)]
+    external = {"p": [group(10 + i, [0.0, 1.0]) for i in range(4)]}
+
+    def split(rule: SamplingRule, state: SamplingState) -> tuple[int, int]:
+        sampled = sample_training_groups(
+            local, external, n_local=2, n_external=2, max_per_peer=4, seed=1, rule=rule, state=state
+        )
+        return len(sampled.local), len(sampled.external)
+
+    moved = SamplingState(n_external=3)
+    assert split(SamplingRule(kind="adaptive"), SamplingState()) == (2, 2)  # nothing learned yet
+    assert split(SamplingRule(kind="adaptive"), moved) == (1, 3)
+    assert split(SamplingRule(kind="adaptive"), SamplingState(n_external=9)) == (0, 4)  # within the budget
+    assert split(SamplingRule(), moved) == (2, 2)  # a fixed rule ignores a state's split
