@@ -9,16 +9,19 @@ import msgpack
 import pytest
 from hypothesis import given
 
-from protocol import codec
+from protocol import codec, limits
 from protocol.errors import ProtocolError
+from protocol.logprobs import MAX_LOGPROBS_BYTES
 from protocol.messages import (
     CLASS_OF,
     KIND_OF,
     PROTOCOL_VERSION,
+    Completion,
     FetchResponse,
     QuestionRef,
     RewardReport,
     SwarmSchedule,
+    WinnersVote,
     WireMessage,
 )
 from tests.helpers.strategies import wire_messages
@@ -177,3 +180,55 @@ def test_encoding_names_what_cannot_travel() -> None:
     assert error_of(codec.encode, object()) == "unknown_kind: cannot encode object"
     assert error_of(codec.validate, object()) == "unknown_kind: no wire schema for object"
     assert error_of(codec.validate, QuestionRef("", 0, 0)) == "out_of_range: QuestionRef.task: 0 bytes < 1"
+
+
+# `validate` and a value the compiled fast path steps aside for (an int for a float) run the
+# schema interpreter: its bounds must be the same bounds.
+
+
+def test_the_interpreter_admits_every_bound_exactly() -> None:
+    longest_name = "t" * limits.MAX_TASK_NAME_BYTES
+    tasks = (longest_name, *(f"t{i}" for i in range(limits.MAX_SCHEDULE_TASKS - 1)))
+    codec.validate(schedule(tasks=tasks))
+    codec.validate(schedule(weights=(1, 2)))  # ints are weights too: they travel as floats
+    codec.validate(Completion(text="", reward=0.0, logprobs=b""))
+    codec.validate(Completion(text="", reward=0.0, logprobs=bytes(MAX_LOGPROBS_BYTES)))
+    codec.validate(REPORT)  # a top-level message validates as encoding checks it
+
+
+def test_the_interpreter_names_an_array_past_its_cap_and_its_bad_item() -> None:
+    too_many = tuple(f"t{i}" for i in range(limits.MAX_SCHEDULE_TASKS + 1))
+    assert (
+        error_of(codec.validate, schedule(tasks=too_many))
+        == f"oversized: SwarmSchedule.tasks: {len(too_many)} items > {limits.MAX_SCHEDULE_TASKS}"
+    )
+    assert error_of(codec.validate, schedule(tasks=("a", ""))) == (
+        "out_of_range: SwarmSchedule.tasks[1]: 0 bytes < 1"
+    )
+
+
+def test_an_int_reward_is_encoded_as_the_float_it_stands_for() -> None:
+    assert codec.encode(attrs.evolve(REPORT, reward=1)) == codec.encode(attrs.evolve(REPORT, reward=1.0))
+
+
+def test_a_vote_for_the_most_winners_decodes_them_as_a_tuple() -> None:
+    vote = WinnersVote(
+        swarm_id="swarm", round=3, peer_id="peer", winners=tuple(f"p{i}" for i in range(limits.MAX_WINNERS))
+    )
+    decoded = codec.decode(codec.encode(vote))
+    assert decoded == vote and isinstance(decoded.winners, tuple)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("inner", "reason"),
+    [
+        (msgpack.packb({1: 2}), "oversized"),  # an int map key is whole msgpack: a real oversize
+        (b"\x81\x91\x01\x02", "oversized"),  # {[1]: 2}: an array key is whole msgpack too
+        (b"\xa1\xff", "malformed"),  # invalid UTF-8: garbage, whatever its size
+    ],
+)
+def test_an_array_past_the_cap_is_oversized_only_when_it_is_whole_msgpack(inner: bytes, reason: str) -> None:
+    data = b"\x91" + inner  # an array of one item, against a cap of none
+    with pytest.raises(ProtocolError) as caught:
+        codec.unpack_strict(data, max_bin_len=10, max_str_len=10, max_array_len=0, max_map_len=10)
+    assert caught.value.reason == reason
