@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from protocol.game import SingleStageGame, mean_reward, rank_winners
 from protocol.messages import Completion, QuestionGroup, QuestionRef, RolloutBatch
+from protocol.questions import questions_for
 from tests.helpers.inbox import EchoRegistry
 
 PEER = "peer"
@@ -77,3 +78,41 @@ def test_winners_do_not_depend_on_the_order_rewards_arrived_in(rewards: dict[str
     assert len(winners) == min(count, len(rewards))
     losers = set(rewards) - set(winners)
     assert all(rewards[w] >= rewards[loser] for w in winners for loser in losers)
+
+
+TASKS = ("a", "b", "c")
+
+
+class EvenHeldOut(EchoRegistry):
+    """Even question indices are held out."""
+
+    def is_heldout(self, question: QuestionRef) -> bool:
+        return question.index % 2 == 0
+
+
+def test_a_specialised_peer_answers_its_specialty_only() -> None:
+    specialised = SingleStageGame(
+        seed=3,
+        tasks=TASKS,
+        questions_per_round=8,
+        registry=EchoRegistry(),
+        weights=(1.0, 0.0, 0.0),
+        specialised=True,
+    )
+    # p1..p4 have specialties c, b, c, a: every peer's derivation, whatever the swarm's weights.
+    for peer, task in [("p1", "c"), ("p2", "b"), ("p3", "c"), ("p4", "a")]:
+        questions = specialised.questions(0, 0, peer)
+        assert questions == questions_for(3, 0, 0, peer, (task,), 8)
+        assert {q.task for q in questions} == {task}
+
+
+def test_the_swarms_task_weights_and_held_out_rule_decide_the_questions() -> None:
+    weighted = SingleStageGame(
+        seed=3, tasks=TASKS, questions_per_round=8, registry=EchoRegistry(), weights=(0.0, 1.0, 0.0)
+    )
+    assert {q.task for q in weighted.questions(0, 0, "p1")} == {"b"}
+    uniform = SingleStageGame(seed=3, tasks=TASKS, questions_per_round=8, registry=EchoRegistry())
+    assert len({q.task for q in uniform.questions(0, 0, "p1")}) > 1
+    held = SingleStageGame(seed=3, tasks=TASKS, questions_per_round=64, registry=EvenHeldOut())
+    questions = held.questions(0, 0, "p1")
+    assert len(questions) == 64 and all(q.index % 2 == 1 for q in questions)
