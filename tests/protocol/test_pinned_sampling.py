@@ -246,3 +246,18 @@ def test_only_an_adaptive_rule_with_a_moved_split_overrides_the_configured_one()
     assert split(SamplingRule(kind="adaptive"), moved) == (1, 3)
     assert split(SamplingRule(kind="adaptive"), SamplingState(n_external=9)) == (0, 4)  # within the budget
     assert split(SamplingRule(), moved) == (2, 2)  # a fixed rule ignores a state's split
+
+
+@pytest.mark.parametrize("peer", ["", 5, None])
+def test_an_external_peer_id_is_a_non_empty_string(peer: object) -> None:
+    # "" is the local groups' owner key: an external peer under it would share their draws.
+    with pytest.raises(ValueError) as raised:
+        sample_training_groups(
+            [],
+            {peer: [group(0, [0.0, 1.0])]},
+            n_local=0,
+            n_external=1,
+            max_per_peer=1,
+            seed=0,  # type: ignore[dict-item]
+        )
+    assert str(raised.value) == f"external peer ids must be non-empty strings, got {peer!r}"
