@@ -218,3 +218,34 @@ def test_an_evaluation_set_checks_its_size_and_split() -> None:
 
 def test_held_out_is_any_held_out_split() -> None:
     assert [heldout_key("arith", str(key)) for key in (0, 9, 10)] == [False, True, True]
+
+
+def test_specialties_of_several_peers_are_pinned() -> None:
+    assert [specialty(TASKS, f"peer-{i}") for i in range(8)] == [
+        "leg",
+        "arith",
+        "arith",
+        "chain_sum",
+        "chain_sum",
+        "chain_sum",
+        "arith",
+        "arith",
+    ]
+
+
+def test_a_scan_that_finds_no_held_out_key_stops_after_its_patience() -> None:
+    calls: list[int] = []
+
+    def training_key(ref: QuestionRef) -> str:
+        calls.append(ref.index)
+        return "0"  # a training key ("arith", "0"): nothing held out at all
+
+    assert evaluation_questions(("arith",), 9, 5, training_key) == ()
+    assert len(calls) == EVAL_SCAN_PATIENCE
+
+
+def test_weights_are_proportions_whatever_their_sum() -> None:
+    # Weights below 1 in total pick as the same proportions scaled up do.
+    assert questions_for(5, 3, 1, PEER, TASKS, 4, weights=(0.25, 0.0, 0.75)) == questions_for(
+        5, 3, 1, PEER, TASKS, 4, weights=(1.0, 0.0, 3.0)
+    )
