@@ -107,6 +107,12 @@ def test_each_refusal_says_which_rule_the_envelope_broke() -> None:
         == f"bad_version: envelope: version 99, expected {PROTOCOL_VERSION}"
     )
     assert error_of(packed({**parts, "k": "msg"})) == "unknown_kind: envelope: kind 'msg'"
+    # A float version equal to the current one is still not the version: it must be an int.
+    float_version = {**parts, "v": float(PROTOCOL_VERSION)}
+    assert error_of(packed(float_version)) == (
+        f"bad_version: envelope: version {float(PROTOCOL_VERSION)!r}, expected {PROTOCOL_VERSION}"
+    )
+    assert error_of(packed({**parts, "m": "text"})) == "bad_type: envelope: m must be bytes, got str"
     assert error_of(packed({**parts, "pk": "text"})) == "bad_type: envelope: pk must be bytes, got str"
     assert error_of(packed({**parts, "sig": 5})) == "bad_type: envelope: sig must be bytes, got int"
     short_key = {**parts, "pk": parts["pk"][:31]}  # type: ignore[index]
