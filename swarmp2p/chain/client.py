@@ -38,6 +38,7 @@ handling in one place, so the rules for sending a transaction are read once.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -113,10 +114,13 @@ def _gwei(wei: int) -> str:
 
 def revert_reason(error: BaseException) -> str | None:
     """The contract's revert string if `error` is a revert, else None."""
-    from eth_tester.exceptions import TransactionFailed
     from web3.exceptions import ContractCustomError, ContractLogicError
 
-    if isinstance(error, TransactionFailed):
+    # Only the embedded chain raises eth_tester's TransactionFailed, and it has imported
+    # eth_tester by then: a node on an RPC endpoint must not load py-evm (~15 MiB) to learn that
+    # its error is not one.
+    tester_errors = sys.modules.get("eth_tester.exceptions")
+    if tester_errors is not None and isinstance(error, tester_errors.TransactionFailed):
         raw = error.args[0] if error.args else ""
         # eth_tester gives a str for a reason string and raw bytes otherwise (b"" for a bare revert).
         message = f"revert data 0x{raw.hex()}" if isinstance(raw, bytes) and raw else str(raw or "")
