@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from protocol import questions
 from protocol.limits import MAX_GROUPS_PER_BATCH, MAX_TASK_NAME_BYTES
 from protocol.messages import QuestionRef
 from protocol.questions import (
@@ -249,3 +250,14 @@ def test_weights_are_proportions_whatever_their_sum() -> None:
     assert questions_for(5, 3, 1, PEER, TASKS, 4, weights=(0.25, 0.0, 0.75)) == questions_for(
         5, 3, 1, PEER, TASKS, 4, weights=(1.0, 0.0, 3.0)
     )
+
+
+def test_only_tasks_of_positive_weight_count_toward_the_questions_there_are(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A 3-question index space per task (the real one holds a million): a task of weight 0 adds
+    # none, so 7 questions cannot be drawn from one drawable task, whatever the list's length.
+    monkeypatch.setattr(questions, "TRAIN_INDEX_LIMIT", 3)
+    with pytest.raises(ValueError) as raised:
+        questions_for(5, 3, 1, PEER, ("a", "b"), 7, weights=(1.0, 0.0))
+    assert str(raised.value) == "cannot draw 7 distinct questions from 1 task(s)"
