@@ -8,7 +8,7 @@ chain's base fee.
 Prices that compounded ran a node out of funds by round ~13. A bounded price is checked here on
 every transaction the nodes sent, so a price that grows shows in the first rounds;
 tests/chain/test_chain_fees.py pins the same bound over 60 rounds and a restart without node
-processes. The suite runs 8 chain rounds (about 40 s); the long run is
+processes. The suite runs 5 chain rounds (about 25 s); the long run is
 `TEST_CHAIN_ROUNDS=60 pytest -m slow -k long_swarm` (about 5 minutes) or the chain soak,
 `python bench/bench_chain_soak.py --nodes 2 --stage-seconds 4 --rounds 1000`
 (docs/reliability.md, "Long runs")."""
@@ -35,7 +35,7 @@ from tests.helpers.waiting import wait_for
 pytestmark = pytest.mark.slow
 
 STAGE_SECONDS = 4
-CHAIN_ROUNDS = int(os.environ.get("TEST_CHAIN_ROUNDS", "8"))
+CHAIN_ROUNDS = int(os.environ.get("TEST_CHAIN_ROUNDS", "5"))
 
 
 def test_a_two_node_chain_swarm_runs_many_rounds_with_every_reward_on_chain(tmp_path: Path) -> None:
