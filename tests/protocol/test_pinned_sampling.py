@@ -261,3 +261,22 @@ def test_an_external_peer_id_is_a_non_empty_string(peer: object) -> None:
             seed=0,  # type: ignore[dict-item]
         )
     assert str(raised.value) == f"external peer ids must be non-empty strings, got {peer!r}"
+
+
+def test_fill_tops_up_a_split_with_a_share_of_one_on_either_side() -> None:
+    # Any share counts as a share: a 2/1 split short of local groups fills from external ones,
+    # and a 1/2 split short of external groups fills from local ones.
+    useful = [group(i, [0.0, 1.0]) for i in range(3)]
+    rule = SamplingRule(fill=True)
+    short_local = sample_training_groups(
+        [], {"p": useful}, n_local=2, n_external=1, max_per_peer=3, seed=0, rule=rule
+    )
+    assert (len(short_local.local), len(short_local.external)) == (0, 3)
+    short_external = sample_training_groups(
+        useful, {}, n_local=1, n_external=2, max_per_peer=3, seed=0, rule=rule
+    )
+    assert (len(short_external.local), len(short_external.external)) == (3, 0)
+    no_share = sample_training_groups(
+        [], {"p": useful}, n_local=2, n_external=0, max_per_peer=3, seed=0, rule=rule
+    )
+    assert (len(no_share.local), len(no_share.external)) == (0, 0)  # an L/0 peer never takes external groups
