@@ -261,3 +261,10 @@ def test_only_tasks_of_positive_weight_count_toward_the_questions_there_are(
     with pytest.raises(ValueError) as raised:
         questions_for(5, 3, 1, PEER, ("a", "b"), 7, weights=(1.0, 0.0))
     assert str(raised.value) == "cannot draw 7 distinct questions from 1 task(s)"
+
+
+def test_exclude_judges_each_drawn_question() -> None:
+    # The draws of the pinned round above without its "leg" questions: the arith one, then later draws.
+    picked = questions_for(5, 3, 1, PEER, TASKS, 2, exclude=lambda ref: ref.task == "leg")
+    assert picked[0] == QuestionRef("arith", ARITH, 140739)
+    assert all(ref.task != "leg" for ref in picked) and len(set(picked)) == 2
