@@ -180,11 +180,14 @@ class AbandonRound:
 
 @attrs.frozen
 class SkipRound:
-    """`round` is left out: only `left_ms` of its stage remained when the peer got to it."""
+    """`round` is left out: only `left_ms` of its stage remained when the peer got to it.
+    `for_generation`: the share left was enough, the peer's expected generation was not (it
+    would have published after the swarm's collect deadline)."""
 
     round: int
     stage: int
     left_ms: int
+    for_generation: bool = False
 
 
 @attrs.frozen
@@ -432,7 +435,11 @@ class RoundMachine:
             collect_fraction=timing.collect_fraction,
         ):
             self.skipped_round, self.skipped_stage = said.round, said.stage
-            return (SkipRound(said.round, said.stage, said.stage_ends_ms - now_ms),)
+            left_ms = said.stage_ends_ms - now_ms
+            by_share = too_late_to_start(
+                now_ms, said.stage_ends_ms, self.stage_ms, timing.min_round_remaining
+            )
+            return (SkipRound(said.round, said.stage, left_ms, for_generation=not by_share),)
         remaining = max(0, said.stage_ends_ms - now_ms)
         collect_until = now_ms + int(timing.collect_fraction * remaining)
         opened = RoundOpened(

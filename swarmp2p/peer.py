@@ -365,6 +365,13 @@ class Peer:
         self._note_missed(action.round, now_ms)
         self.counters["rounds_skipped"] += 1
         self.rounds.skipped(action.round, action.stage, action.left_ms, now_ms)
+        if action.for_generation:
+            # Kept out by the estimate alone: its slowest generation goes, or a peer that gets
+            # to every round late (a stage manager behind, a loaded host) would skip them all
+            # on one slow generation, never measuring a faster one.
+            questions = scaled(self.settings.questions_per_round, self.pace.share)
+            self.generations.forget_slowest(questions)
+            self.machine.expected_generate_ms = self.generations.expected_ms(questions)
 
     async def _perform(self, action: ev.Action) -> None:
         # Every action names its (round, stage): work of an abandoned position is dropped.

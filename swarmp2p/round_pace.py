@@ -232,6 +232,15 @@ class GenerationTimes:
             return
         self.recent = [*self.recent, (round(generate_s * 1000), questions)][-GENERATIONS_KEPT:]
 
+    def forget_slowest(self, questions: int) -> None:
+        """Drop the generation that sets `expected_ms(questions)`: a round skipped by the
+        estimate measures nothing, so without this one slow generation would keep a peer that
+        gets to every round late out of all of them; with it, the peer plays again within
+        `GENERATIONS_KEPT` skipped rounds and measures the present."""
+        if self.recent:
+            slowest = max(self.recent, key=lambda run: ceil_div(run[0] * max(questions, run[1]), run[1]))
+            self.recent = [run for run in self.recent if run is not slowest]
+
     def expected_ms(self, questions: int) -> int:
         """The slowest recent generation, scaled up to `questions` when they are more, never
         down: part of a generation's time does not shrink with its questions (a batched

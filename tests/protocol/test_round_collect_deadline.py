@@ -98,3 +98,29 @@ def test_a_skipped_round_stays_skipped_when_the_expected_generation_drops_before
     # The next round opens as usual.
     after = machine.handle(start_ms + stage_ms, CoordinatorSaid(6, 0, 1, start_ms + 2 * stage_ms, stage_ms))
     assert any(isinstance(action, Generate) for action in after)
+
+
+@given(
+    stage_ms=st.integers(1_000, 600_000),
+    collect_fraction=fractions,
+    min_remaining=fractions,
+    generate_share=st.floats(0.0, 1.0),
+    elapsed_share=st.floats(0.0, 1.0),
+)
+def test_a_skip_says_whether_the_expected_generation_alone_kept_the_peer_out(
+    stage_ms: int, collect_fraction: float, min_remaining: float, generate_share: float, elapsed_share: float
+) -> None:
+    # The driver forgets its slowest generation on such a skip (a skipped round measures none):
+    # told wrongly, a share-skip would wear the estimate down, or a peer would never re-measure.
+    elapsed_ms = int(elapsed_share * stage_ms)
+    start_ms = 5 * stage_ms
+    machine = RoundMachine(
+        timing=RoundTiming(collect_fraction=collect_fraction, min_round_remaining=min_remaining),
+        expected_generate_ms=int(generate_share * stage_ms),
+    )
+    actions = machine.handle(start_ms + elapsed_ms, CoordinatorSaid(5, 0, 1, start_ms + stage_ms, stage_ms))
+    skips = [action for action in actions if isinstance(action, SkipRound)]
+    if skips:
+        enough_left = stage_ms - elapsed_ms >= min_remaining * stage_ms
+        assert skips[0].for_generation == enough_left
+        assert skips[0].left_ms == stage_ms - elapsed_ms
