@@ -373,9 +373,18 @@ def plot(path: Path, rows: list[dict[str, Any]], warmup_min: float) -> None:
             axis.plot(minutes, [row[key] / scale for row in mine], lw=1.0, color=colour, label=f"node {node}")
             if key == "played" and "trained" in mine[0]:
                 axis.plot(minutes, [row["trained"] for row in mine], lw=1.0, color=colour, ls=":")
-    for axis, label in zip(axes, panels.values(), strict=True):
+    settled_rss = [float(row["rss_mib"]) for row in rows if row["minute"] >= warmup_min and "rss_mib" in row]
+    for axis, key, label in zip(axes, panels, panels.values(), strict=True):
         axis.set_ylabel(label, fontsize=8)
-        axis.set_ylim(bottom=0, top=max(1.0, axis.get_ylim()[1] * 1.05))
+        if key == "rss_mib" and settled_rss:
+            # Fitted to the values after the warm-up: tens of MiB of growth on a 500 MiB
+            # process is flat on an axis from 0 (the start-up's lower samples fall below it).
+            low, high = min(settled_rss), max(settled_rss)
+            margin = max(5.0, 0.1 * (high - low))
+            axis.set_ylim(low - margin, high + margin)
+            axis.set_ylabel(f"{label}\nafter the warm-up", fontsize=8)
+        else:
+            axis.set_ylim(bottom=0, top=max(1.0, axis.get_ylim()[1] * 1.05))
         axis.axvline(warmup_min, color="grey", ls=":", lw=1)
         axis.grid(alpha=0.3)
         axis.tick_params(labelsize=8)
