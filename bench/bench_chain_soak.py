@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from procfs import cpu_seconds, rss_mib
+from soak_axes import fit_to_settled
 from soak_flood import Flood
 
 from netlab.devnet import FAST_NODE_CONFIG, Devnet
@@ -258,12 +259,7 @@ def plot(path: Path, rows: list[dict[str, Any]], warmup_rounds: int) -> None:
     for axis, series, label in zip(axes, labels, labels.values(), strict=True):
         axis.set_ylabel(label, fontsize=8)
         if series == "rss_mib" and settled_rss:
-            # Fitted to the values after the warm-up: a slope of tens of MiB on a 500 MiB
-            # process is flat on an axis from 0 (the start-up's lower samples fall below it).
-            low, high = min(settled_rss), max(settled_rss)
-            margin = max(5.0, 0.1 * (high - low))
-            axis.set_ylim(low - margin, high + margin)
-            axis.set_ylabel(f"{label}\nafter the warm-up", fontsize=8)
+            fit_to_settled(axis, settled_rss, label)
         else:
             axis.set_ylim(bottom=0, top=max(1.0, axis.get_ylim()[1] * 1.1))
         axis.axvline(warmup_rounds, color="grey", ls=":", lw=1)

@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # netlab
 from local_swarm import start, stop_nodes, wait_for_address
 from procfs import cpu_seconds, rss_mib
+from soak_axes import fit_to_settled
 from soak_flood import Flood
 
 if TYPE_CHECKING:
@@ -377,12 +378,7 @@ def plot(path: Path, rows: list[dict[str, Any]], warmup_min: float) -> None:
     for axis, key, label in zip(axes, panels, panels.values(), strict=True):
         axis.set_ylabel(label, fontsize=8)
         if key == "rss_mib" and settled_rss:
-            # Fitted to the values after the warm-up: tens of MiB of growth on a 500 MiB
-            # process is flat on an axis from 0 (the start-up's lower samples fall below it).
-            low, high = min(settled_rss), max(settled_rss)
-            margin = max(5.0, 0.1 * (high - low))
-            axis.set_ylim(low - margin, high + margin)
-            axis.set_ylabel(f"{label}\nafter the warm-up", fontsize=8)
+            fit_to_settled(axis, settled_rss, label)
         else:
             axis.set_ylim(bottom=0, top=max(1.0, axis.get_ylim()[1] * 1.05))
         axis.axvline(warmup_min, color="grey", ls=":", lw=1)
