@@ -10,6 +10,11 @@ recorded reason not to be (the round record's batch ledger), never trained twice
 
 One swarm for the whole module, the tests in this order. Assertions read rounds.jsonl and
 /api/status, never logs. Needs root, iproute2 and /dev/net/tun; skipped otherwise.
+
+The swarm shares the machine with whatever else runs (another worker's test, a busy host): the
+tests hold it to what a user is promised there. Every round of every node is accounted for with
+its fate and the nodes train on each other within a few rounds of each event; a round on the
+nodes the nemesis left alone may still be reported late or abandoned for want of CPU.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from netlab.netns_harness import (
     wait_for,
 )
 from netlab.netns_harness import swarm_report as report
+from tests.helpers.rounds import TRAINED, fates_accounted_for, trained_records
 
 REASON = missing_requirements()
 pytestmark = [
@@ -52,18 +58,11 @@ INTO = 0.3  # kill and pause 30% into a round: after the node published, before 
 RECOVER_WITHIN = 3  # rounds after the nemesis by which everything is back
 PAUSE_ROUNDS = 1.5  # frozen from 30% into round r to 80% into round r+1: past a whole round end
 SPLIT_ROUNDS = 2
-CONVERGE_WITHIN = 2  # rounds after the heal by which every node completes the same round
+CONVERGE_WITHIN = 2  # rounds after the heal by which every node trains in the same round
 
 
 @pytest.fixture(scope="module")
-def swarm(
-    tmp_path_factory: pytest.TempPathFactory, alone_module: None
-) -> Iterator[tuple[NetnsNetwork, list[NetnsNode]]]:
-    # alone_module: the nemesis schedule is timed in 10 s rounds, and beside another worker's
-    # swarm (tests/net/test_netns_swarm.py) the nodes share 2 cores with it. The ledger test's flake
-    # (accepted 16, it asks for more than 20) came from this module's tests being split across
-    # workers (fixed by --dist loadscope in scripts/test.sh); whether running alone is also
-    # needed was not measured, so it stays (docs/reliability.md).
+def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NetnsNetwork, list[NetnsNode]]]:
     root = tmp_path_factory.mktemp("nemesis")
     model = build_warm_model(root / "model")
     with netns_swarm(root, 3, model, ROUND_SECONDS, **CONDITIONS) as (network, nodes):
@@ -80,9 +79,21 @@ def wait_until_round(nodes: list[NetnsNode], last: int, until: Callable[[], bool
     )
 
 
-def completed_every_round(node: NetnsNode, rounds: range) -> bool:
-    records = node.by_round()
-    return all(records.get(r, {}).get("completed") for r in rounds)
+def kept_going(nodes: list[NetnsNode], since: int) -> None:
+    """The nodes the nemesis left alone accounted for every round from `since` to the last they
+    all recorded, and trained in one of them."""
+    rounds = range(since, min(max(node.by_round()) for node in nodes) + 1)
+    for node in nodes:
+        records = node.by_round()
+        fates_accounted_for(records, rounds, f"node {node.index}")
+        assert trained_records(records, rounds), (node.index, [records[r]["fate"] for r in rounds])
+
+
+def first_round_all_trained(nodes: list[NetnsNode], rounds: range) -> int | None:
+    """The first round in `rounds` in which every node's training step ran."""
+    return next(
+        (r for r in rounds if all(n.by_round().get(r, {}).get("fate") in TRAINED for n in nodes)), None
+    )
 
 
 def run_checked(nodes: list[NetnsNode], check: Callable[[], Any]) -> Any:
@@ -119,9 +130,8 @@ def test_a_killed_node_restarts_with_its_identity_and_model_and_trains_again(
         assert outcome["step_before"] >= 1 and outcome["first_step_after"] > outcome["step_before"], outcome
         assert outcome["trains_on_others"] is not None, outcome
         assert None not in outcome["others_train_on_it"].values(), outcome
-        # The others kept completing rounds while it was down and came back.
-        done = range(event["round"], min(max(n.by_round()) for n in nodes) + 1)
-        assert all(completed_every_round(n, done) for n in nodes if n is not victim), done
+        # The others kept playing and training while it was down and came back.
+        kept_going([n for n in nodes if n is not victim], event["round"])
 
     run_checked(nodes, check)
 
@@ -146,7 +156,7 @@ def test_a_paused_node_catches_up_and_its_late_round_is_counted(
             outcome
         )
         assert outcome["trains_on_others"] is not None, outcome
-        assert all(outcome["others_completed"].values()), outcome
+        kept_going([n for n in nodes if n.index != event["node"]], event["round"])
         assert outcome["banned_by"] == [], outcome  # late is not lying
 
     run_checked(nodes, check)
@@ -169,8 +179,9 @@ def test_a_split_swarm_converges_after_the_heal_and_exchanges_again(
         wait_until_round(nodes, last, exchanged)
         outcome = split_outcome(nodes, event, last)
         inside = outcome["inside_rounds"]
-        # Both sides kept completing rounds, and nothing crossed the cut.
-        assert all(done == len(inside) for done in outcome["completed_inside"].values()), outcome
+        # Both sides kept playing rounds, and nothing crossed the cut.
+        for node in nodes:
+            fates_accounted_for(node.by_round(), inside, f"node {node.index}")
         assert sum(outcome["crossed_inside"].values()) == 0, outcome
         # The pair trained on each other inside the cut.
         for index, partner in ((1, 2), (2, 1)):
@@ -179,7 +190,9 @@ def test_a_split_swarm_converges_after_the_heal_and_exchanges_again(
                 index,
                 outcome,
             )
-        assert outcome["converged"] is not None and outcome["converged"] < healed + CONVERGE_WITHIN, outcome
+        # Converged: a round soon after the heal in which every node trained.
+        converged = first_round_all_trained(nodes, range(healed, last + 1))
+        assert converged is not None and converged < healed + CONVERGE_WITHIN, outcome
         assert None not in outcome["exchanged"].values(), outcome
 
     run_checked(nodes, check)
