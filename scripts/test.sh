@@ -18,11 +18,32 @@ echo "== lint"
 ruff check .
 
 echo "== tests"
-# Two workers by default (SWARMP2P_TEST_WORKERS=0 runs them in this process, one at a time): most
-# tests wait on real-time rounds of live node processes, so on 2 cores the suite took 36 min one
-# test at a time (the same with a busy-loop using half a core beside it) and 24.5 min on 2 workers,
-# tests marked `alone` (tests/conftest.py) included. More workers than cores start more node
-# processes at once than the round timings allow for.
+# Workers: SWARMP2P_TEST_WORKERS if set (0 runs the tests in this process, one at a time), else 3
+# when most of the CPU is idle as the tests start, else 2. Most tests wait on real-time rounds of
+# live node processes: on 2 idle cores with 2 workers the CPU sat idle 35% of a 16 min run
+# (vmstat), which a third worker uses. Beside other work (two busy loops: no idle CPU) a third
+# worker would only start more node processes than the round timings allow for. More than 3 was
+# never measured (the suite was sized on 2 cores).
+workers() {
+    if [ -n "${SWARMP2P_TEST_WORKERS:-}" ]; then
+        echo "$SWARMP2P_TEST_WORKERS"
+    elif [ "$(idle_percent)" -ge 60 ]; then
+        echo 3
+    else
+        echo 2
+    fi
+}
+idle_percent() {  # share of CPU time idle over the next 2 s, from /proc/stat
+    local a b
+    read -r -a a < /proc/stat
+    sleep 2
+    read -r -a b < /proc/stat
+    local total=0 i
+    for i in 1 2 3 4 5 6 7 8; do total=$((total + b[i] - a[i])); done
+    echo $((100 * (b[4] + b[5] - a[4] - a[5]) / (total > 0 ? total : 1)))
+}
+WORKERS=$(workers)
+echo "workers: $WORKERS (SWARMP2P_TEST_WORKERS sets it)"
 # --dist loadscope: a module's tests run on one worker. With `load` they were handed out one by one,
 # and a module whose swarm is a module fixture started one per worker (the ordered nemesis of
 # tests/net/test_netns_nemesis.py ran half on each). Not `loadgroup` with marks: pytest 9.2 ignores
@@ -35,4 +56,4 @@ echo "== tests"
 # the top, and
 # `--randomly-seed=N` replays a run's order, `-p no:randomly` turns it off.
 # scripts/each_alone.sh runs every module in a process of its own (not here: an hour on 2 cores).
-python -m pytest -n "${SWARMP2P_TEST_WORKERS:-2}" --dist loadscope --durations=30 "$@"
+python -m pytest -n "$WORKERS" --dist loadscope --durations=30 "$@"
