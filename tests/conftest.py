@@ -47,7 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # ---- tests that must run alone under pytest-xdist ------------------------------------------------
-# `scripts/test.sh` runs the suite on two workers. A few tests run two honest peers and an attacker
+# `scripts/test.sh` runs the suite on two or three workers. A few tests run two honest peers and an attacker
 # at full speed in real time, and judge the peers by their round deadlines: beside another
 # worker's test, the starved process misses a collect window (the gossip flood test failed a
 # two-worker run that way). Marked `@pytest.mark.alone`, such a test waits for the other workers'
