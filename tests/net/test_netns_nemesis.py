@@ -82,18 +82,17 @@ def wait_until_round(nodes: list[NetnsNode], last: int, until: Callable[[], bool
 def kept_going(nodes: list[NetnsNode], since: int) -> None:
     """The nodes the nemesis left alone accounted for every round from `since` to the last they
     all recorded, and trained in one of them."""
-    rounds = range(since, min(max(node.by_round()) for node in nodes) + 1)
-    for node in nodes:
-        records = node.by_round()
-        fates_accounted_for(records, rounds, f"node {node.index}")
-        assert trained_records(records, rounds), (node.index, [records[r]["fate"] for r in rounds])
+    records = {node.index: node.by_round() for node in nodes}  # each rounds.jsonl read once
+    rounds = range(since, min(max(by_round) for by_round in records.values()) + 1)
+    for index, by_round in records.items():
+        fates_accounted_for(by_round, rounds, f"node {index}")
+        assert trained_records(by_round, rounds), (index, [by_round[r]["fate"] for r in rounds])
 
 
 def first_round_all_trained(nodes: list[NetnsNode], rounds: range) -> int | None:
     """The first round in `rounds` in which every node's training step ran."""
-    return next(
-        (r for r in rounds if all(n.by_round().get(r, {}).get("fate") in TRAINED for n in nodes)), None
-    )
+    records = [node.by_round() for node in nodes]  # each rounds.jsonl read once, not per round
+    return next((r for r in rounds if all(rec.get(r, {}).get("fate") in TRAINED for rec in records)), None)
 
 
 def run_checked(nodes: list[NetnsNode], check: Callable[[], Any]) -> Any:
@@ -192,7 +191,7 @@ def test_a_split_swarm_converges_after_the_heal_and_exchanges_again(
             )
         # Converged: a round soon after the heal in which every node trained.
         converged = first_round_all_trained(nodes, range(healed, last + 1))
-        assert converged is not None and converged < healed + CONVERGE_WITHIN, outcome
+        assert converged is not None and converged < healed + CONVERGE_WITHIN, (converged, outcome)
         assert None not in outcome["exchanged"].values(), outcome
 
     run_checked(nodes, check)
