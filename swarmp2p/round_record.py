@@ -55,6 +55,9 @@ class RoundRecord:
     skipped: bool = False  # never started: too little of it was left (PeerSettings.min_round_remaining)
     trained_local: int = 0  # local groups passed to train() this round
     trained_external: int = 0  # external groups passed to train() this round
+    # Groups (ours and accepted ones) the training step left out because all their completions
+    # scored alike: no advantage for GRPO. Tells "nothing to learn" from "a stage not trained".
+    zero_advantage_groups: int = 0
     eval: Mapping[str, Any] | None = None  # the held-out evaluation run after this round (heldout.py)
     eval_deferred: Mapping[str, Any] | None = None  # {needed_s, left_s}: due, but did not fit
     # The batch ledger (sha256 of the sealed envelope, hex, as announced): what was published,
@@ -119,6 +122,7 @@ class RoundWork:
     untrained_batches: dict[str, str] = attrs.Factory(dict)  # digest (hex) -> reason (UNTRAINED)
     trained_local: int = 0
     trained_external: int = 0
+    zero_advantage_groups: int = 0
     train_metrics: dict[str, float] = attrs.Factory(dict)
     generate_s: float | None = None
     updated: bool = False
@@ -187,6 +191,7 @@ def record_of(work: RoundWork, *, completed: bool, finished_ms: int) -> RoundRec
         train_metrics=work.train_metrics,
         trained_local=work.trained_local,
         trained_external=work.trained_external,
+        zero_advantage_groups=work.zero_advantage_groups,
         eval=work.eval,
         eval_deferred=work.eval_deferred,
         batch_digest=work.batch_digest.hex(),

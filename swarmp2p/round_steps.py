@@ -155,6 +155,7 @@ async def train(
     work.trained_on = tuple(sorted({peer for peer, _ in sampled.external}))
     work.trained_batches, work.untrained_batches = batch_ledger(work, external, sampled)
     work.trained_local, work.trained_external = len(sampled.local), len(sampled.external)
+    work.zero_advantage_groups = sampled.dropped_zero_advantage
     counters["dropped_zero_advantage"] += sampled.dropped_zero_advantage
     if groups:
         try:

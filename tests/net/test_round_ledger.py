@@ -104,6 +104,27 @@ def test_every_accepted_batch_is_trained_once_or_has_a_reason() -> None:
     assert set(record["untrained_batches"].values()) <= set(UNTRAINED)
 
 
+def test_a_round_with_nothing_to_learn_says_how_many_groups_had_equal_rewards() -> None:
+    # Every group, ours and the accepted one, scored alike: GRPO has no advantage to follow, so
+    # the step trains nothing, and the record tells that apart from a stage that is not trained.
+    accepted = {"a": (group(1, [1.0, 1.0]),), "b": (group(2, [0.0, 0.0]), group(3, [0.5, 0.5]))}
+    work = work_with(accepted)
+    work.local = [group(0, [0.0, 0.0]), group(4, [1.0, 1.0])]
+    policy = Policy()
+    train(work, accepted, policy)
+    record = record_of(work, completed=True, finished_ms=1).to_json()
+    assert policy.trained == []
+    assert record["trained_local"] + record["trained_external"] == 0
+    assert record["zero_advantage_groups"] == 5
+    assert set(record["untrained_batches"].values()) == {"zero_advantage"}
+    # A round that learns counts the groups it dropped the same way; one never trained counts 0.
+    teaching = work_with({"a": (group(1, [0.0, 1.0]),), "b": (group(2, [1.0, 1.0]),)})
+    train(teaching, dict(teaching.inbox.external), Policy())
+    assert record_of(teaching, completed=True, finished_ms=1).to_json()["zero_advantage_groups"] == 1
+    untrained = work_with(accepted)
+    assert record_of(untrained, completed=True, finished_ms=1).to_json()["zero_advantage_groups"] == 0
+
+
 def test_a_failed_training_step_trains_nothing_and_says_so() -> None:
     accepted = {"a": (group(1, [0.0, 1.0]),)}
     work = work_with(accepted)

@@ -69,6 +69,7 @@ def test_three_nodes_play_answer_verify(tmp_path: Path, warm_model: Path) -> Non
                     assert set(record["accepted_peers"]) <= set(ids) - {peer_id}
                     if stage == VERIFY:  # verdicts are shared and verified, never trained on
                         assert record["trained_local"] + record["trained_external"] == 0, (peer_id, record)
+                        assert record["zero_advantage_groups"] == 0, (peer_id, record)  # never sampled
 
         def verify_taken() -> bool:
             return any(
