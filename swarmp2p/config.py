@@ -38,6 +38,21 @@ T = TypeVar("T")
 
 ENV_PREFIX = "SWARMP2P_"
 CONFIG_FILE_ENV = "SWARMP2P_CONFIG"
+READ_ELSEWHERE_ENV = frozenset(
+    {
+        "SWARMP2P_ANVIL",  # the anvil binary (swarmp2p/chain/anvil.py, its tests and bench)
+        "SWARMP2P_TEST_WORKERS",  # the test command's workers (scripts/test.sh)
+        "SWARMP2P_TEST_KEEP_CACHE",  # tests/conftest.py
+        "SWARMP2P_BENCH_PUSH_MAX_BYTES",  # bench/network_worker.py's knobs
+        "SWARMP2P_BENCH_FETCH_SLOTS",
+        "SWARMP2P_BENCH_MESH_DEGREE",
+        "SWARMP2P_BENCH_RELAY_ALL",
+        "SWARMP2P_BENCH_RELAY_BACKUP",
+    }
+)
+"""`SWARMP2P_*` variables that are not settings but are read by other parts of the project. A
+user may have one set in the shell that runs a command (docs/chain.md's `SWARMP2P_ANVIL`, the
+README's `SWARMP2P_TEST_WORKERS`): the unknown-variable check lets them through."""
 
 
 class ConfigError(Exception):
@@ -58,7 +73,7 @@ class ConfigRegistry:
 
     def __init__(self, lazy: tuple[tuple[str, str, str], ...] = ()) -> None:
         self._sections: dict[str, type] = {}
-        self._reserved_env: set[str] = {CONFIG_FILE_ENV}
+        self._reserved_env: set[str] = {CONFIG_FILE_ENV, *READ_ELSEWHERE_ENV}
         # (module, class name, section) of config classes that do not register themselves at
         # import; imported only when an unknown variable shows up, so a command never pays
         # for importing another command's modules unless it must tell a typo from a setting.
