@@ -55,3 +55,31 @@ def test_a_module_marked_in_order_runs_in_file_order_whatever_the_seed(tmp_path:
         shuffled_seen |= ran["test_shuffled.py"] != STEPS
     # The unmarked module was shuffled under at least one seed: random order is really on.
     assert shuffled_seen
+
+
+def alone_module() -> str:
+    """Two `alone` tests written apart, between and after ordinary ones."""
+    names = [("ordinary_a", ""), ("lone_b", "@pytest.mark.alone\n"), ("ordinary_c", ""), ("ordinary_d", "")]
+    names += [("lone_e", "@pytest.mark.alone\n"), ("ordinary_f", "")]
+    return "import pytest\n" + "".join(f"\n\n{mark}def test_step_{name}():\n    pass\n" for name, mark in names)
+
+
+def test_a_modules_alone_tests_run_first_and_back_to_back_in_shuffled_order(tmp_path: Path) -> None:
+    """Between two `alone` tests of one module another of its tests would let the other workers
+    start theirs, and the second `alone` test would wait for all of them again: conftest puts a
+    module's `alone` tests at its front. The rest stays shuffled, and so do the `alone` ones
+    among themselves."""
+    folder = tmp_path / "suite"
+    folder.mkdir()
+    shutil.copy(HERE.parent / "conftest.py", folder / "conftest.py")
+    (folder / "pytest.ini").write_text(
+        "[pytest]\nmarkers =\n    alone: runs alone\n    in_order: file order\n    slow: slow\n"
+    )
+    (folder / "test_shuffled.py").write_text(alone_module())
+    orders = []
+    for seed in (1, 2, 3, 4, 5, 6):
+        ran = run_order(folder, seed)["test_shuffled.py"]
+        assert len(ran) == 6, (seed, ran)
+        assert sorted(ran[:2]) == ["test_step_lone_b", "test_step_lone_e"], (seed, ran)
+        orders.append(tuple(ran))
+    assert len({order[:2] for order in orders}) == 2 and len({order[2:] for order in orders}) > 1, orders
