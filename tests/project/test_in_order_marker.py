@@ -61,7 +61,8 @@ def alone_module() -> str:
     """Two `alone` tests written apart, between and after ordinary ones."""
     names = [("ordinary_a", ""), ("lone_b", "@pytest.mark.alone\n"), ("ordinary_c", ""), ("ordinary_d", "")]
     names += [("lone_e", "@pytest.mark.alone\n"), ("ordinary_f", "")]
-    return "import pytest\n" + "".join(f"\n\n{mark}def test_step_{name}():\n    pass\n" for name, mark in names)
+    tests = "".join(f"\n\n{mark}def test_step_{name}():\n    pass\n" for name, mark in names)
+    return "import pytest\n" + tests
 
 
 def test_a_modules_alone_tests_run_first_and_back_to_back_in_shuffled_order(tmp_path: Path) -> None:
