@@ -46,14 +46,21 @@ def pytest_configure(config: pytest.Config) -> None:
         option.loadscopereorder = False
 
 
-# ---- tests that must run alone under pytest-xdist ------------------------------------------------
-# `scripts/test.sh` runs the suite on two or three workers. A few tests run two honest peers and an attacker
-# at full speed in real time, and judge the peers by their round deadlines: beside another
-# worker's test, the starved process misses a collect window (the gossip flood test failed a
-# two-worker run that way). Marked `@pytest.mark.alone`, such a test waits for the other workers'
-# current tests to end, and they start nothing new until it is done. A readers-writer lock over
-# files: every test holds the main lock shared, an `alone` test exclusively; the gate in front of
-# it stops new shared holders while an exclusive one waits, so it is not starved.
+# ---- tests that must run (nearly) alone under pytest-xdist ---------------------------------------
+# `scripts/test.sh` runs the suite on two or three workers. A few tests run two honest peers and an
+# attacker at full speed in real time, and judge the peers by their round deadlines: beside
+# another worker's test on a busy machine, the starved process misses a collect window (the
+# gossip flood test failed a two-worker run that way). Marked `@pytest.mark.alone`, such a test
+# waits for the other workers' current tests to end, and they start nothing new until it is
+# done; on three workers (chosen only when the CPU is idle as the suite starts) one of the
+# others goes on, so at most one test runs beside it. Each of those tests passed a whole run
+# beside two busy CPU loops on 2 cores, more than one neighbouring test takes; fully alone, the
+# four of them left ~70% of an idle CPU unused for the ~90 s they take.
+#
+# Locks over files, one pair per worker: a test holds its worker's slot shared, taken through
+# the worker's gate. An `alone` test takes the one `alone` file (one such test at a time), shuts
+# the other workers' gates so that they start nothing new, takes the slots of all of them but
+# the one to spare as each one's current test ends, and opens the spared worker's gate again.
 
 _ALONE_LOCK_DIR = "swarmp2p-pytest-alone"
 
@@ -68,22 +75,34 @@ def _xdist_run_id(config: pytest.Config) -> str | None:
     return os.environ.get("PYTEST_XDIST_TESTRUNUID")
 
 
-def _alone_lock_files(run_id: str) -> tuple[str, str]:
+def _lock_path(run_id: str, name: str) -> str:
     import tempfile
 
     # One folder per user: another user's (a root run's) would not be writable.
     folder = os.path.join(tempfile.gettempdir(), f"{_ALONE_LOCK_DIR}-{os.getuid()}")
     os.makedirs(folder, exist_ok=True)
-    return os.path.join(folder, f"{run_id}.gate"), os.path.join(folder, f"{run_id}.main")
+    return os.path.join(folder, f"{run_id}.{name}")
 
 
-_held_exclusively = False  # this worker holds the main lock exclusively (for an `alone_module`)
+def _workers(config: pytest.Config) -> list[str]:
+    count = int(config.workerinput.get("workercount", 1))  # type: ignore[attr-defined]
+    return [f"gw{index}" for index in range(count)]
+
+
+def neighbours_allowed(workers: int) -> int:
+    """How many other workers' tests may run beside an `alone` test: none on two workers (the
+    test command's choice on a busy CPU), one on three or more."""
+    return 1 if workers >= 3 else 0
+
+
+_held_exclusively = False  # this worker holds the others' slots (for an `alone_module`)
 
 
 @contextmanager
 def _alone_lock(alone: bool, config: pytest.Config) -> Iterator[None]:
-    """Hold the main lock shared (`alone` False) or exclusively; nothing outside xdist, and
-    nothing more while this worker already holds it exclusively (`alone_module`)."""
+    """Hold this worker's slot shared (`alone` False), or the others' slots (all but the spared
+    ones); nothing outside xdist, and nothing more while this worker already holds the others'
+    (`alone_module`)."""
     global _held_exclusively
     run_id = _xdist_run_id(config)
     if run_id is None or _held_exclusively:
@@ -91,22 +110,66 @@ def _alone_lock(alone: bool, config: pytest.Config) -> Iterator[None]:
         return
     import fcntl
 
-    gate_path, main_path = _alone_lock_files(run_id)
-    with open(gate_path, "a") as gate, open(main_path, "a") as main:
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        if alone:
-            fcntl.flock(main, fcntl.LOCK_EX)  # waits for the tests running now; the gate stays shut
-            _held_exclusively = True
-        else:
-            fcntl.flock(main, fcntl.LOCK_SH)
+    me = os.environ["PYTEST_XDIST_WORKER"]
+    if not alone:
+        with (
+            open(_lock_path(run_id, f"{me}.gate"), "a") as gate,
+            open(_lock_path(run_id, f"{me}.slot"), "a") as slot,
+        ):
+            fcntl.flock(gate, fcntl.LOCK_EX)  # shut while an `alone` test drains this worker
+            fcntl.flock(slot, fcntl.LOCK_SH)
             fcntl.flock(gate, fcntl.LOCK_UN)
+            try:
+                yield
+            finally:
+                fcntl.flock(slot, fcntl.LOCK_UN)
+        return
+    others = [worker for worker in _workers(config) if worker != me]
+    with _others_drained(run_id, others, len(others) - neighbours_allowed(len(others) + 1)):
+        _held_exclusively = True
         try:
             yield
         finally:
             _held_exclusively = False
-            fcntl.flock(main, fcntl.LOCK_UN)
-            if alone:
-                fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+@contextmanager
+def _others_drained(run_id: str, others: list[str], needed: int) -> Iterator[None]:
+    """Take the `alone` file, then the slots of `needed` of the `others` (the first whose tests
+    end), keeping each of their gates shut; the rest's gates open again once enough are held."""
+    import fcntl
+    import time
+    from contextlib import ExitStack
+
+    with ExitStack() as stack:
+        alone_file = stack.enter_context(open(_lock_path(run_id, "alone"), "a"))
+        fcntl.flock(alone_file, fcntl.LOCK_EX)
+        stack.callback(fcntl.flock, alone_file, fcntl.LOCK_UN)
+        gates = {
+            worker: stack.enter_context(open(_lock_path(run_id, f"{worker}.gate"), "a")) for worker in others
+        }
+        slots = {
+            worker: stack.enter_context(open(_lock_path(run_id, f"{worker}.slot"), "a")) for worker in others
+        }
+        for worker in others:
+            fcntl.flock(gates[worker], fcntl.LOCK_EX)  # a worker holds its gate only for an instant
+            stack.callback(fcntl.flock, gates[worker], fcntl.LOCK_UN)
+        waiting = list(others)
+        while len(others) - len(waiting) < needed:
+            for worker in list(waiting):
+                try:
+                    fcntl.flock(slots[worker], fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
+                stack.callback(fcntl.flock, slots[worker], fcntl.LOCK_UN)
+                waiting.remove(worker)
+                if len(others) - len(waiting) == needed:
+                    break
+            else:
+                time.sleep(0.05)
+        for worker in waiting:  # spared: its gate opens, it goes on with its tests
+            fcntl.flock(gates[worker], fcntl.LOCK_UN)
+        yield
 
 
 def _module_of(item: pytest.Item) -> str:

@@ -151,9 +151,10 @@ def test_a_paused_node_catches_up_and_its_late_round_is_counted(
         assert outcome["alive"], outcome
         # The round it was frozen in is recorded (abandoned, or completed late), not lost.
         assert outcome["missed_rounds"][event["round"]] in ("abandoned", "completed"), outcome
-        assert outcome["caught_up"] is not None and outcome["caught_up"] <= event["resumed_round"] + 2, (
-            outcome
-        )
+        # Within the window, not by a set round: on a loaded host the nodes the pause left alone
+        # miss rounds too (an idle-CPU CI run: node 0 abandoned rounds 8 and 9, node 2 resumed in
+        # round 7 completed round 10).
+        assert outcome["caught_up"] is not None and outcome["caught_up"] <= last, outcome
         assert outcome["trains_on_others"] is not None, outcome
         kept_going([n for n in nodes if n.index != event["node"]], event["round"])
         assert outcome["banned_by"] == [], outcome  # late is not lying

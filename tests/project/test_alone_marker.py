@@ -43,9 +43,15 @@ def test_ordinary(index):
 """
 
 
-def run_generated_suite(folder: Path, files: dict[str, str], *args: str) -> dict[str, tuple[float, float]]:
-    """Run the generated test `files` in `folder` on two workers, with a copy of our conftest;
-    every test or fixture logs `name start end` to intervals.txt. Returns those intervals."""
+QUIET = ("-p", "no:cacheprovider", "-p", "no:randomly")
+
+
+def run_generated_suite(
+    folder: Path, files: dict[str, str], *args: str, workers: int = 2
+) -> dict[str, tuple[float, float]]:
+    """Run the generated test `files` in `folder` on `workers` workers, with a copy of our
+    conftest; every test or fixture logs `name start end` to intervals.txt. Returns those
+    intervals."""
     folder.mkdir()
     shutil.copy(HERE.parent / "conftest.py", folder / "conftest.py")  # the suite's own
     (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    alone: runs alone\n")
@@ -54,7 +60,7 @@ def run_generated_suite(folder: Path, files: dict[str, str], *args: str) -> dict
     done = subprocess.run(
         # In written order (no shuffle): the unmarked check needs the one test to start while the
         # ordinary ones still run, which a shuffle that puts it last would not give.
-        [sys.executable, "-m", "pytest", "-n2", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *args],
+        [sys.executable, "-m", "pytest", f"-n{workers}", "-q", *QUIET, *args],
         cwd=folder,
         capture_output=True,
         text=True,
@@ -84,6 +90,42 @@ def test_an_alone_test_has_no_other_test_beside_it(tmp_path: Path) -> None:
     pytest.importorskip("xdist")
     assert overlaps(tmp_path, "@pytest.mark.alone") == []
     assert overlaps(tmp_path, "") != []  # unmarked, the other worker runs beside it
+
+
+def most_beside_at_once(intervals: dict[str, tuple[float, float]], lone: str) -> int:
+    """The most other tests that ran at one instant while `lone` ran."""
+    start, end = intervals[lone]
+    edges = []
+    for name, (s, e) in intervals.items():
+        if name != lone and s < end and start < e:
+            edges += [(max(s, start), 1), (min(e, end), -1)]
+    most = running = 0
+    for _, step in sorted(edges):  # at a tie an end (-1) sorts before a start: they touch, not overlap
+        running += step
+        most = max(most, running)
+    return most
+
+
+def test_on_three_workers_an_alone_test_has_one_test_at_most_beside_it(tmp_path: Path) -> None:
+    """Three workers (the test command's choice when the CPU is idle): one of the others goes on
+    beside an `alone` test, so the CPU it leaves idle is used, and the third waits."""
+    pytest.importorskip("xdist")
+    suite = SUITE.replace("range(6)", "range(12)").replace(
+        'def test_the_one():\n    spend("alone")',
+        'def test_the_one():\n    spend("alone")\n    spend("alone-more")\n    spend("alone-end")',
+    )
+    runs = {}
+    for mark in ("@pytest.mark.alone", ""):
+        folder = tmp_path / (mark.strip("@.") or "unmarked")
+        intervals = run_generated_suite(folder, {"test_generated.py": suite.replace("MARK", mark)}, workers=3)
+        assert len(intervals) == 15, intervals
+        # the alone test's whole span: its three logged steps
+        first, last = intervals.pop("alone"), intervals.pop("alone-end")
+        intervals.pop("alone-more")
+        intervals["alone"] = (first[0], last[1])
+        runs[mark] = most_beside_at_once(intervals, "alone")
+    assert runs["@pytest.mark.alone"] == 1, runs
+    assert runs[""] == 2, runs  # unmarked, both other workers run beside it
 
 
 MODULE_SUITE = """
@@ -190,7 +232,7 @@ def test_a_pytest_started_inside_a_worker_takes_no_lock_of_the_outer_run(tmp_pat
     run_id = f"inner-{os.getpid()}-{tmp_path.name}"
     folder = Path(tempfile.gettempdir()) / f"swarmp2p-pytest-alone-{os.getuid()}"
     folder.mkdir(exist_ok=True)
-    gate_path = folder / f"{run_id}.gate"
+    gate_path = folder / f"{run_id}.gw0.gate"
     (tmp_path / "conftest.py").write_text((HERE.parent / "conftest.py").read_text())
     (tmp_path / "test_inner.py").write_text("def test_inner():\n    print('INNER RAN')\n")
     environment = {**os.environ, "PYTEST_XDIST_WORKER": "gw0", "PYTEST_XDIST_TESTRUNUID": run_id}
@@ -206,6 +248,6 @@ def test_a_pytest_started_inside_a_worker_takes_no_lock_of_the_outer_run(tmp_pat
                 timeout=60,
             )
     finally:
-        for suffix in (".gate", ".main"):
+        for suffix in (".gw0.gate", ".gw0.slot"):
             (folder / f"{run_id}{suffix}").unlink(missing_ok=True)
     assert done.returncode == 0 and "INNER RAN" in done.stdout, done.stdout + done.stderr
