@@ -17,7 +17,8 @@ from typing import TextIO
 REPO = Path(__file__).resolve().parents[1]
 
 # Makes the tiny model's round fit a few-second stage on one thread, for several real nodes on two
-# cores (the chain and devnet tests, the chain soak bench); the swarm's rules are untouched.
+# cores (the chain and devnet tests, the chain soak bench), with a held-out evaluation of two
+# questions; the swarm's rules are untouched.
 FAST_NODE_CONFIG = """
 [node]
 questions_per_round = 2
@@ -32,6 +33,7 @@ format_reward = 0.5
 max_new_tokens = 16
 tiny_hidden_size = 32
 tiny_pretrain_steps = 0
+eval_questions = 2
 """
 
 

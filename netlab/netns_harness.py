@@ -531,9 +531,16 @@ def build_warm_model(root: Path) -> Path:
     return folder
 
 
-def write_config(path: Path, round_seconds: float, node_settings: dict[str, Any] | None = None) -> Path:
-    """The swarm's config file; `node_settings` are extra [node] keys (e.g. fetch_timeout_s)."""
+def write_config(
+    path: Path,
+    round_seconds: float,
+    node_settings: dict[str, Any] | None = None,
+    trainer_settings: dict[str, Any] | None = None,
+) -> Path:
+    """The swarm's config file; `node_settings` and `trainer_settings` are extra [node] and
+    [trainer] keys (e.g. fetch_timeout_s, eval_questions)."""
     extra = "".join(f"{key} = {json.dumps(value)}\n" for key, value in (node_settings or {}).items())
+    trainer = "".join(f"{key} = {json.dumps(value)}\n" for key, value in (trainer_settings or {}).items())
     path.write_text(
         f"""
 [node]
@@ -549,7 +556,7 @@ tasks = {json.dumps(list(TASKS))}
 threads = 1
 format_reward = 0.5
 max_new_tokens = 32
-"""
+{trainer}"""
     )
     return path
 
@@ -679,11 +686,12 @@ def netns_swarm(
     round_seconds: float,
     seed: int = 1,
     node_settings: dict[str, Any] | None = None,
+    trainer_settings: dict[str, Any] | None = None,
     **impairment: float,
 ) -> Iterator[tuple[NetnsNetwork, list[NetnsNode]]]:
     """`count` nodes, each in its own namespace, node 0 the bootstrap; impairment applied to
     every node's egress before any node starts. Everything is stopped and removed on exit."""
-    config = write_config(root / "swarm.toml", round_seconds, node_settings)
+    config = write_config(root / "swarm.toml", round_seconds, node_settings, trainer_settings)
     with NetnsNetwork(count, seed=seed) as network:
         if impairment:
             network.impair(**impairment)

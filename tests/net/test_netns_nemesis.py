@@ -20,6 +20,7 @@ nodes the nemesis left alone may still be reported late or abandoned for want of
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,7 +29,6 @@ from netlab.netns_harness import (
     NetnsNetwork,
     NetnsNode,
     batch_ledger,
-    build_warm_model,
     kill_and_restart,
     kill_outcome,
     kill_rejoin,
@@ -43,6 +43,7 @@ from netlab.netns_harness import (
     wait_for,
 )
 from netlab.netns_harness import swarm_report as report
+from tests.helpers.nodes import TEST_TRAINER
 from tests.helpers.rounds import TRAINED, fates_accounted_for, trained_records
 
 REASON = missing_requirements()
@@ -62,10 +63,12 @@ CONVERGE_WITHIN = 2  # rounds after the heal by which every node trains in the s
 
 
 @pytest.fixture(scope="module")
-def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NetnsNetwork, list[NetnsNode]]]:
+def swarm(
+    tmp_path_factory: pytest.TempPathFactory, warm_model: Path
+) -> Iterator[tuple[NetnsNetwork, list[NetnsNode]]]:
     root = tmp_path_factory.mktemp("nemesis")
-    model = build_warm_model(root / "model")
-    with netns_swarm(root, 3, model, ROUND_SECONDS, **CONDITIONS) as (network, nodes):
+    swarm = netns_swarm(root, 3, warm_model, ROUND_SECONDS, trainer_settings=TEST_TRAINER, **CONDITIONS)
+    with swarm as (network, nodes):
         wait_for(lambda: all(node.rounds() for node in nodes), 150, "every node's first round")
         yield network, nodes
 

@@ -15,6 +15,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +23,6 @@ import pytest
 from netlab.netns_harness import (
     NetnsNetwork,
     NetnsNode,
-    build_warm_model,
     clean_leftovers,
     libp2p_stall_after_heal,
     missing_requirements,
@@ -30,6 +30,7 @@ from netlab.netns_harness import (
     wait_for,
 )
 from netlab.netns_harness import swarm_report as report
+from tests.helpers.nodes import TEST_TRAINER
 from tests.helpers.rounds import fates_accounted_for, peers_trained_on, trained_records
 
 REASON = missing_requirements()
@@ -144,10 +145,12 @@ def test_a_request_after_a_long_cut_dials_anew_instead_of_waiting_on_tcp() -> No
 
 
 @pytest.fixture(scope="module")
-def swarm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[NetnsNetwork, list[NetnsNode]]]:
+def swarm(
+    tmp_path_factory: pytest.TempPathFactory, warm_model: Path
+) -> Iterator[tuple[NetnsNetwork, list[NetnsNode]]]:
     root = tmp_path_factory.mktemp("netns")
-    model = build_warm_model(root / "model")
-    with netns_swarm(root, 3, model, ROUND_SECONDS, **CONDITIONS) as (network, nodes):
+    swarm = netns_swarm(root, 3, warm_model, ROUND_SECONDS, trainer_settings=TEST_TRAINER, **CONDITIONS)
+    with swarm as (network, nodes):
         ids = [node.info()["peer_id"] for node in nodes]
         for node, peer_id in zip(nodes, ids, strict=True):
             node.peer_id = peer_id  # type: ignore[attr-defined]
