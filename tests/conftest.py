@@ -14,9 +14,12 @@ No deadline anywhere: these machines are shared and a slow example is not a fail
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -177,10 +180,11 @@ def _module_of(item: pytest.Item) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Run order, by module: modules with `alone` tests first, then modules marked `slow`, then the
-    rest; within each, modules with more tests first (xdist's own heuristic), then as collected.
-    A module's tests keep the order they came in (a new random one each run under pytest-randomly,
-    which shuffles before this hook), its `alone` tests moved to its front.
+    """Run order, by module: modules with `alone` tests first (those with fewer other tests
+    first), then modules marked `slow`, then the rest; within each, modules with more tests first
+    (xdist's own heuristic), then as collected. A module's tests keep the order they came in (a
+    new random one each run under pytest-randomly, which shuffles before this hook), its `alone`
+    tests moved to its front.
 
     Why: an `alone` test waits for the test the other worker is running. Queued behind the
     longest swarm test (then a 250 s chain swarm), one worker idled for ~230 s in every CI run;
@@ -189,12 +193,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     rank: dict[str, int] = {}
     count: dict[str, int] = {}
     first: dict[str, int] = {}
+    not_alone: dict[str, int] = {}
     for index, item in enumerate(items):
         module = _module_of(item)
         first.setdefault(module, index)
         count[module] = count.get(module, 0) + 1
+        not_alone[module] = not_alone.get(module, 0) + (not _is_alone(item))
         fixtures = getattr(item, "fixturenames", ())
-        if item.get_closest_marker("alone") is not None or "alone_module" in fixtures:
+        if _is_alone(item) or "alone_module" in fixtures:
             kind = 0
         elif item.get_closest_marker("slow") is not None:
             kind = 1
@@ -210,23 +216,83 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     place = {
         id(item): (0, item.location[1] or 0)
         if item.get_closest_marker("in_order") is not None
-        else (0 if item.get_closest_marker("alone") is not None else 1, index)
+        else (0 if _is_alone(item) else 1, index)
         for index, item in enumerate(items)
     }
+    # The modules with `alone` tests run on one worker (`pytest_xdist_make_scheduler` below),
+    # those with other tests too last among them: all the `alone` tests back to back.
+    size = {module: not_alone[module] if rank[module] == 0 else -count[module] for module in count}
     items.sort(
         key=lambda item: (
             rank[_module_of(item)],
-            -count[_module_of(item)],
+            size[_module_of(item)],
             first[_module_of(item)],
             place[id(item)],
         )
     )
 
 
-@pytest.fixture(autouse=True)
-def _alone_under_xdist(request: pytest.FixtureRequest) -> Iterator[None]:
-    with _alone_lock(request.node.get_closest_marker("alone") is not None, request.config):
-        yield
+def _is_alone(item: pytest.Item) -> bool:
+    return item.get_closest_marker("alone") is not None
+
+
+_holding: ExitStack | None = None  # this worker's hold on the locks, from a test's setup on
+_holding_alone = False  # ...and whether it is an `alone` test's (kept for the next such test)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    """Take the lock before any fixture of the test is set up (a module's swarm included),
+    unless the `alone` test before it on this worker kept it for this one."""
+    global _holding, _holding_alone
+    alone = _is_alone(item)
+    if _holding is not None and not (alone and _holding_alone):
+        _holding.close()
+        _holding = None
+    if _holding is None:
+        stack = ExitStack()
+        stack.enter_context(_alone_lock(alone, item.config))
+        _holding, _holding_alone = stack, alone
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True, trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Let go of the lock after the test's teardown; an `alone` test followed on this worker by
+    another keeps it: the others are not drained twice."""
+    global _holding
+    yield
+    if _holding is not None and not (_holding_alone and nextitem is not None and _is_alone(nextitem)):
+        _holding.close()
+        _holding = None
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Under `--dist loadscope` (scripts/test.sh), every module with `alone` tests is one unit of
+    work, so that they all run on one worker, one after the other (their order above), while
+    the other workers run the rest: spread over three workers, each `alone` test waited for the
+    others' in turn, and the machine sat two thirds idle for their first minute."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class AloneModulesTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "alone modules" if _marks_alone(config.rootpath / module) else module
+
+    return AloneModulesTogether(config, log)
+
+
+@functools.cache
+def _marks_alone(path: Path) -> bool:
+    """Whether a test module marks a test `alone` (read in the controller, which collects
+    nothing: a hint for the scheduler only; the lock itself goes by the marks)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return False
+    return re.search(r"^\s*@pytest\.mark\.alone\b|^pytestmark\b.*\balone\b", text, re.MULTILINE) is not None
 
 
 @pytest.fixture(scope="module")

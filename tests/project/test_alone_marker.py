@@ -128,6 +128,59 @@ def test_on_three_workers_an_alone_test_has_one_test_at_most_beside_it(tmp_path:
     assert runs[""] == 2, runs  # unmarked, both other workers run beside it
 
 
+WORKER_SUITE = """
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+LOG = Path(__file__).parent / "intervals.txt"
+
+
+def spend(name):
+    started = time.time()
+    time.sleep(0.3)
+    with LOG.open("a") as log:
+        log.write(f"{name}@{os.environ['PYTEST_XDIST_WORKER']} {started} {time.time()}\\n")
+
+
+MARK
+def test_the_one():
+    spend("NAME")
+
+
+@pytest.mark.parametrize("index", range(COUNT))
+def test_ordinary(index):
+    spend(f"NAME-ordinary{index}")
+"""
+
+
+def worker_suite(name: str, alone: bool, ordinary: int) -> str:
+    mark = "@pytest.mark.alone" if alone else ""
+    return WORKER_SUITE.replace("MARK", mark).replace("NAME", name).replace("COUNT", str(ordinary))
+
+
+def test_alone_modules_share_one_worker_and_run_back_to_back(tmp_path: Path) -> None:
+    """Under `--dist loadscope` (the test command's) the modules with `alone` tests are one unit
+    of work: on three workers, their `alone` tests run on one worker, one after the other, the
+    module with other tests too last; spread over workers, each waited for the others' in turn."""
+    pytest.importorskip("xdist")
+    files = {
+        "test_a_alone.py": worker_suite("a", alone=True, ordinary=2),
+        "test_b_alone.py": worker_suite("b", alone=True, ordinary=0),
+        "test_c_ordinary.py": worker_suite("c", alone=False, ordinary=6),
+        "test_d_ordinary.py": worker_suite("d", alone=False, ordinary=6),
+    }
+    intervals = run_generated_suite(tmp_path / "suite", files, "--dist", "loadscope", workers=3)
+    ran = {name.split("@")[0]: (name.split("@")[1], start) for name, (start, _) in intervals.items()}
+    assert len(ran) == 18, sorted(ran)
+    worker = ran["b"][0]
+    assert ran["a"][0] == worker, ran
+    on_it = sorted((start, name) for name, (w, start) in ran.items() if w == worker)
+    assert [name for _, name in on_it][:2] == ["b", "a"], on_it
+
+
 MODULE_SUITE = """
 import time
 from pathlib import Path
