@@ -142,7 +142,6 @@ def _others_drained(run_id: str, others: list[str], needed: int) -> Iterator[Non
     end), keeping each of their gates shut; the rest's gates open again once enough are held."""
     import fcntl
     import time
-    from contextlib import ExitStack
 
     with ExitStack() as stack:
         alone_file = stack.enter_context(open(_lock_path(run_id, "alone"), "a"))
