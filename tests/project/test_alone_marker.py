@@ -16,7 +16,8 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 
-SUITE = """
+SUITE_TEMPLATE = """
+import os
 import time
 from pathlib import Path
 
@@ -27,20 +28,41 @@ LOG = Path(__file__).parent / "intervals.txt"
 
 def spend(name):
     started = time.time()
-    time.sleep(0.2)
+    time.sleep(SECONDS)
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
     with LOG.open("a") as log:
-        log.write(f"{name} {started} {time.time()}\\n")
+        log.write(f"{name} {started} {time.time()} {worker}\\n")
 
 
 MARK
 def test_the_one():
-    spend("alone")
+    spend("LONE")
 
 
-@pytest.mark.parametrize("index", range(6))
+@pytest.mark.parametrize("index", range(COUNT))
 def test_ordinary(index):
-    spend(f"ordinary{index}")
+    spend(f"PREFIXordinary{index}")
 """
+
+
+def generated_suite(
+    mark: str, lone: str = "alone", ordinary: int = 6, prefix: str = "", seconds: float = 0.2
+) -> str:
+    """A module of one test (`mark`ed, logged as `lone`) and `ordinary` unmarked ones (logged as
+    `prefix`ordinaryN), each spending `seconds` and logging `name start end worker`."""
+    text = SUITE_TEMPLATE
+    for key, value in {
+        "MARK": mark,
+        "LONE": lone,
+        "COUNT": ordinary,
+        "PREFIX": prefix,
+        "SECONDS": seconds,
+    }.items():
+        text = text.replace(key, str(value))
+    return text
+
+
+SUITE = generated_suite("MARK")
 
 
 QUIET = ("-p", "no:cacheprovider", "-p", "no:randomly")
@@ -69,7 +91,9 @@ def run_generated_suite(
     assert done.returncode == 0, done.stdout + done.stderr
     return {
         name: (float(start), float(end))
-        for name, start, end in (line.split() for line in (folder / "intervals.txt").read_text().splitlines())
+        for name, start, end, *_ in (
+            line.split() for line in (folder / "intervals.txt").read_text().splitlines()
+        )
     }
 
 
@@ -110,7 +134,7 @@ def test_on_three_workers_an_alone_test_has_one_test_at_most_beside_it(tmp_path:
     """Three workers (the test command's choice when the CPU is idle): one of the others goes on
     beside an `alone` test, so the CPU it leaves idle is used, and the third waits."""
     pytest.importorskip("xdist")
-    suite = SUITE.replace("range(6)", "range(12)").replace(
+    suite = generated_suite("MARK", ordinary=12).replace(
         'def test_the_one():\n    spend("alone")',
         'def test_the_one():\n    spend("alone")\n    spend("alone-more")\n    spend("alone-end")',
     )
@@ -128,37 +152,14 @@ def test_on_three_workers_an_alone_test_has_one_test_at_most_beside_it(tmp_path:
     assert runs[""] == 2, runs  # unmarked, both other workers run beside it
 
 
-WORKER_SUITE = """
-import os
-import time
-from pathlib import Path
-
-import pytest
-
-LOG = Path(__file__).parent / "intervals.txt"
-
-
-def spend(name):
-    started = time.time()
-    time.sleep(0.3)
-    with LOG.open("a") as log:
-        log.write(f"{name}@{os.environ['PYTEST_XDIST_WORKER']} {started} {time.time()}\\n")
-
-
-MARK
-def test_the_one():
-    spend("NAME")
-
-
-@pytest.mark.parametrize("index", range(COUNT))
-def test_ordinary(index):
-    spend(f"NAME-ordinary{index}")
-"""
+def workers_of(folder: Path) -> dict[str, str]:
+    """Which worker ran each logged test of a generated suite run in `folder`."""
+    return {line.split()[0]: line.split()[3] for line in (folder / "intervals.txt").read_text().splitlines()}
 
 
 def worker_suite(name: str, alone: bool, ordinary: int) -> str:
     mark = "@pytest.mark.alone" if alone else ""
-    return WORKER_SUITE.replace("MARK", mark).replace("NAME", name).replace("COUNT", str(ordinary))
+    return generated_suite(mark, lone=name, ordinary=ordinary, prefix=f"{name}-", seconds=0.3)
 
 
 def test_alone_modules_share_one_worker_and_run_back_to_back(tmp_path: Path) -> None:
@@ -173,7 +174,8 @@ def test_alone_modules_share_one_worker_and_run_back_to_back(tmp_path: Path) -> 
         "test_d_ordinary.py": worker_suite("d", alone=False, ordinary=6),
     }
     intervals = run_generated_suite(tmp_path / "suite", files, "--dist", "loadscope", workers=3)
-    ran = {name.split("@")[0]: (name.split("@")[1], start) for name, (start, _) in intervals.items()}
+    worker_of = workers_of(tmp_path / "suite")
+    ran = {name: (worker_of[name], start) for name, (start, _) in intervals.items()}
     assert len(ran) == 18, sorted(ran)
     worker = ran["b"][0]
     assert ran["a"][0] == worker, ran
