@@ -26,18 +26,19 @@ echo "== lint"
 ruff check .
 
 echo "== tests"
-# Workers: SWARMP2P_TEST_WORKERS if set (0 runs the tests in this process, one at a time), else 3
-# when most of the CPU is idle as the tests start, else 2. Most tests wait on real-time rounds of
-# live node processes: on 2 idle cores with 2 workers the CPU sat idle 35% of a 16 min run
-# (vmstat), which a third worker uses. Beside other work (two busy loops: no idle CPU) a third
-# worker would only start more node processes than the round timings allow for. A fourth worker
-# on 2 idle cores gains nothing: 790.7 s against 790.4 s for three (same code, clean clones): after
-# the first three minutes the CPU is saturated (vmstat 0-5% idle) either way.
+# Workers: SWARMP2P_TEST_WORKERS if set (0 runs the tests in this process, one at a time), else 4
+# when most of the CPU is idle as the tests start, else 2. Most `slow` tests wait on real-time
+# rounds of live node processes; the rest run in-process on the CPU. On three or more workers
+# one worker stays on the in-process tests while the others run the real-time swarms
+# (tests/conftest.py's scheduler), so the CPU the swarms leave idle is used: with every worker
+# on a swarm, 2 idle cores sat 40-60% idle for the run's first four minutes. Beside other work
+# (two busy loops: no idle CPU) more workers would only start more node processes than the
+# round timings allow for.
 workers() {
     if [ -n "${SWARMP2P_TEST_WORKERS:-}" ]; then
         echo "$SWARMP2P_TEST_WORKERS"
     elif [ "$(idle_percent)" -ge 60 ]; then
-        echo 3
+        echo 4
     else
         echo 2
     fi

@@ -31,22 +31,48 @@ settings.register_profile("deep", max_examples=5000, **_COMMON)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+_session_cache: str | None = None  # the models cache this process made (removed at its end)
+_run_id: str | None = None  # the xdist run this process controls (its lock files removed at its end)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Commands under test (`swarmp2p node`, `train`, their subprocesses) cache built models per user
     (`trainer.config.user_model_cache`); point that cache at one folder per test session so tests
     never write to the user's own cache, and still build each model once per session."""
     # Popped: a SWARMP2P_* variable that names no setting is a config error in every command the
     # tests start (it reached their environment and they all failed).
+    global _session_cache
     if os.environ.pop("SWARMP2P_TEST_KEEP_CACHE", None) is None:
         import tempfile
 
-        os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="swarmp2p-test-cache-")
+        _session_cache = tempfile.mkdtemp(prefix="swarmp2p-test-cache-")
+        os.environ["XDG_CACHE_HOME"] = _session_cache
     # pytest-xdist's `--dist loadscope` hands modules out by how many tests each has, most first
     # (its `--loadscope-reorder`, on by default). The order below is the one that counts, so the
     # controller must keep the collection's order; there is no other way to say so from here.
     option = getattr(config, "option", None)
     if option is not None and hasattr(option, "loadscopereorder"):
         option.loadscopereorder = False
+    # The controller names the run (xdist would, at random, where this process cannot read it),
+    # so that it can remove the run's lock files at its end (below).
+    global _run_id
+    controller = not hasattr(config, "workerinput")
+    if option is not None and controller and getattr(option, "testrunuid", ()) is None:
+        import uuid
+
+        option.testrunuid = _run_id = uuid.uuid4().hex
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The session's models cache and lock files go with it (a cache folder was left in the temp
+    folder per process and run: ~500 after a day of runs here)."""
+    if _session_cache is not None:
+        import shutil
+
+        shutil.rmtree(_session_cache, ignore_errors=True)
+    if _run_id is not None:  # the workers are gone: nothing holds the run's locks
+        for path in Path(_lock_path(_run_id, "")).parent.glob(f"{_run_id}.*"):
+            path.unlink(missing_ok=True)
 
 
 # ---- tests that must run (nearly) alone under pytest-xdist ---------------------------------------
@@ -266,11 +292,24 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         _holding = None
 
 
+def real_time_workers_allowed(workers: int) -> int:
+    """How many workers may be on `slow` modules (real-time swarms, most of their time spent
+    waiting on round timers) at once: all of them on two workers (the test command's choice on a
+    busy CPU), all but one on three or more, so that one worker keeps the CPU busy with the
+    in-process tests while the swarms wait."""
+    return workers - 1 if workers >= 3 else workers
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """Under `--dist loadscope` (scripts/test.sh), every module with `alone` tests is one unit of
-    work, so that they all run on one worker, one after the other (their order above), while
-    the other workers run the rest: spread over three workers, each `alone` test waited for the
-    others' in turn, and the machine sat two thirds idle for their first minute."""
+    """Under `--dist loadscope` (scripts/test.sh):
+    - every module with `alone` tests is one unit of work, so that they all run on one worker,
+      one after the other (their order above), while the other workers run the rest: spread over
+      three workers, each `alone` test waited for the others' in turn, and the machine sat two
+      thirds idle for their first minute;
+    - a worker asking for work while `real_time_workers_allowed` others are on `slow` modules gets
+      the first module that is not: with every worker on a real-time swarm, the CPU of 2 idle
+      cores sat 40-60% idle for the suite's first four minutes, and the in-process tests then ran
+      on a saturated CPU at its end."""
     if config.getvalue("dist") != "loadscope":
         return None
     from xdist.scheduler import LoadScopeScheduling
@@ -278,20 +317,43 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     class AloneModulesTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
-            return "alone modules" if _marks_alone(config.rootpath / module) else module
+            return ALONE_SCOPE if _marks(config.rootpath / module, "alone") else module
+
+        def _assign_work_unit(self, node: object) -> None:
+            others = [other for other in self.nodes if other is not node]
+            on_real_time = sum(self._on_real_time(other) for other in others)
+            if on_real_time >= real_time_workers_allowed(len(self.nodes)):
+                in_process = next((scope for scope in self.workqueue if not self._real_time(scope)), None)
+                if in_process is not None:
+                    self.workqueue.move_to_end(in_process, last=False)  # the next one handed out
+            super()._assign_work_unit(node)
+
+        def _on_real_time(self, node: object) -> bool:
+            return any(
+                self._real_time(scope) and not all(done.values())
+                for scope, done in self.assigned_work.get(node, {}).items()
+            )
+
+        def _real_time(self, scope: str) -> bool:
+            return scope == ALONE_SCOPE or _marks(config.rootpath / scope, "slow")
 
     return AloneModulesTogether(config, log)
 
 
+ALONE_SCOPE = "alone modules"
+
+
 @functools.cache
-def _marks_alone(path: Path) -> bool:
-    """Whether a test module marks a test `alone` (read in the controller, which collects
-    nothing: a hint for the scheduler only; the lock itself goes by the marks)."""
+def _marks(path: Path, mark: str) -> bool:
+    """Whether a test module marks a test (or itself) with `mark` (read in the controller, which
+    collects nothing: a hint for the scheduler only; the `alone` lock itself goes by the marks)."""
     try:
         text = path.read_text()
     except OSError:
         return False
-    return re.search(r"^\s*@pytest\.mark\.alone\b|^pytestmark\b.*\balone\b", text, re.MULTILINE) is not None
+    # `@pytest.mark.slow` over a test, or `pytest.mark.slow` in a module's `pytestmark` (one line or a list)
+    pattern = rf"^\s*(?:@|pytestmark\s*=\s*\[?\s*)?pytest\.mark\.{mark}\b|^pytestmark\b.*\b{mark}\b"
+    return re.search(pattern, text, re.MULTILINE) is not None
 
 
 @pytest.fixture(scope="module")

@@ -76,7 +76,9 @@ def run_generated_suite(
     intervals."""
     folder.mkdir()
     shutil.copy(HERE.parent / "conftest.py", folder / "conftest.py")  # the suite's own
-    (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    alone: runs alone\n")
+    (folder / "pytest.ini").write_text(
+        "[pytest]\nmarkers =\n    alone: runs alone\n    slow: a real-time swarm\n"
+    )
     for name, text in files.items():
         (folder / name).write_text(text)
     done = subprocess.run(
@@ -306,3 +308,59 @@ def test_a_pytest_started_inside_a_worker_takes_no_lock_of_the_outer_run(tmp_pat
         for suffix in (".gw0.gate", ".gw0.slot"):
             (folder / f"{run_id}{suffix}").unlink(missing_ok=True)
     assert done.returncode == 0 and "INNER RAN" in done.stdout, done.stdout + done.stderr
+
+
+TIMED_SUITE = """
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+MARK
+LOG = Path(__file__).parent / "intervals.txt"
+
+
+@pytest.mark.parametrize("index", range(COUNT))
+def test_step(index):
+    started = time.time()
+    time.sleep(SECONDS)
+    with LOG.open("a") as log:
+        log.write(f"NAME{index} {started} {time.time()} {os.environ.get('PYTEST_XDIST_WORKER')}\\n")
+"""
+
+
+def timed_suite(name: str, slow: bool, count: int, seconds: float) -> str:
+    text = TIMED_SUITE.replace("MARK", "pytestmark = pytest.mark.slow" if slow else "")
+    return text.replace("NAME", name).replace("COUNT", str(count)).replace("SECONDS", str(seconds))
+
+
+def most_at_once(intervals: list[tuple[float, float]]) -> int:
+    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
+    most = running = 0
+    for _, step in edges:  # at a tie an end (-1) sorts first: touching is not overlapping
+        running += step
+        most = max(most, running)
+    return most
+
+
+def test_one_worker_stays_on_in_process_tests_while_the_others_run_real_time_swarms(tmp_path: Path) -> None:
+    """On three workers, `slow` modules (real-time swarms, mostly waiting on round timers) take
+    two workers at most while other modules are queued: the third keeps the CPU busy. All three
+    on swarms left 2 idle cores 40-60% idle for the suite's first minutes. Under `--dist loadfile`
+    (no scheduler of ours) the same suite runs three swarms at once: the check can fail."""
+    pytest.importorskip("xdist")
+    files = {
+        f"test_s{index}_swarm.py": timed_suite(f"s{index}-", slow=True, count=2, seconds=1.0)
+        for index in range(4)
+    }
+    files |= {
+        f"test_r{index}_local.py": timed_suite(f"r{index}-", slow=False, count=3, seconds=0.4)
+        for index in range(4)
+    }
+    most = {}
+    for dist in ("loadscope", "loadfile"):
+        intervals = run_generated_suite(tmp_path / dist, files, "--dist", dist, workers=3)
+        assert len(intervals) == 20, sorted(intervals)
+        most[dist] = most_at_once([span for name, span in intervals.items() if name.startswith("s")])
+    assert most == {"loadscope": 2, "loadfile": 3}, most
