@@ -621,6 +621,18 @@ def test_too_late_to_start_is_strictly_less_than_the_share_left() -> None:
     assert not too_late_to_start(900, 1000, None, 0.5)  # stage length unknown
 
 
+def test_too_late_to_start_counts_a_known_generation_only_against_the_collect_deadline() -> None:
+    """A stage from 0 to 1000 ms. A generation of `generate_ms` (measured; 0: not known) must end
+    before the collect deadline, `collect_fraction` of the stage in (the stage's end by default)."""
+    assert too_late_to_start(400, 1000, 1000, 0.5, generate_ms=700)  # would publish at 1100: past the end
+    assert not too_late_to_start(400, 1000, 1000, 0.5, generate_ms=500)  # publishes at 900
+    assert too_late_to_start(999, 1000, 1000, 0.001, generate_ms=1)  # even 1 ms is a known generation
+    assert not too_late_to_start(999, 1000, 1000, 0.001)  # not known: only the share left decides
+    # not known, with the collect deadline (500) already passed: still only the share decides
+    assert not too_late_to_start(600, 1000, 1000, 0.3, generate_ms=0, collect_fraction=0.5)
+    assert too_late_to_start(300, 1000, 1000, 0.3, generate_ms=300, collect_fraction=0.5)  # 600 > 500
+
+
 def test_illegal_events_say_what_they_were() -> None:
     machine = RoundMachine()
     machine.handle(0, RoundOpened(2, 500, 1000))
