@@ -76,12 +76,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 # ---- tests that must run (nearly) alone under pytest-xdist ---------------------------------------
-# `scripts/test.sh` runs the suite on two or three workers. A few tests run two honest peers and an
+# `scripts/test.sh` runs the suite on two or four workers. A few tests run two honest peers and an
 # attacker at full speed in real time, and judge the peers by their round deadlines: beside
 # another worker's test on a busy machine, the starved process misses a collect window (the
 # gossip flood test failed a two-worker run that way). Marked `@pytest.mark.alone`, such a test
 # waits for the other workers' current tests to end, and they start nothing new until it is
-# done; on three workers (chosen only when the CPU is idle as the suite starts) one of the
+# done; on three or more workers (chosen only when the CPU is idle as the suite starts) one of the
 # others goes on, so at most one test runs beside it. Each of those tests passed a whole run
 # beside two busy CPU loops on 2 cores, more than one neighbouring test takes; fully alone, the
 # four of them left ~70% of an idle CPU unused for the ~90 s they take.
