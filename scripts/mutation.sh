@@ -54,7 +54,7 @@ declare -A TESTS=(
     [trainer/tasks.py]="test_trainer_tasks.py test_pinned_evaluation.py test_pinned_training.py"
     [swarmp2p/fetcher.py]="test_peer_inbound.py test_pushed_batches.py test_pinned_fetcher.py test_pinned_fetch.py"
     [swarmp2p/fetch_queue.py]="test_fetch_queue.py test_pinned_fetcher.py test_pinned_fetch.py"
-    [swarmp2p/net/gossip.py]="test_net_gossip_*.py test_pinned_gossip.py test_pinned_net_limits.py"
+    [swarmp2p/net/gossip.py]="test_net_gossip_*.py test_pinned_gossip.py test_pinned_net_limits.py test_net_drops_counted.py test_net_origin_limit.py test_net_relay_path.py"
     [swarmp2p/net/origin_limit.py]="test_net_origin_limit.py test_pinned_gossip.py test_pinned_net_limits.py"
 )
 

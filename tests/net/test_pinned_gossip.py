@@ -66,3 +66,39 @@ def test_an_established_origins_messages_do_not_use_up_its_forwarders_allowance(
                     await stream.reset()
 
     trio.run(main)
+
+
+def test_a_blacklisted_origin_or_forwarder_and_a_repeated_message_are_dropped_and_counted_by_name() -> None:
+    """Bugs: a blacklist that drops only when both the forwarder and the origin are on it (or
+    checks neither), and drops counted under another name (the dashboard, /metrics and the
+    tests read these names). Messages are pushed into the node's pubsub as its stream reader
+    would: a repeat is one `gossip_seen_duplicate`, a blacklisted origin's message or a
+    blacklisted forwarder's one `gossip_blacklisted` each, and none of them reaches the inbox."""
+    origin, banned_origin = create_new_key_pair(), create_new_key_pair()
+    forwarder = ID.from_pubkey(create_new_key_pair().public_key)
+    banned_forwarder = ID.from_pubkey(create_new_key_pair().public_key)
+
+    async def main() -> None:
+        with trio.fail_after(60):
+            async with open_libp2p_network(create_new_key_pair(), FAST) as node:
+                inbox = await node.subscribe(TOPIC)
+                pubsub: Any = node.pubsub
+                pubsub.blacklisted_peers.update({ID.from_pubkey(banned_origin.public_key), banned_forwarder})
+                first = message(origin, b"first", 1, signer=origin)
+                banned = message(banned_origin, b"banned origin", 1, signer=banned_origin)
+                for via, pushed in (
+                    (forwarder, first),
+                    (forwarder, first),
+                    (forwarder, banned),
+                    (banned_forwarder, message(origin, b"banned forwarder", 2, signer=origin)),
+                    (forwarder, message(origin, b"last", 3, signer=origin)),
+                ):
+                    await pubsub.push_msg(via, pushed)
+                with trio.fail_after(10):
+                    received = [(await inbox.receive()).data for _ in range(2)]
+                assert received == [b"first", b"last"]
+                names = ("gossip_seen_duplicate", "gossip_blacklisted")
+                drops = {name: node.counters[name] for name in names}
+                assert drops == {"gossip_seen_duplicate": 1, "gossip_blacklisted": 2}
+
+    trio.run(main)
