@@ -102,3 +102,34 @@ def test_a_blacklisted_origin_or_forwarder_and_a_repeated_message_are_dropped_an
                 assert drops == {"gossip_seen_duplicate": 1, "gossip_blacklisted": 2}
 
     trio.run(main)
+
+
+def test_a_full_inbox_drops_an_unknown_origins_message_and_gives_an_established_ones_a_place() -> None:
+    """Bugs: the inbox not told whether the origin is established (or told the opposite), and
+    its outcomes counted under other names. An inbox of two nobody reads: two unknown origins'
+    messages fill it, a third is dropped (`gossip_subscription_queue_full`), and an established
+    origin's message takes an unknown one's place (`gossip_subscription_evicted_unknown`)."""
+    unknown = [create_new_key_pair() for _ in range(3)]
+    known = create_new_key_pair()
+    known_id = ID.from_pubkey(known.public_key).to_bytes()
+    forwarder = ID.from_pubkey(create_new_key_pair().public_key)
+
+    async def main() -> None:
+        with trio.fail_after(60):
+            async with open_libp2p_network(
+                create_new_key_pair(), attrs.evolve(FAST, subscription_queue_size=2)
+            ) as node:
+                inbox = await node.subscribe(TOPIC)
+                pubsub: Any = node.pubsub
+                pubsub.established_origin = lambda from_id: from_id == known_id
+                for index, key in enumerate(unknown):
+                    await pubsub.push_msg(forwarder, message(key, b"unknown %d" % index, 1, signer=key))
+                assert node.counters["gossip_subscription_queue_full"] == 1
+                await pubsub.push_msg(forwarder, message(known, b"established", 1, signer=known))
+                with trio.fail_after(10):
+                    received = {(await inbox.receive()).data for _ in range(2)}
+                assert b"established" in received and b"unknown 2" not in received, received
+                names = ("gossip_subscription_queue_full", "gossip_subscription_evicted_unknown")
+                assert {name: node.counters[name] for name in names} == dict.fromkeys(names, 1)
+
+    trio.run(main)
