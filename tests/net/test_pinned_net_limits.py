@@ -112,6 +112,10 @@ def test_unread_frames_count_their_published_messages() -> None:
     big = _frame_of(3, size=300)
     assert big[1] & 0x80 == 0 and big[0] & 0x80
     assert _messages_in_frames(big + _frame_of(1)) == 4
+    # and one of 16 KiB or more a three-byte prefix: each byte's seven bits go 7 further up
+    huge = _frame_of(1, size=20_000)
+    assert huge[0] & 0x80 and huge[1] & 0x80 and not huge[2] & 0x80
+    assert _messages_in_frames(huge + _frame_of(2)) == 3
 
 
 def test_counting_stops_at_a_frame_cut_short_or_not_an_rpc() -> None:
@@ -119,6 +123,8 @@ def test_counting_stops_at_a_frame_cut_short_or_not_an_rpc() -> None:
     assert _messages_in_frames(whole + _frame_of(5)[:-1]) == 2  # the body is cut short
     assert _messages_in_frames(whole + _frame_of(3, size=300)[:1]) == 2  # the length is cut short
     assert _messages_in_frames(whole + bytes([0x80] * 10) + b"\x01") == 2  # a length of > 10 bytes
+    # ...even when the eleventh byte would end it with a length that fits (0: an empty RPC)
+    assert _messages_in_frames(whole + bytes([0x80] * 10) + b"\x00" + _frame_of(1)) == 2
     assert _messages_in_frames(whole + b"\x02\xff\xff" + _frame_of(1)) == 2  # not an RPC: stop there
 
 
