@@ -133,3 +133,29 @@ def test_a_full_inbox_drops_an_unknown_origins_message_and_gives_an_established_
                 assert {name: node.counters[name] for name in names} == dict.fromkeys(names, 1)
 
     trio.run(main)
+
+
+def test_relaying_asks_whether_the_origin_is_established_when_no_subscription_did() -> None:
+    """Bug: with no subscribed topic to ask on delivery (`notify_subscriptions` returns None),
+    the relay treats every origin as unknown, so an established peer's messages use up the
+    budget for unknown origins' and are dropped past it. A relay budget of one message: an
+    established origin's three all go on, two of three unknown origins' are counted
+    `gossip_relay_unknown_limited`."""
+    known = create_new_key_pair()
+    known_id = ID.from_pubkey(known.public_key).to_bytes()
+    forwarder = ID.from_pubkey(create_new_key_pair().public_key)
+    settings = attrs.evolve(FAST, relay_unknown_burst=1.0, relay_unknown_rate_per_s=1e-6)
+
+    async def main() -> None:
+        with trio.fail_after(60):
+            async with open_libp2p_network(create_new_key_pair(), settings) as node:
+                pubsub: Any = node.pubsub  # nothing subscribed: nothing delivered here
+                pubsub.established_origin = lambda from_id: from_id == known_id
+                for seqno in range(3):
+                    await pubsub.push_msg(forwarder, message(known, b"known", seqno, signer=known))
+                assert node.counters["gossip_relay_unknown_limited"] == 0
+                for key in [create_new_key_pair() for _ in range(3)]:
+                    await pubsub.push_msg(forwarder, message(key, b"unknown", 1, signer=key))
+                assert node.counters["gossip_relay_unknown_limited"] == 2
+
+    trio.run(main)
