@@ -62,7 +62,7 @@ echo "workers: $WORKERS (SWARMP2P_TEST_WORKERS sets it)"
 # chain swarm, one waited ~230 s with its worker idle: 1238 s -> 1136 s for the whole suite), then
 # the slow ones, then the rest. The modules with `alone` tests are one unit of work
 # (conftest's pytest_xdist_make_scheduler): their `alone` tests run back to back on one worker
-# while, on three workers, one other goes on beside them.
+# while, on three or more workers, one other goes on beside them.
 # Random order (pytest-randomly, in the test extra): tests/conftest.py keeps the module order
 # above and the order of the tests inside each module changes every run; the seed is printed at
 # the top, and `--randomly-seed=N` replays a run's order, `-p no:randomly` turns it off.
