@@ -159,3 +159,38 @@ def test_relaying_asks_whether_the_origin_is_established_when_no_subscription_di
                 assert node.counters["gossip_relay_unknown_limited"] == 2
 
     trio.run(main)
+
+
+def test_a_forwarder_below_the_publish_score_is_gated_and_counted_and_a_failing_score_gates_nothing() -> None:
+    """Bugs: the gate asking no scorer (or another attribute), asking about another peer or no
+    topics, and gating when the scorer itself fails (upstream gates nothing then). The router's
+    own scorer answers the publish check: one forwarder is below the threshold."""
+    origin = create_new_key_pair()
+    below, above = (ID.from_pubkey(create_new_key_pair().public_key) for _ in range(2))
+
+    async def main() -> None:
+        with trio.fail_after(60):
+            async with open_libp2p_network(create_new_key_pair(), FAST) as node:
+                inbox = await node.subscribe(TOPIC)
+                pubsub: Any = node.pubsub
+                asked: list[tuple[ID, list[str]]] = []
+
+                def allow_publish(peer: ID, topics: list[str]) -> bool:
+                    asked.append((peer, topics))
+                    return peer != below
+
+                def failing(peer: ID, topics: list[str]) -> bool:
+                    raise RuntimeError("no score")
+
+                pubsub.router.scorer.allow_publish = allow_publish
+                await pubsub.push_msg(below, message(origin, b"gated", 1, signer=origin))
+                await pubsub.push_msg(above, message(origin, b"passed", 2, signer=origin))
+                pubsub.router.scorer.allow_publish = failing
+                await pubsub.push_msg(below, message(origin, b"unscored", 3, signer=origin))
+                with trio.fail_after(10):
+                    received = [(await inbox.receive()).data for _ in range(2)]
+                assert received == [b"passed", b"unscored"]
+                assert asked == [(below, [TOPIC]), (above, [TOPIC])]
+                assert node.counters["gossip_score_gated"] == 1
+
+    trio.run(main)
