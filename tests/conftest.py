@@ -71,7 +71,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
         shutil.rmtree(_session_cache, ignore_errors=True)
     if _run_id is not None:  # the workers are gone: nothing holds the run's locks
-        for path in Path(_lock_path(_run_id, "")).parent.glob(f"{_run_id}.*"):
+        for path in Path(_lock_folder()).glob(f"{_run_id}.*"):
             path.unlink(missing_ok=True)
 
 
@@ -104,13 +104,17 @@ def _xdist_run_id(config: pytest.Config) -> str | None:
     return os.environ.get("PYTEST_XDIST_TESTRUNUID")
 
 
-def _lock_path(run_id: str, name: str) -> str:
+def _lock_folder() -> str:
     import tempfile
 
     # One folder per user: another user's (a root run's) would not be writable.
     folder = os.path.join(tempfile.gettempdir(), f"{_ALONE_LOCK_DIR}-{os.getuid()}")
     os.makedirs(folder, exist_ok=True)
-    return os.path.join(folder, f"{run_id}.{name}")
+    return folder
+
+
+def _lock_path(run_id: str, name: str) -> str:
+    return os.path.join(_lock_folder(), f"{run_id}.{name}")
 
 
 def _workers(config: pytest.Config) -> list[str]:

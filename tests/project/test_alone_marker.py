@@ -121,12 +121,20 @@ def test_an_alone_test_has_no_other_test_beside_it(tmp_path: Path) -> None:
 def most_beside_at_once(intervals: dict[str, tuple[float, float]], lone: str) -> int:
     """The most other tests that ran at one instant while `lone` ran."""
     start, end = intervals[lone]
-    edges = []
-    for name, (s, e) in intervals.items():
-        if name != lone and s < end and start < e:
-            edges += [(max(s, start), 1), (min(e, end), -1)]
+    return most_at_once(
+        [
+            (max(s, start), min(e, end))
+            for name, (s, e) in intervals.items()
+            if name != lone and s < end and start < e
+        ]
+    )
+
+
+def most_at_once(intervals: list[tuple[float, float]]) -> int:
+    """The most of `intervals` that overlap at one instant."""
+    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
     most = running = 0
-    for _, step in sorted(edges):  # at a tie an end (-1) sorts before a start: they touch, not overlap
+    for _, step in edges:  # at a tie an end (-1) sorts first: touching is not overlapping
         running += step
         most = max(most, running)
     return most
@@ -310,52 +318,23 @@ def test_a_pytest_started_inside_a_worker_takes_no_lock_of_the_outer_run(tmp_pat
     assert done.returncode == 0 and "INNER RAN" in done.stdout, done.stdout + done.stderr
 
 
-TIMED_SUITE = """
-import os
-import time
-from pathlib import Path
-
-import pytest
-
-MARK
-LOG = Path(__file__).parent / "intervals.txt"
-
-
-@pytest.mark.parametrize("index", range(COUNT))
-def test_step(index):
-    started = time.time()
-    time.sleep(SECONDS)
-    with LOG.open("a") as log:
-        log.write(f"NAME{index} {started} {time.time()} {os.environ.get('PYTEST_XDIST_WORKER')}\\n")
-"""
-
-
-def timed_suite(name: str, slow: bool, count: int, seconds: float) -> str:
-    text = TIMED_SUITE.replace("MARK", "pytestmark = pytest.mark.slow" if slow else "")
-    return text.replace("NAME", name).replace("COUNT", str(count)).replace("SECONDS", str(seconds))
-
-
-def most_at_once(intervals: list[tuple[float, float]]) -> int:
-    edges = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
-    most = running = 0
-    for _, step in edges:  # at a tie an end (-1) sorts first: touching is not overlapping
-        running += step
-        most = max(most, running)
-    return most
-
-
 def test_one_worker_stays_on_in_process_tests_while_the_others_run_real_time_swarms(tmp_path: Path) -> None:
     """On three workers, `slow` modules (real-time swarms, mostly waiting on round timers) take
     two workers at most while other modules are queued: the third keeps the CPU busy. All three
     on swarms left 2 idle cores 40-60% idle for the suite's first minutes. Under `--dist loadfile`
     (no scheduler of ours) the same suite runs three swarms at once: the check can fail."""
     pytest.importorskip("xdist")
+    # Each module logs its tests as its own name's prefix: s0- to s3- are `slow`, r0- to r3- not.
     files = {
-        f"test_s{index}_swarm.py": timed_suite(f"s{index}-", slow=True, count=2, seconds=1.0)
+        f"test_s{index}_swarm.py": generated_suite(
+            "@pytest.mark.slow", lone=f"s{index}-one", ordinary=1, prefix=f"s{index}-", seconds=1.0
+        )
         for index in range(4)
     }
     files |= {
-        f"test_r{index}_local.py": timed_suite(f"r{index}-", slow=False, count=3, seconds=0.4)
+        f"test_r{index}_local.py": generated_suite(
+            "", lone=f"r{index}-one", ordinary=2, prefix=f"r{index}-", seconds=0.4
+        )
         for index in range(4)
     }
     most = {}
