@@ -7,6 +7,7 @@ only to peers that have not told us, in peer exchange, that they are connected t
 
 from __future__ import annotations
 
+import math
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -160,6 +161,23 @@ async def _four_settled(stack: AsyncExitStack, settings: NetworkSettings) -> lis
     return opened
 
 
+def _exchanges_in_flight(net: Any) -> list[str]:
+    """The peers `net` is in a peer exchange with, kept up to date from now on (every ask goes
+    through `PeerExchange.exchange_peers`: the loop, the tells and the mesh-join asks)."""
+    asking: list[str] = []
+    exchange_peers = net.exchange.exchange_peers
+
+    async def counted(peer_id: str) -> int:
+        asking.append(peer_id)
+        try:
+            return await exchange_peers(peer_id)
+        finally:
+            asking.remove(peer_id)
+
+    net.exchange.exchange_peers = counted
+    return asking
+
+
 def _count(net: Any, kind: str) -> int:
     return net.counters.snapshot()[kind]
 
@@ -274,10 +292,16 @@ def test_an_exchange_tells_the_asked_peer_whom_the_asker_is_connected_to() -> No
             addr = hub.listen_addrs()[0]
             asker, _ = await _open(stack, QUICK, addr)
             old, _ = await _open(stack, QUICK, addr)
+            hub_asking, old_asking = _exchanges_in_flight(hub), _exchanges_in_flight(old)
             await _wait(lambda: all(len(n.connected_peers()) == 2 for n in (hub, asker, old)))
             await _wait(lambda: all(len(_mesh(n)) == 2 for n in (hub, asker, old)))
             await _settled(hub, asker, old)
             ids = {n: ID.from_base58(n.local_peer_id).to_bytes() for n in (hub, asker, old)}
+            # Each asked peer learns the asker's list from its own asks too (its loop, tells,
+            # mesh joins): it asks `asker` nothing more, and an ask in flight ends first.
+            for asked, asking in ((hub, hub_asking), (old, old_asking)):
+                asked.exchange.quiet_until[asker.local_peer_id] = math.inf
+                await _wait(lambda asking=asking: not asking)
             hub.neighbours.forget(ids[asker])
             assert await asker.exchange_peers(hub.local_peer_id) >= 0
             assert hub.neighbours.connected(ids[asker], ids[old])  # told by the request
