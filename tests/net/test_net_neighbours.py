@@ -161,20 +161,20 @@ async def _four_settled(stack: AsyncExitStack, settings: NetworkSettings) -> lis
     return opened
 
 
-def _exchanges_in_flight(net: Any) -> list[str]:
-    """The peers `net` is in a peer exchange with, kept up to date from now on (every ask goes
-    through `PeerExchange.exchange_peers`: the loop, the tells and the mesh-join asks)."""
-    asking: list[str] = []
-    exchange_peers = net.exchange.exchange_peers
+def _exchanges_in_flight(monkeypatch: pytest.MonkeyPatch) -> list[tuple[PeerExchange, str]]:
+    """Every peer exchange in flight from now on, as (asking host's exchange, asked peer): all
+    asks go through `PeerExchange.exchange_peers` (the loop, the tells and the mesh-join asks)."""
+    asking: list[tuple[PeerExchange, str]] = []
+    exchange_peers = PeerExchange.exchange_peers
 
-    async def counted(peer_id: str) -> int:
-        asking.append(peer_id)
+    async def counted(self: PeerExchange, peer_id: str) -> int:
+        asking.append((self, peer_id))
         try:
-            return await exchange_peers(peer_id)
+            return await exchange_peers(self, peer_id)
         finally:
-            asking.remove(peer_id)
+            asking.remove((self, peer_id))
 
-    net.exchange.exchange_peers = counted
+    monkeypatch.setattr(PeerExchange, "exchange_peers", counted)
     return asking
 
 
@@ -281,10 +281,14 @@ def test_mesh_peers_are_asked_for_their_neighbours_and_forgotten_when_they_leave
     trio.run(main)
 
 
-def test_an_exchange_tells_the_asked_peer_whom_the_asker_is_connected_to() -> None:
+def test_an_exchange_tells_the_asked_peer_whom_the_asker_is_connected_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """One peer exchange updates both sides: the asker learns the answer, and the asked peer
     learns the asker's connections from the request (`/swarmp2p/peers/1.1.0`). A peer that
     serves only the first version (empty request) is still asked, and learns nothing."""
+
+    asking = _exchanges_in_flight(monkeypatch)
 
     async def main() -> None:
         async with AsyncExitStack() as stack:
@@ -292,16 +296,15 @@ def test_an_exchange_tells_the_asked_peer_whom_the_asker_is_connected_to() -> No
             addr = hub.listen_addrs()[0]
             asker, _ = await _open(stack, QUICK, addr)
             old, _ = await _open(stack, QUICK, addr)
-            hub_asking, old_asking = _exchanges_in_flight(hub), _exchanges_in_flight(old)
             await _wait(lambda: all(len(n.connected_peers()) == 2 for n in (hub, asker, old)))
             await _wait(lambda: all(len(_mesh(n)) == 2 for n in (hub, asker, old)))
             await _settled(hub, asker, old)
             ids = {n: ID.from_base58(n.local_peer_id).to_bytes() for n in (hub, asker, old)}
             # Each asked peer learns the asker's list from its own asks too (its loop, tells,
             # mesh joins): it asks `asker` nothing more, and an ask in flight ends first.
-            for asked, asking in ((hub, hub_asking), (old, old_asking)):
+            for asked in (hub, old):
                 asked.exchange.quiet_until[asker.local_peer_id] = math.inf
-                await _wait(lambda asking=asking: not asking)
+            await _wait(lambda: all(exchange is asker.exchange for exchange, _ in asking))
             hub.neighbours.forget(ids[asker])
             assert await asker.exchange_peers(hub.local_peer_id) >= 0
             assert hub.neighbours.connected(ids[asker], ids[old])  # told by the request
